@@ -1,0 +1,9 @@
+"""zcbot_core: everything the zcbot services share (config, bus protocol, db, paths, auth, agent)."""
+
+import os as _os
+
+# LiteLLM fetches its model price map from the network at import unless told otherwise;
+# the machines zcbot runs on may have no internet, so the bundled map is the default.
+_os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+__version__ = "0.1.0"

@@ -1,0 +1,66 @@
+"""JWT (HS256) and bcrypt. Roles are read from the DB on each admin request, never from the token."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import bcrypt
+import jwt
+
+ALGORITHM = "HS256"
+MIN_PASSWORD_LENGTH = 8
+
+
+class AuthError(Exception):
+    """A missing, malformed, expired or forged token (the client's fault: 401)."""
+
+
+@dataclass(frozen=True)
+class TokenClaims:
+    user_id: str
+    issued_at: int
+    expires_at: int
+
+
+def issue_token(user_id: str, secret: str, ttl_seconds: int) -> str:
+    now = int(time.time())
+    return jwt.encode({"sub": user_id, "iat": now, "exp": now + ttl_seconds}, secret, algorithm=ALGORITHM)
+
+
+def verify_token(token: str, secret: str) -> TokenClaims:
+    try:
+        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["sub", "exp", "iat"]})
+    except jwt.ExpiredSignatureError:
+        raise AuthError("token expired") from None
+    except jwt.PyJWTError:
+        raise AuthError("invalid token") from None
+    sub = claims.get("sub")
+    if not isinstance(sub, str) or not sub:
+        raise AuthError("invalid token")
+    return TokenClaims(user_id=sub, issued_at=int(claims["iat"]), expires_at=int(claims["exp"]))
+
+
+def hash_password(password: str) -> str:
+    return bcrypt.hashpw(password.encode()[:72], bcrypt.gensalt(rounds=10)).decode()
+
+
+def check_password(password: str, hashed: str | None) -> bool:
+    if not hashed:
+        # Spend comparable time so a missing user is indistinguishable from a wrong password.
+        bcrypt.checkpw(b"x", _DUMMY_HASH)
+        return False
+    try:
+        return bcrypt.checkpw(password.encode()[:72], hashed.encode())
+    except ValueError:
+        return False
+
+
+def validate_new_password(password: str) -> None:
+    if not isinstance(password, str) or len(password) < MIN_PASSWORD_LENGTH:
+        raise ValueError(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
+    if len(password.encode()) > 72:
+        raise ValueError("password must be at most 72 bytes")
+
+
+_DUMMY_HASH = bcrypt.hashpw(b"dummy-password", bcrypt.gensalt(rounds=10))

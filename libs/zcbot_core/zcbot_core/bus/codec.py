@@ -1,0 +1,104 @@
+"""msgpack encoding of the bus dataclasses, tagged by type and protocol version.
+
+Decoding is strict about types it knows and lenient about fields it does not: a newer sender may
+add fields (ignored here), while garbage bytes, an unknown tag or a missing required field raise
+`BusDecodeError`, which receivers log and drop without dying.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, TypeVar
+
+import msgpack
+
+from zcbot_core.bus.subjects import PROTOCOL_VERSION
+
+T = TypeVar("T")
+_REGISTRY: dict[str, type] = {}
+
+
+class BusDecodeError(ValueError):
+    """Bytes on the bus that are not a valid message of the expected type (the sender's fault)."""
+
+
+def message(tag: str):
+    """Class decorator: register a dataclass as a bus message under `tag`."""
+
+    def wrap(cls: type[T]) -> type[T]:
+        if tag in _REGISTRY:
+            raise RuntimeError(f"duplicate bus message tag {tag}")
+        cls.TAG = tag  # type: ignore[attr-defined]
+        _REGISTRY[tag] = cls
+        return cls
+
+    return wrap
+
+
+def encode(msg: Any) -> bytes:
+    body = dataclasses.asdict(msg)
+    body["t"] = msg.TAG
+    body["v"] = PROTOCOL_VERSION
+    return msgpack.packb(body, use_bin_type=True)
+
+
+_SIMPLE = {str: str, int: int, float: (int, float), bool: bool, dict: dict, list: (list, tuple)}
+
+
+def _check_type(cls: type, name: str, value: Any, annotation: Any) -> None:
+    origin = typing.get_origin(annotation) or annotation
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return
+        for opt in options:
+            if opt is type(None):
+                continue
+            try:
+                _check_type(cls, name, value, opt)
+                return
+            except BusDecodeError:
+                continue
+        raise BusDecodeError(f"{cls.__name__}.{name}: unexpected {type(value).__name__}")
+    if origin is typing.Any:
+        return
+    expected = _SIMPLE.get(origin)
+    if expected is None:
+        return
+    if origin in (int, str) and isinstance(value, bool):
+        raise BusDecodeError(f"{cls.__name__}.{name}: expected {origin.__name__}, got bool")
+    if not isinstance(value, expected):
+        raise BusDecodeError(f"{cls.__name__}.{name}: expected {origin.__name__}, got {type(value).__name__}")
+
+
+def decode(data: bytes, expected: type[T] | tuple[type, ...] | None = None) -> T:
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise BusDecodeError(f"not msgpack: {exc.__class__.__name__}") from None
+    if not isinstance(body, dict):
+        raise BusDecodeError("bus message is not a map")
+    tag = body.pop("t", None)
+    version = body.pop("v", None)
+    cls = _REGISTRY.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise BusDecodeError(f"unknown message type {tag!r}")
+    if version != PROTOCOL_VERSION:
+        raise BusDecodeError(f"unsupported protocol version {version!r} for {tag}")
+    if expected is not None:
+        allowed = expected if isinstance(expected, tuple) else (expected,)
+        if not issubclass(cls, allowed):
+            raise BusDecodeError(f"expected {[c.__name__ for c in allowed]}, got {cls.__name__}")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        if field.name in body:
+            _check_type(cls, field.name, body[field.name], hints[field.name])
+            kwargs[field.name] = body[field.name]
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise BusDecodeError(f"{cls.__name__}: missing field {field.name}")
+    return cls(**kwargs)  # type: ignore[return-value]

@@ -1,0 +1,80 @@
+"""Bus messages other than run events: one dataclass per message so fields can be added."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zcbot_core.bus.codec import message
+
+
+@message("run_request")
+@dataclass
+class RunRequest:
+    """Published to `run_subject(task_id)`; `Nats-Msg-Id` = run_id dedupes re-publishes."""
+
+    run_id: str
+    task_id: str
+    user_id: str
+    enqueued_at: float
+    origin: str = "web"  # web | scheduler | channel:<name>
+    scheduled_job_id: str | None = None
+
+
+@message("cancel")
+@dataclass
+class CancelRequest:
+    task_id: str
+    run_id: str
+    reason: str = "user"  # user | timeout | interrupt | shutdown
+
+
+@message("tool_call")
+@dataclass
+class ToolCallRequest:
+    """A sandbox tool call, runner -> executor. `cwd` is the task folder relative to the user root."""
+
+    call_id: str
+    user_id: str
+    task_id: str
+    run_id: str
+    tool: str
+    args: dict[str, Any]
+    cwd: str
+    timeout: float
+
+
+@message("tool_reply")
+@dataclass
+class ToolCallReply:
+    call_id: str
+    ok: bool
+    output: str
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    host: str = ""
+
+
+@message("tool_cancel")
+@dataclass
+class ToolCancel:
+    call_id: str
+
+
+@message("push")
+@dataclass
+class PushRequest:
+    """Ask the channels service to deliver text (and optionally a file under the user root)."""
+
+    user_id: str
+    text: str
+    file_path: str | None = None
+    channel: str | None = None  # None = every active channel
+    origin: str = "tool"  # tool | scheduler
+
+
+@message("push_reply")
+@dataclass
+class PushReply:
+    delivered: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)

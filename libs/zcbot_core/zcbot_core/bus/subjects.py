@@ -1,0 +1,118 @@
+"""Subject, stream, consumer and KV bucket names, built by functions from one prefix.
+
+A prefix (default `zcbot`) lets several stacks or test cases share one NATS server without
+seeing each other: `Topology("t1a2")` yields `t1a2.runs.<task>` and stream `T1A2_RUNS`.
+Protocol version: names carry no version; messages carry `v` (see `codec`), and an incompatible
+change gets new names through `PROTOCOL_VERSION`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PROTOCOL_VERSION = 1
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _token(value: str) -> str:
+    """Subject tokens must not contain `.`, `*`, `>` or whitespace: ids are checked here once."""
+    if not _TOKEN.match(value):
+        raise ValueError(f"invalid subject token: {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Topology:
+    prefix: str = "zcbot"
+
+    def __post_init__(self) -> None:
+        _token(self.prefix)
+
+    # ---- names -----------------------------------------------------------------------------
+    @property
+    def _upper(self) -> str:
+        return self.prefix.upper().replace("-", "_")
+
+    @property
+    def runs_stream(self) -> str:
+        return f"{self._upper}_RUNS"
+
+    @property
+    def events_stream(self) -> str:
+        return f"{self._upper}_EVENTS"
+
+    @property
+    def runners_consumer(self) -> str:
+        return "runners"
+
+    @property
+    def cancel_bucket(self) -> str:
+        return f"{self.prefix}_cancel".replace("-", "_")
+
+    @property
+    def sandbox_leases_bucket(self) -> str:
+        return f"{self.prefix}_sandbox_leases".replace("-", "_")
+
+    @property
+    def leases_bucket(self) -> str:
+        return f"{self.prefix}_leases".replace("-", "_")
+
+    @property
+    def executor_service_name(self) -> str:
+        return f"{self.prefix}-executor"
+
+    @property
+    def executor_queue_group(self) -> str:
+        return f"{self.prefix}-executors"
+
+    # ---- subjects --------------------------------------------------------------------------
+    def run_subject(self, task_id: str) -> str:
+        return f"{self.prefix}.runs.{_token(task_id)}"
+
+    def runs_wildcard(self) -> str:
+        return f"{self.prefix}.runs.*"
+
+    def event_subject(self, task_id: str) -> str:
+        return f"{self.prefix}.ev.{_token(task_id)}"
+
+    def events_wildcard(self) -> str:
+        return f"{self.prefix}.ev.*"
+
+    def task_of_event_subject(self, subject: str) -> str:
+        return subject.rsplit(".", 1)[-1]
+
+    def cancel_subject(self, task_id: str) -> str:
+        return f"{self.prefix}.cancel.{_token(task_id)}"
+
+    def cancel_wildcard(self) -> str:
+        return f"{self.prefix}.cancel.*"
+
+    def exec_call_subject(self, host: str) -> str:
+        """Calls for users leased to `host`."""
+        return f"{self.prefix}.exec.{_token(host)}.call"
+
+    def exec_any_subject(self) -> str:
+        """Calls for users without a lease: any executor (queue group) takes them."""
+        return f"{self.prefix}.exec.any.call"
+
+    def exec_cancel_subject(self, host: str) -> str:
+        return f"{self.prefix}.exec.{_token(host)}.cancel"
+
+    def exec_cancel_wildcard(self) -> str:
+        return f"{self.prefix}.exec.*.cancel"
+
+    def push_subject(self, user_id: str) -> str:
+        return f"{self.prefix}.push.{_token(user_id)}"
+
+    def push_wildcard(self) -> str:
+        return f"{self.prefix}.push.*"
+
+    def run_done_wildcard(self) -> str:
+        """Terminal run events, for the scheduler's outcome tracking (same subjects as events)."""
+        return self.events_wildcard()
+
+    # ---- KV keys ---------------------------------------------------------------------------
+    @staticmethod
+    def kv_key(value: str) -> str:
+        return _token(value)

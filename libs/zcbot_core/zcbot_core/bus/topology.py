@@ -1,0 +1,126 @@
+"""Connecting to NATS and declaring (idempotently) every stream, consumer and KV bucket."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DiscardPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BadRequestError, NotFoundError
+
+from zcbot_core.bus.subjects import Topology
+
+log = logging.getLogger(__name__)
+
+CANCEL_TTL_SECONDS = 3600.0
+SANDBOX_LEASE_TTL_SECONDS = 30.0
+LEADER_LEASE_TTL_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    events_max_age_seconds: float = 24 * 3600.0
+    ack_wait_seconds: float = 30.0
+    max_deliver: int = 5
+    max_ack_pending: int = 10_000
+    duplicate_window_seconds: float = 120.0
+
+
+async def connect(url: str, name: str) -> NATS:
+    """Connect with unbounded reconnects so a NATS restart is ridden out, not fatal."""
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats error: %s", exc.__class__.__name__, extra={"detail": str(exc)})
+
+    async def on_disconnect() -> None:
+        log.warning("nats disconnected")
+
+    async def on_reconnect() -> None:
+        log.info("nats reconnected")
+
+    return await nats.connect(
+        url,
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        connect_timeout=5,
+        allow_reconnect=True,
+        error_cb=on_error,
+        disconnected_cb=on_disconnect,
+        reconnected_cb=on_reconnect,
+        pending_size=64 * 1024 * 1024,
+    )
+
+
+def runs_consumer_config(topo: Topology, limits: StreamLimits) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=topo.runners_consumer,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=limits.ack_wait_seconds,
+        max_deliver=limits.max_deliver,
+        max_ack_pending=limits.max_ack_pending,
+        filter_subject=topo.runs_wildcard(),
+    )
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    try:
+        await js.stream_info(config.name)
+        await js.update_stream(config)
+    except NotFoundError:
+        await js.add_stream(config)
+
+
+async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float) -> None:
+    try:
+        await js.key_value(bucket)
+    except (NotFoundError, BadRequestError):
+        await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl, history=1, storage=StorageType.FILE))
+    except Exception:  # nats-py raises BucketNotFoundError (a NotFoundError subclass) on most versions
+        await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl, history=1, storage=StorageType.FILE))
+
+
+async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLimits | None = None) -> None:
+    """Declare everything DESIGN §3 names; safe to call from every service at every start."""
+    limits = limits or StreamLimits()
+    await _ensure_stream(
+        js,
+        StreamConfig(
+            name=topo.runs_stream,
+            subjects=[topo.runs_wildcard()],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            duplicate_window=limits.duplicate_window_seconds,
+            discard=DiscardPolicy.OLD,
+        ),
+    )
+    await _ensure_stream(
+        js,
+        StreamConfig(
+            name=topo.events_stream,
+            subjects=[topo.events_wildcard()],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=limits.events_max_age_seconds,
+            duplicate_window=min(limits.duplicate_window_seconds, limits.events_max_age_seconds),
+        ),
+    )
+    try:
+        await js.add_consumer(topo.runs_stream, runs_consumer_config(topo, limits))
+    except BadRequestError as exc:
+        # An existing durable with other settings: the operator changed a limit; update in place.
+        log.info("runners consumer exists (%s); keeping it", exc.description)
+    await _ensure_kv(js, topo.cancel_bucket, CANCEL_TTL_SECONDS)
+    await _ensure_kv(js, topo.sandbox_leases_bucket, SANDBOX_LEASE_TTL_SECONDS)
+    await _ensure_kv(js, topo.leases_bucket, LEADER_LEASE_TTL_SECONDS)

@@ -1,0 +1,1 @@
+"""PostgreSQL through SQLAlchemy 2 (async, psycopg 3) with alembic migrations."""

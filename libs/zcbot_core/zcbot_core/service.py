@@ -1,0 +1,174 @@
+"""The lifecycle every zcbot service shares.
+
+signal -> stop pulling -> finish or hand back in-flight work -> drain -> exit. The runtime owns
+the NATS connection, the DB engine, a small HTTP server for /healthz, /readyz and /metrics, and
+JSON logs. A service implements `ServiceImpl` and is wired with `run_service`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fastapi import FastAPI, Response
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from zcbot_core.bus import Topology
+from zcbot_core.bus.topology import StreamLimits, connect, ensure_topology
+from zcbot_core.config import Settings
+from zcbot_core.db.engine import make_engine, make_sessionmaker
+from zcbot_core.logs import setup_logging
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """What a running service is given: its settings and live connections."""
+
+    name: str
+    settings: Settings
+    topo: Topology
+    nc: NATS
+    js: JetStreamContext
+    engine: AsyncEngine | None
+    sessions: async_sessionmaker[AsyncSession] | None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def ready(self) -> dict[str, bool]:
+        checks = {"nats": self.nc.is_connected}
+        if self.engine is not None:
+            try:
+                async with self.engine.connect() as conn:
+                    await asyncio.wait_for(conn.execute(text("select 1")), 2.0)
+                checks["db"] = True
+            except Exception:
+                checks["db"] = False
+        return checks
+
+
+class ServiceImpl(Protocol):
+    async def start(self, rt: Runtime) -> None: ...
+
+    async def drain(self) -> None:
+        """Stop taking work, finish or hand back what is in flight (bounded by the grace period)."""
+
+
+def stream_limits(settings: Settings) -> StreamLimits:
+    return StreamLimits(
+        events_max_age_seconds=settings.zcbot_events_max_age_hours * 3600,
+        ack_wait_seconds=settings.zcbot_ack_wait_seconds,
+        max_deliver=settings.zcbot_max_deliver,
+    )
+
+
+def health_routes(app: FastAPI, get_runtime: Callable[[], Runtime | None]) -> None:
+    """Mount /healthz, /readyz and /metrics on `app` (the gateway's own app or a bare one)."""
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz(response: Response) -> dict[str, object]:
+        rt = get_runtime()
+        if rt is None:
+            response.status_code = 503
+            return {"ready": False, "checks": {}}
+        checks = await rt.ready()
+        ok = all(checks.values()) and not rt.stopping.is_set()
+        if not ok:
+            response.status_code = 503
+        return {"ready": ok, "checks": checks, "draining": rt.stopping.is_set()}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def open_runtime(name: str, settings: Settings, use_db: bool = True) -> Runtime:
+    db_url, nats_url = settings.require_urls()
+    nc = await connect(nats_url, f"zcbot-{name}")
+    js = nc.jetstream()
+    topo = Topology(settings.zcbot_bus_prefix)
+    await ensure_topology(js, topo, stream_limits(settings))
+    engine = make_engine(db_url) if use_db else None
+    sessions = make_sessionmaker(engine) if engine is not None else None
+    return Runtime(name=name, settings=settings, topo=topo, nc=nc, js=js, engine=engine, sessions=sessions)
+
+
+async def close_runtime(rt: Runtime) -> None:
+    try:
+        await asyncio.wait_for(rt.nc.drain(), 5.0)
+    except Exception:
+        await rt.nc.close()
+    if rt.engine is not None:
+        await rt.engine.dispose()
+
+
+async def serve_http(app: FastAPI, host: str, port: int) -> tuple["asyncio.Task[None]", object]:
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    return task, server
+
+
+async def run_service(
+    name: str,
+    settings: Settings,
+    impl_factory: Callable[[], ServiceImpl],
+    port: int,
+    use_db: bool = True,
+    extra_app: Callable[[FastAPI, Runtime], Awaitable[None] | None] | None = None,
+) -> None:
+    """Run a non-HTTP service until SIGTERM/SIGINT, then drain within the grace period."""
+    setup_logging(name, settings.zcbot_log_level)
+    settings.require_secrets()
+    rt = await open_runtime(name, settings, use_db=use_db)
+    app = FastAPI(title=f"zcbot {name}", docs_url=None, redoc_url=None, openapi_url=None)
+    health_routes(app, lambda: rt)
+    if extra_app is not None:
+        maybe = extra_app(app, rt)
+        if asyncio.iscoroutine(maybe):
+            await maybe
+    http_task, server = await serve_http(app, settings.zcbot_http_host, port)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, rt.stopping.set)
+    impl = impl_factory()
+    await impl.start(rt)
+    log.info("service started", extra={"port": port})
+    await rt.stopping.wait()
+    log.info("draining")
+    try:
+        await impl.drain()
+    finally:
+        server.should_exit = True  # type: ignore[attr-defined]
+        await http_task
+        await close_runtime(rt)
+        log.info("stopped")
+
+
+def install_uvloop() -> None:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # non-Linux dev machines
+        pass
+
+
+def main_entry(coro_factory: Callable[[], Awaitable[None]]) -> None:
+    install_uvloop()
+    asyncio.run(coro_factory())
