@@ -114,10 +114,11 @@ async def close_runtime(rt: Runtime) -> None:
         await rt.engine.dispose()
 
 
-async def serve_http(app: FastAPI, host: str, port: int) -> tuple["asyncio.Task[None]", object]:
+async def serve_http(app: FastAPI, host: str, port: int, lifespan: str = "off") -> tuple["asyncio.Task[None]", object]:
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan=lifespan,
+                            timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())

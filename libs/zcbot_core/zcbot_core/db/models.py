@@ -73,6 +73,8 @@ class Task(Base):
     run_queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     run_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     run_timings: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # First events-stream sequence that can belong to the current run (SSE replay starts here).
+    run_events_from: Mapped[int | None] = mapped_column(BigInteger)
     # Messages queued behind the active run by the `enqueue` multitask strategy (oldest first).
     pending_inputs: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]", default=list)
     scheduled_job_id: Mapped[str | None] = mapped_column(String(32), index=True)

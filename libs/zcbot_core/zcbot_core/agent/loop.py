@@ -1,0 +1,271 @@
+"""The ReAct loop (seed 003 §3.1): LLM -> tool calls -> results -> LLM, until the model answers
+without tool calls, is cancelled, errors, or stops for lack of progress.
+
+It knows nothing of NATS or PostgreSQL: events go to an `EventSink`, completed steps to a
+`StepStore`, tool calls to a `ToolBox`. The runner wires those to the bus and the database; the
+benchmark drives the same loop in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from zcbot_core.agent.cancel import CancelToken, RunCancelled
+from zcbot_core.agent.guards import CONTINUE_HINT, MUTATING_TOOLS, RepeatGuard, StallGuard
+from zcbot_core.bus import events as ev
+from zcbot_core.llm.client import LlmCallError, LlmResult, Usage, stream_chat
+from zcbot_core.llm.profiles import MissingApiKey, Profile
+from zcbot_core.tools.results import ToolOutcome, preview_args
+
+log = logging.getLogger(__name__)
+
+CANCELLED_RESULT = "[cancelled by user]"
+RESTARTED_RESULT = ("[the runner executing this call restarted before its result was recorded; "
+                    "the call may or may not have run — check its effects before repeating it]")
+
+
+class EventSink(Protocol):
+    async def emit(self, event: ev.RunEvent) -> None: ...
+
+
+class StepStore(Protocol):
+    async def append(self, payload: dict[str, Any], *, kind: str = "chat", tokens_in: int | None = None,
+                     tokens_out: int | None = None) -> None: ...
+
+    async def record_usage(self, usage: Usage, cost_usd: float, profile: str) -> None: ...
+
+
+class ToolBox(Protocol):
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+    async def execute(self, name: str, args: dict[str, Any], call_id: str) -> ToolOutcome: ...
+
+
+@dataclass
+class LoopResult:
+    status: str  # ok | cancelled | error | stopped
+    error: str | None = None
+    final_text: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class LoopState:
+    """Per-run counters (kept outside the loop object so they read as the run's timings)."""
+
+    started: float = field(default_factory=time.monotonic)
+    first_token: float | None = None
+    llm_seconds: float = 0.0
+    tool_seconds: float = 0.0
+    llm_calls: int = 0
+    tool_calls: int = 0
+
+    def timings(self) -> dict[str, float]:
+        return {
+            "ttft": round(self.first_token - self.started, 4) if self.first_token else -1.0,
+            "llm": round(self.llm_seconds, 4),
+            "tools": round(self.tool_seconds, 4),
+            "llm_calls": float(self.llm_calls),
+            "tool_calls": float(self.tool_calls),
+        }
+
+
+def parse_args(raw: str) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        value = json.loads(raw or "{}")
+    except json.JSONDecodeError as exc:
+        return None, f"the tool arguments are not valid JSON ({exc.msg} at position {exc.pos}); send a JSON object"
+    if not isinstance(value, dict):
+        return None, "the tool arguments must be a JSON object"
+    return value, None
+
+
+def repair_interrupted(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool results for calls of the last assistant step that have none (the runner died mid-step)."""
+    last_assistant = None
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].get("role") == "assistant":
+            last_assistant = i
+            break
+        if history[i].get("role") == "user":
+            return []
+    if last_assistant is None:
+        return []
+    answered = {m.get("tool_call_id") for m in history[last_assistant + 1:] if m.get("role") == "tool"}
+    return [
+        {"role": "tool", "tool_call_id": tc["id"], "name": tc["function"]["name"], "content": RESTARTED_RESULT}
+        for tc in history[last_assistant].get("tool_calls") or []
+        if tc["id"] not in answered
+    ]
+
+
+def needs_llm(history: list[dict[str, Any]]) -> bool:
+    """False when the run already finished (last message is a final assistant answer)."""
+    if not history:
+        return False
+    last = history[-1]
+    return not (last.get("role") == "assistant" and not last.get("tool_calls"))
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        profile: Profile,
+        system_prompt: str,
+        tools: ToolBox,
+        sink: EventSink,
+        store: StepStore,
+        cancel: CancelToken,
+        prepare: Any = None,
+    ) -> None:
+        self.run_id = run_id
+        self.profile = profile
+        self.system_prompt = system_prompt
+        self.tools = tools
+        self.sink = sink
+        self.store = store
+        self.cancel = cancel
+        # Context preparation (compression) is pluggable: a callable(messages, profile) -> messages.
+        self.prepare = prepare
+        self.state = LoopState()
+        self.repeat = RepeatGuard()
+        self.stall = StallGuard()
+
+    async def emit(self, event: ev.RunEvent) -> None:
+        await self.sink.emit(event)
+
+    async def run(self, history: list[dict[str, Any]]) -> LoopResult:
+        """`history` is the task's window as stored (LiteLLM messages), ending in the user turn."""
+        messages = list(history)
+        try:
+            for repaired in repair_interrupted(messages):
+                await self.store.append(repaired)
+                messages.append(repaired)
+            if not needs_llm(messages):
+                return self._result("ok", final_text=str(messages[-1].get("content") or ""))
+            for step in range(1, self.profile.max_iterations + 1):
+                self.cancel.check()
+                result = await self._llm_step(messages, step)
+                assistant = result.message
+                await self.store.append(
+                    assistant, tokens_in=result.usage.prompt_tokens, tokens_out=result.usage.completion_tokens
+                )
+                messages.append(assistant)
+                tool_calls = assistant.get("tool_calls") or []
+                if not tool_calls:
+                    return self._result("ok", final_text=assistant.get("content") or "")
+                stop = await self._tool_step(messages, tool_calls)
+                if stop:
+                    return await self._stop(stop)
+            return await self._stop(
+                f"stopped: reached the safety limit of {self.profile.max_iterations} steps. " + CONTINUE_HINT
+            )
+        except RunCancelled as exc:
+            await self.emit(ev.Cancelled(run_id=self.run_id, reason=exc.reason))
+            return self._result("cancelled", error=None)
+        except MissingApiKey as exc:
+            await self.emit(ev.ErrorEvent(run_id=self.run_id, msg=str(exc), code="missing_api_key"))
+            return self._result("error", error=str(exc))
+        except LlmCallError as exc:
+            await self.emit(ev.ErrorEvent(run_id=self.run_id, msg=str(exc), code="llm_error"))
+            return self._result("error", error=str(exc))
+
+    def _result(self, status: str, error: str | None = None, final_text: str = "") -> LoopResult:
+        return LoopResult(status=status, error=error, final_text=final_text, timings=self.state.timings())
+
+    async def _stop(self, reason: str) -> LoopResult:
+        await self.emit(ev.Warn(run_id=self.run_id, msg=reason))
+        await self.store.append({"role": "assistant", "content": reason}, kind="guard")
+        return self._result("stopped", final_text=reason)
+
+    def _outgoing(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        body = [{"role": "system", "content": self.system_prompt}, *messages]
+        if self.prepare is not None:
+            body = self.prepare(body, self.profile)
+        return body
+
+    async def _llm_step(self, messages: list[dict[str, Any]], step: int) -> LlmResult:
+        await self.emit(ev.LlmStart(run_id=self.run_id, step=step, model=self.profile.name))
+        state = self.state
+
+        async def on_text(delta: str) -> None:
+            state.first_token = state.first_token or time.monotonic()
+            await self.emit(ev.TextDelta(run_id=self.run_id, delta=delta))
+
+        async def on_reasoning(delta: str) -> None:
+            state.first_token = state.first_token or time.monotonic()
+            await self.emit(ev.ReasoningDelta(run_id=self.run_id, delta=delta))
+
+        started = time.monotonic()
+        try:
+            result = await self.cancel.race(
+                stream_chat(self.profile, self._outgoing(messages), self.tools.schemas() or None, on_text, on_reasoning)
+            )
+        finally:
+            state.llm_seconds += time.monotonic() - started
+            state.llm_calls += 1
+        if result.first_token_at and not state.first_token:
+            state.first_token = result.first_token_at
+        await self.store.record_usage(result.usage, result.cost_usd, self.profile.name)
+        await self.emit(
+            ev.LlmEnd(
+                run_id=self.run_id,
+                prompt_tokens=result.usage.prompt_tokens,
+                completion_tokens=result.usage.completion_tokens,
+                cached_tokens=result.usage.cached_tokens,
+                cost_usd=result.cost_usd,
+            )
+        )
+        return result
+
+    async def _tool_step(self, messages: list[dict[str, Any]], tool_calls: list[dict[str, Any]]) -> str | None:
+        net_output = False
+        for position, call in enumerate(tool_calls):
+            if self.cancel.cancelled:
+                for rest in tool_calls[position:]:
+                    await self._record_tool(messages, rest, CANCELLED_RESULT)
+                self.cancel.check()
+            name = call["function"]["name"]
+            call_id = call.get("id") or uuid.uuid4().hex
+            args, arg_error = parse_args(call["function"].get("arguments") or "{}")
+            await self.emit(ev.ToolCallEvent(run_id=self.run_id, call_id=call_id, name=name, args=args or {},
+                                             args_preview=preview_args(args if args is not None else call["function"].get("arguments"))))
+            stop = self.repeat.before(name, args) if args is not None else None
+            if stop:
+                for rest in tool_calls[position:]:
+                    await self._record_tool(messages, rest, f"[not run: {stop}]")
+                return stop
+            started = time.monotonic()
+            if arg_error is not None:
+                outcome = ToolOutcome.failure(arg_error)
+            else:
+                try:
+                    outcome = await self.cancel.race(self.tools.execute(name, args or {}, call_id))
+                except RunCancelled:
+                    self.state.tool_seconds += time.monotonic() - started
+                    for rest in tool_calls[position:]:
+                        await self._record_tool(messages, rest, CANCELLED_RESULT)
+                    raise
+            self.state.tool_seconds += time.monotonic() - started
+            self.state.tool_calls += 1
+            new, warning = self.repeat.after(name, args, outcome.output, outcome.ok)
+            content = outcome.output if warning is None else f"{outcome.output}\n\n{warning}"
+            if warning:
+                await self.emit(ev.Warn(run_id=self.run_id, msg=warning.strip("[]")))
+            net_output = net_output or (outcome.ok and (new or name in MUTATING_TOOLS))
+            await self.emit(ev.ToolResultEvent(run_id=self.run_id, call_id=call_id, name=name,
+                                               preview=outcome.preview, truncated=outcome.truncated, ok=outcome.ok))
+            await self._record_tool(messages, call, content)
+        return self.stall.step(net_output)
+
+    async def _record_tool(self, messages: list[dict[str, Any]], call: dict[str, Any], content: str) -> None:
+        payload = {"role": "tool", "tool_call_id": call.get("id"), "name": call["function"]["name"], "content": content}
+        await self.store.append(payload)
+        messages.append(payload)

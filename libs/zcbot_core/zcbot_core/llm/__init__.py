@@ -1,0 +1,1 @@
+"""LLM access: model profiles (YAML), the LiteLLM streaming client, capability probing."""

@@ -1,0 +1,287 @@
+"""The run state machine, shared by every entry point (web, scheduler, channels) and the runner.
+
+tasks.run_status: idle -> queued -> running -> idle | error, with `cancelling` in between when a
+cancel is requested. A task has at most one active run (queued/running/cancelling); the task row
+is locked with SELECT ... FOR UPDATE so concurrent posts cannot both start one, and the user row
+is locked too so the per-user cap on concurrent runs holds under races (Slark D-5).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
+from zcbot_core.db.models import Message, Task, User
+
+log = logging.getLogger(__name__)
+
+ACTIVE_STATUSES = ("queued", "running", "cancelling")
+Multitask = Literal["reject", "enqueue", "interrupt"]
+MAX_PENDING_INPUTS = 20
+
+
+class RunConflict(Exception):
+    """A run is already active on the task and the caller's strategy forbids another (409)."""
+
+
+class QuotaExceeded(Exception):
+    """The per-user concurrent-run cap or the global queue bound is reached (429)."""
+
+
+class NothingToCancel(Exception):
+    """Cancel requested while no run is active (409)."""
+
+
+class TaskNotFound(Exception):
+    """No such task for this user (404)."""
+
+
+class BusUnavailable(Exception):
+    """The run could not be handed to JetStream (503); the task is left in `error`, not stuck."""
+
+
+@dataclass
+class SubmitResult:
+    run_id: str
+    task_id: str
+    status: str  # queued (a new run) | pending (enqueued behind the active run)
+    position: int = 0
+    message_idx: int | None = None
+
+
+@dataclass
+class RunLimits:
+    max_runs_per_user: int = 3
+    max_queued_runs: int = 1000
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+async def next_message_idx(session: AsyncSession, task_id: str) -> int:
+    """The real message count (never the loaded window's size: see seed 003 §8.8)."""
+    result = await session.execute(select(func.coalesce(func.max(Message.idx) + 1, 0)).where(Message.task_id == task_id))
+    return int(result.scalar_one())
+
+
+async def append_message(
+    session: AsyncSession,
+    task_id: str,
+    payload: dict[str, Any],
+    *,
+    kind: str = "chat",
+    run_id: str | None = None,
+    model_profile: str | None = None,
+    tokens_in: int | None = None,
+    tokens_out: int | None = None,
+) -> Message:
+    idx = await next_message_idx(session, task_id)
+    msg = Message(
+        task_id=task_id, idx=idx, payload=payload, kind=kind, run_id=run_id,
+        model_profile=model_profile, tokens_in=tokens_in, tokens_out=tokens_out,
+    )
+    session.add(msg)
+    await session.flush()
+    return msg
+
+
+async def _events_tail(js: JetStreamContext, topo: Topology, task_id: str) -> int:
+    """Sequence after the last event of this task: the new run's events all come after it."""
+    try:
+        last = await js.get_last_msg(topo.events_stream, topo.event_subject(task_id))
+        return int(last.seq) + 1
+    except NotFoundError:
+        return 0
+
+
+async def _lock_task(session: AsyncSession, user_id: str, task_id: str) -> Task:
+    await session.execute(select(User.user_id).where(User.user_id == user_id).with_for_update())
+    task = (
+        await session.execute(
+            select(Task).where(Task.task_id == task_id, Task.user_id == user_id, Task.deleted_at.is_(None)).with_for_update()
+        )
+    ).scalar_one_or_none()
+    if task is None:
+        raise TaskNotFound(task_id)
+    return task
+
+
+async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -> None:
+    active = (
+        await session.execute(
+            select(func.count()).select_from(Task).where(Task.user_id == user_id, Task.run_status.in_(ACTIVE_STATUSES))
+        )
+    ).scalar_one()
+    if active >= limits.max_runs_per_user:
+        raise QuotaExceeded(
+            f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}); "
+            "wait for one to finish or cancel it"
+        )
+    queued = (await session.execute(select(func.count()).select_from(Task).where(Task.run_status == "queued"))).scalar_one()
+    if queued >= limits.max_queued_runs:
+        raise QuotaExceeded("the service is busy (the run queue is full); try again in a minute")
+
+
+async def _queue_run(
+    session: AsyncSession, js: JetStreamContext, topo: Topology, task: Task, run_id: str, content: Any
+) -> tuple[RunRequest, int]:
+    msg = await append_message(session, task.task_id, {"role": "user", "content": content}, run_id=run_id)
+    task.run_status = "queued"
+    task.run_id = run_id
+    task.run_error = None
+    task.run_owner = None
+    task.run_queued_at = now()
+    task.run_started_at = None
+    task.run_timings = None
+    task.run_events_from = await _events_tail(js, topo, task.task_id)
+    req = RunRequest(run_id=run_id, task_id=task.task_id, user_id=task.user_id, enqueued_at=time.time())
+    return req, msg.idx
+
+
+async def publish_run(js: JetStreamContext, topo: Topology, req: RunRequest) -> None:
+    await js.publish(topo.run_subject(req.task_id), encode(req), headers={"Nats-Msg-Id": req.run_id}, timeout=5)
+
+
+async def _publish_or_fail(
+    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, req: RunRequest
+) -> None:
+    try:
+        await publish_run(js, topo, req)
+    except Exception as exc:
+        log.error("run publish failed", extra={"task_id": req.task_id, "run_id": req.run_id, "error": repr(exc)})
+        async with sessions() as session, session.begin():
+            await session.execute(
+                update(Task)
+                .where(Task.task_id == req.task_id, Task.run_id == req.run_id, Task.run_status == "queued")
+                .values(run_status="error", run_error="the run could not be queued (message bus unavailable); send again")
+            )
+        raise BusUnavailable("the message bus is unavailable; the message was saved, send again to retry") from exc
+
+
+async def submit_message(
+    sessions: async_sessionmaker[AsyncSession],
+    js: JetStreamContext,
+    nc: NATS,
+    topo: Topology,
+    *,
+    user_id: str,
+    task_id: str,
+    content: Any,
+    multitask: Multitask = "reject",
+    limits: RunLimits | None = None,
+    origin: str = "web",
+    scheduled_job_id: str | None = None,
+) -> SubmitResult:
+    """Append a user message and start (or enqueue) its run. Raises RunConflict / QuotaExceeded."""
+    limits = limits or RunLimits()
+    run_id = new_run_id()
+    async with sessions() as session, session.begin():
+        task = await _lock_task(session, user_id, task_id)
+        if task.run_status in ACTIVE_STATUSES:
+            if multitask == "reject":
+                raise RunConflict(f"a run is already {task.run_status} on this task; wait, cancel it, or send with multitask=enqueue")
+            pending = list(task.pending_inputs or [])
+            if len(pending) >= MAX_PENDING_INPUTS:
+                raise QuotaExceeded(f"at most {MAX_PENDING_INPUTS} messages can wait behind a run")
+            item = {"run_id": run_id, "content": content, "origin": origin, "queued_at": time.time()}
+            if multitask == "interrupt":
+                pending.insert(0, item)
+            else:
+                pending.append(item)
+            task.pending_inputs = pending
+            active_run = task.run_id
+            position = pending.index(item) + 1
+            if multitask == "interrupt" and task.run_status != "cancelling":
+                task.run_status = "cancelling"
+        else:
+            await _check_quota(session, user_id, limits)
+            req, idx = await _queue_run(session, js, topo, task, run_id, content)
+            req.origin = origin
+            req.scheduled_job_id = scheduled_job_id
+            active_run = None
+    if active_run is not None:
+        if multitask == "interrupt":
+            await signal_cancel(nc, js, topo, task_id, active_run, "interrupt")
+        return SubmitResult(run_id=run_id, task_id=task_id, status="pending", position=position)
+    await _publish_or_fail(sessions, js, topo, req)
+    return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx)
+
+
+async def signal_cancel(nc: NATS, js: JetStreamContext, topo: Topology, task_id: str, run_id: str, reason: str) -> None:
+    """KV first (survives a runner restart), then the core subject (preempts at once)."""
+    kv = await js.key_value(topo.cancel_bucket)
+    await kv.put(topo.kv_key(task_id), encode(CancelRequest(task_id=task_id, run_id=run_id, reason=reason)))
+    await nc.publish(topo.cancel_subject(task_id), encode(CancelRequest(task_id=task_id, run_id=run_id, reason=reason)))
+    await nc.flush(timeout=2)
+
+
+async def request_cancel(
+    sessions: async_sessionmaker[AsyncSession],
+    js: JetStreamContext,
+    nc: NATS,
+    topo: Topology,
+    *,
+    user_id: str,
+    task_id: str,
+    reason: str = "user",
+) -> str:
+    async with sessions() as session, session.begin():
+        task = await _lock_task(session, user_id, task_id)
+        if task.run_status not in ACTIVE_STATUSES or not task.run_id:
+            raise NothingToCancel("no run is active on this task")
+        task.run_status = "cancelling"
+        run_id = task.run_id
+    await signal_cancel(nc, js, topo, task_id, run_id, reason)
+    return run_id
+
+
+@dataclass
+class FinishOutcome:
+    next_request: RunRequest | None = None
+    finished: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def finish_run(
+    session: AsyncSession,
+    js: JetStreamContext,
+    topo: Topology,
+    *,
+    task_id: str,
+    run_id: str,
+    status: str,
+    error: str | None,
+    timings: dict[str, float],
+) -> FinishOutcome:
+    """Terminal state for the run, then start the next enqueued message if any (same transaction)."""
+    task = (await session.execute(select(Task).where(Task.task_id == task_id).with_for_update())).scalar_one_or_none()
+    if task is None or task.run_id != run_id:
+        return FinishOutcome(finished=False)
+    task.run_status = "error" if status == "error" else "idle"
+    task.run_error = error if status == "error" else None
+    task.run_owner = None
+    task.run_timings = timings
+    pending = list(task.pending_inputs or [])
+    if pending and task.deleted_at is None:
+        item = pending.pop(0)
+        task.pending_inputs = pending
+        req, _ = await _queue_run(session, js, topo, task, item["run_id"], item["content"])
+        req.origin = item.get("origin", "web")
+        return FinishOutcome(next_request=req)
+    return FinishOutcome()

@@ -1,0 +1,1 @@
+"""Tools: schemas the model sees, host-side tools, the executor client and result shaping."""

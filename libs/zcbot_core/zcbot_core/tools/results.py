@@ -1,0 +1,44 @@
+"""Tool results as the model and the user see them: 16K chars for the model, 400 for the preview."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MODEL_LIMIT = 16_000
+PREVIEW_LIMIT = 400
+
+
+def truncate_for_model(text: str, limit: int = MODEL_LIMIT) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    head = text[: limit - 200]
+    return f"{head}\n\n[output truncated: {len(text)} characters in total, showing the first {len(head)}]", True
+
+
+def preview(text: str, limit: int = PREVIEW_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def preview_args(args: Any) -> str:
+    if isinstance(args, str):
+        return preview(args, 200)
+    return preview(json.dumps(args, ensure_ascii=False, default=str), 200)
+
+
+@dataclass
+class ToolOutcome:
+    ok: bool
+    output: str
+    preview: str
+    truncated: bool
+
+    @classmethod
+    def make(cls, ok: bool, text: str, truncated: bool = False) -> "ToolOutcome":
+        shown, cut = truncate_for_model(text)
+        return cls(ok=ok, output=shown, preview=preview(text), truncated=truncated or cut)
+
+    @classmethod
+    def failure(cls, message: str) -> "ToolOutcome":
+        return cls.make(False, f"ERROR: {message}")

@@ -1,0 +1,111 @@
+"""The gateway's FastAPI application (kept thin: wiring only).
+
+Lifespan: open the shared runtime (`open_runtime("gateway", settings)`) -> `app.state.rt` ->
+run startup hooks in registration order -> serve -> set `rt.stopping` -> run shutdown hooks in
+reverse order -> close the runtime. Other modules attach background work (e.g. the SSE hub) with
+`add_startup_hook(app, fn)` / `add_shutdown_hook(app, fn)`; each hook is `async def fn(app)`.
+A router module may also expose `install(app)`, which `create_app` calls after including it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from zcbot_core import __version__
+from zcbot_core.config import Settings
+from zcbot_core.service import close_runtime, health_routes, open_runtime
+
+from zcbot_gateway.errors import install_error_handlers
+from zcbot_gateway.routes import auth as auth_routes
+from zcbot_gateway.routes import tasks as task_routes
+
+log = logging.getLogger(__name__)
+
+Hook = Callable[[FastAPI], Awaitable[None]]
+SHUTDOWN_HOOK_TIMEOUT = 10.0
+
+
+def add_startup_hook(app: FastAPI, fn: Hook) -> None:
+    """Run `await fn(app)` once the runtime is open (in registration order)."""
+    app.state.on_startup.append(fn)
+
+
+def add_shutdown_hook(app: FastAPI, fn: Hook) -> None:
+    """Run `await fn(app)` after `rt.stopping` is set, before the runtime closes (reverse order)."""
+    app.state.on_shutdown.append(fn)
+
+
+async def _run_shutdown_hooks(app: FastAPI) -> None:
+    for fn in reversed(app.state.on_shutdown):
+        try:
+            await asyncio.wait_for(fn(app), SHUTDOWN_HOOK_TIMEOUT)
+        except Exception:
+            log.exception("shutdown hook failed", extra={"hook": getattr(fn, "__qualname__", repr(fn))})
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    rt = await open_runtime("gateway", settings)
+    app.state.rt = rt
+    try:
+        for fn in list(app.state.on_startup):
+            await fn(app)
+        log.info("gateway started")
+        yield
+    finally:
+        rt.stopping.set()
+        await _run_shutdown_hooks(app)
+        app.state.rt = None
+        await close_runtime(rt)
+        log.info("gateway stopped")
+
+
+def _include_optional_routers(app: FastAPI) -> None:
+    if importlib.util.find_spec("zcbot_gateway.routes.runs") is None:
+        log.warning("zcbot_gateway.routes.runs not found; message/event/cancel routes are disabled")
+        return
+    from zcbot_gateway.routes import runs  # errors inside the module itself must surface
+
+    app.include_router(runs.router)
+    install = getattr(runs, "install", None)
+    if callable(install):
+        install(app)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    app = FastAPI(
+        title="zcbot gateway",
+        version=__version__,
+        description="zcbot /v1 API: tasks, runs (SSE), files, auth. Errors are `{\"detail\": ...}`.",
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.rt = None
+    app.state.on_startup = []
+    app.state.on_shutdown = []
+
+    if settings.zcbot_env == "local":
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=["*"],
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["*"],
+        )
+    install_error_handlers(app)
+    health_routes(app, lambda: app.state.rt)
+    app.include_router(auth_routes.router)
+    app.include_router(task_routes.router)
+    _include_optional_routers(app)
+    return app

@@ -1,0 +1,137 @@
+"""Request dependencies (`Annotated` aliases, FastAPI full-stack-template style).
+
+- `SettingsDep`: the `Settings` the app was created with (`app.state.settings`).
+- `RuntimeDep`: the live `zcbot_core.service.Runtime` (`app.state.rt`); 503 while starting/stopping.
+- `SessionDep`: one `AsyncSession` per request. Function-scoped: it is closed when the route
+  function returns, before the response body is sent, so a streaming (SSE) route never holds a
+  pooled connection for the life of the stream. Routes commit explicitly.
+- `CurrentUser`: the authenticated `user_id` (str). Bearer JWT verified with `settings.jwt_secret`;
+  the user row must exist. Missing/invalid/expired token or unknown user -> 401 with
+  `WWW-Authenticate: Bearer`.
+- `CurrentUserRow`: the same check, giving the `User` ORM row (loaded in the request's session).
+- `AdminUser`: the `user_id` of a user whose role, read from the DB on every request, is `admin`;
+  otherwise 403.
+- `known_profiles(settings)`: names of the configured model profiles, or None when the profile
+  registry is unavailable (then callers only check for a non-empty name).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from zcbot_core import auth
+from zcbot_core.config import Settings
+from zcbot_core.db.models import User
+from zcbot_core.service import Runtime
+
+from zcbot_gateway.errors import ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+_bearer = HTTPBearer(auto_error=False, description="JWT from /v1/auth/login or /v1/auth/login_password")
+
+
+def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+def get_runtime(request: Request) -> Runtime:
+    rt = getattr(request.app.state, "rt", None)
+    if rt is None:
+        raise ServiceUnavailable("gateway is starting or stopping; retry shortly")
+    return rt
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+async def get_session(rt: RuntimeDep) -> AsyncIterator[AsyncSession]:
+    if rt.sessions is None:
+        raise ServiceUnavailable("database not configured")
+    async with rt.sessions() as session:
+        yield session
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def get_current_user_row(
+    settings: SettingsDep,
+    session: SessionDep,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> User:
+    if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:
+        raise _unauthorized("not authenticated: send 'Authorization: Bearer <token>'")
+    if not settings.jwt_secret:
+        raise ServiceUnavailable("authentication is not configured (JWT_SECRET unset)")
+    try:
+        claims = auth.verify_token(creds.credentials, settings.jwt_secret)
+    except auth.AuthError as exc:
+        raise _unauthorized(str(exc)) from None
+    user = await session.get(User, claims.user_id)
+    if user is None:
+        raise _unauthorized("invalid token: user does not exist")
+    return user
+
+
+CurrentUserRow = Annotated[User, Depends(get_current_user_row)]
+
+
+async def get_current_user(user: CurrentUserRow) -> str:
+    return user.user_id
+
+
+CurrentUser = Annotated[str, Depends(get_current_user)]
+
+
+async def require_admin(user: CurrentUserRow) -> str:
+    # `user` was loaded from the DB by this request's fresh session: the role is never taken from
+    # the token or a cache, so a demotion takes effect on the next request.
+    if user.role != "admin":
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="admin role required")
+    return user.user_id
+
+
+AdminUser = Annotated[str, Depends(require_admin)]
+
+
+def known_profiles(settings: Settings) -> set[str] | None:
+    """Configured model profile names, or None when the registry cannot be read (validate loosely)."""
+    try:
+        from zcbot_core.llm.profiles import load_profiles  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        return set(load_profiles(settings))
+    except Exception:
+        log.warning("could not load model profiles; accepting any profile name", exc_info=True)
+        return None
+
+
+def check_model_profile(settings: Settings, profile: str | None) -> str | None:
+    """Validate a requested model profile name (None = keep the default). 400 when unknown."""
+    if profile is None:
+        return None
+    name = profile.strip()
+    if not name:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="model_profile must not be empty")
+    known = known_profiles(settings)
+    if known is not None and name not in known:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            detail=f"unknown model_profile {name!r}; known profiles: {', '.join(sorted(known)) or '(none)'}",
+        )
+    return name

@@ -1,0 +1,102 @@
+"""Auth (seed 003 §7.3): two logins that issue the same HS256 JWT, password change, `me`.
+
+- `login`: machine-to-machine for the platform. Whoever holds PLATFORM_KEY may sign in as any
+  user_id; the user row is upserted and `name`/`user_name` are COALESCEd (a given value wins, an
+  omitted one keeps what is stored).
+- `login_password`: email + bcrypt. Unknown email and wrong password give the same 403 after the
+  same bcrypt work, so accounts cannot be enumerated.
+Roles are never put in the token (see `deps.AdminUser`).
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import APIRouter, HTTPException, status
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from starlette.concurrency import run_in_threadpool
+
+from zcbot_core import auth, paths
+from zcbot_core.db.models import User
+
+from zcbot_gateway.deps import CurrentUserRow, SessionDep, SettingsDep
+from zcbot_gateway.errors import ServiceUnavailable
+from zcbot_gateway.schemas import ChangePasswordIn, LoginIn, MeOut, OkOut, PasswordLoginIn, TokenOut, iso
+
+router = APIRouter(prefix="/v1", tags=["auth"])
+
+BAD_CREDENTIALS = "invalid email or password"
+
+
+def _issue(settings: SettingsDep, user_id: str) -> TokenOut:
+    if not settings.jwt_secret:
+        raise ServiceUnavailable("authentication is not configured (JWT_SECRET unset)")
+    return TokenOut(token=auth.issue_token(user_id, settings.jwt_secret, settings.jwt_ttl_seconds), user_id=user_id)
+
+
+def _key_matches(given: str, expected: str | None) -> bool:
+    if not expected:
+        return False
+    return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+
+
+@router.post("/auth/login", response_model=TokenOut)
+async def login(body: LoginIn, settings: SettingsDep, session: SessionDep) -> TokenOut:
+    """Platform login: sign a token for `user_id` (created on first use) given PLATFORM_KEY."""
+    if not _key_matches(body.platform_key, settings.platform_key):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="invalid platform key")
+    user_id = paths.validate_user_id(body.user_id)
+    stmt = insert(User).values(user_id=user_id, name=body.name, user_name=body.user_name)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[User.user_id],
+        set_={
+            "name": func.coalesce(stmt.excluded.name, User.name),
+            "user_name": func.coalesce(stmt.excluded.user_name, User.user_name),
+        },
+    )
+    await session.execute(stmt)
+    await session.commit()
+    return _issue(settings, user_id)
+
+
+@router.post("/auth/login_password", response_model=TokenOut)
+async def login_password(body: PasswordLoginIn, settings: SettingsDep, session: SessionDep) -> TokenOut:
+    """Email + password login. Any failure is the same 403 (no account enumeration)."""
+    email = body.email.strip().lower()
+    user = (
+        await session.scalars(select(User).where(func.lower(User.email) == email).limit(1))
+    ).first() if email else None
+    ok = await run_in_threadpool(auth.check_password, body.password, user.password_hash if user else None)
+    if not ok or user is None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=BAD_CREDENTIALS)
+    return _issue(settings, user.user_id)
+
+
+@router.post("/auth/change_password", response_model=OkOut)
+async def change_password(body: ChangePasswordIn, user: CurrentUserRow, session: SessionDep) -> OkOut:
+    """Change your password: the old one must match (403), the new one must be acceptable (400)."""
+    ok = await run_in_threadpool(auth.check_password, body.old_password, user.password_hash)
+    if not ok:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="old password is incorrect")
+    try:
+        auth.validate_new_password(body.new_password)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=str(exc)) from None
+    user.password_hash = await run_in_threadpool(auth.hash_password, body.new_password)
+    await session.commit()
+    return OkOut()
+
+
+@router.get("/me", response_model=MeOut)
+async def me(user: CurrentUserRow) -> MeOut:
+    """The signed-in user's profile."""
+    return MeOut(
+        user_id=user.user_id,
+        email=user.email,
+        name=user.name,
+        user_name=user.user_name,
+        role=user.role,
+        plan=user.plan,
+        created_at=iso(user.created_at),
+    )

@@ -1,0 +1,175 @@
+"""Messages, run events (SSE) and cancel (DESIGN §4, seed 003 §7.2)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, HTTPException, Query, Request, status
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from zcbot_core import runs
+from zcbot_core.db.models import Message, Task
+
+from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
+from zcbot_gateway.schemas import iso
+from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
+
+router = APIRouter(prefix="/v1", tags=["runs"])
+MAX_CONTENT_CHARS = 200_000
+
+
+class MessageIn(BaseModel):
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    multitask: Literal["reject", "enqueue", "interrupt"] = "reject"
+
+
+class SubmitOut(BaseModel):
+    run_id: str
+    task_id: str
+    status: str
+    position: int = 0
+    events_url: str
+
+
+async def _get_task(session: Any, user_id: str, task_id: str) -> Task:
+    task = (
+        await session.execute(
+            select(Task).where(Task.task_id == task_id, Task.user_id == user_id, Task.deleted_at.is_(None))
+        )
+    ).scalar_one_or_none()
+    if task is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail="task not found")
+    return task
+
+
+async def get_hub(request: Request, rt: RuntimeDep) -> EventHub:
+    """The process-wide event hub, started on first use."""
+    hub: EventHub | None = getattr(request.app.state, "event_hub", None)
+    if hub is None:
+        lock = request.app.state.__dict__.setdefault("_hub_lock", asyncio.Lock())
+        async with lock:
+            hub = getattr(request.app.state, "event_hub", None)
+            if hub is None:
+                from zcbot_gateway.app import add_shutdown_hook
+
+                hub = EventHub(rt)
+                await hub.start()
+                request.app.state.event_hub = hub
+                add_shutdown_hook(request.app, lambda app: hub.stop())
+    return hub
+
+
+def message_to_json(msg: Message) -> dict[str, Any]:
+    return {"idx": msg.idx, "kind": msg.kind, "run_id": msg.run_id, "payload": msg.payload,
+            "tokens_in": msg.tokens_in, "tokens_out": msg.tokens_out, "model_profile": msg.model_profile,
+            "created_at": iso(msg.created_at)}
+
+
+@router.get("/tasks/{task_id}/messages")
+async def list_messages(
+    task_id: str, user_id: CurrentUser, session: SessionDep,
+    after: Annotated[int, Query(ge=-1, le=10_000_000)] = -1,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> dict[str, Any]:
+    await _get_task(session, user_id, task_id)
+    rows = (
+        await session.execute(
+            select(Message).where(Message.task_id == task_id, Message.idx > after).order_by(Message.idx).limit(limit)
+        )
+    ).scalars().all()
+    return {"task_id": task_id, "messages": [message_to_json(m) for m in rows]}
+
+
+@router.post("/tasks/{task_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=SubmitOut)
+async def post_message(task_id: str, body: MessageIn, user_id: CurrentUser, rt: RuntimeDep,
+                       settings: SettingsDep) -> SubmitOut:
+    assert rt.sessions is not None
+    async with rt.sessions() as session:
+        task = await _get_task(session, user_id, task_id)
+        if task.channel != "web":
+            raise HTTPException(status.HTTP_409_CONFLICT,
+                                detail=f"this task belongs to the {task.channel} channel; reply there")
+    content = expand_shortcut(settings, user_id, body.content)
+    try:
+        result = await runs.submit_message(
+            rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
+            multitask=body.multitask,
+            limits=runs.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
+        )
+    except runs.TaskNotFound:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail="task not found") from None
+    except runs.RunConflict as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
+    except runs.QuotaExceeded as exc:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, detail=str(exc)) from None
+    except runs.BusUnavailable as exc:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from None
+    return SubmitOut(run_id=result.run_id, task_id=task_id, status=result.status, position=result.position,
+                     events_url=f"/v1/tasks/{task_id}/events?run_id={result.run_id}")
+
+
+def expand_shortcut(settings: Any, user_id: str, content: str) -> str:
+    """Exact-trigger shortcut expansion at the entry point (seed 003 §3.7), when the module exists."""
+    try:
+        from zcbot_core.shortcuts import expand
+    except ImportError:
+        return content
+    return expand(settings, user_id, content)
+
+
+@router.post("/tasks/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED)
+async def cancel_run(task_id: str, user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
+    assert rt.sessions is not None
+    try:
+        run_id = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id)
+    except runs.TaskNotFound:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail="task not found") from None
+    except runs.NothingToCancel as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
+    return {"task_id": task_id, "run_id": run_id, "status": "cancelling"}
+
+
+def _parse_last_event_id(value: str | None) -> int | None:
+    if value is None or value == "":
+        return None
+    if not value.isdigit() or len(value) > 18:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="Last-Event-ID must be a stream sequence number")
+    return int(value)
+
+
+@router.get("/tasks/{task_id}/events", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}}, "description": "SSE stream of run events"}})
+async def run_events(
+    request: Request, task_id: str, user_id: CurrentUser, session: SessionDep, rt: RuntimeDep, settings: SettingsDep,
+    run_id: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> StreamingResponse:
+    task = await _get_task(session, user_id, task_id)
+    resume = _parse_last_event_id(last_event_id)
+    active = task.run_status in runs.ACTIVE_STATUSES
+    pending_ids = {item.get("run_id") for item in (task.pending_inputs or [])}
+    current_from = task.run_events_from or 1
+    if resume is not None:
+        plan = StreamPlan(start_seq=resume + 1, run_id=run_id or (task.run_id if active else None),
+                          idle_when_caught_up=not active and run_id not in pending_ids)
+    elif run_id is not None:
+        known = run_id == task.run_id or run_id in pending_ids
+        plan = StreamPlan(start_seq=current_from if known else 1, run_id=run_id,
+                          idle_when_caught_up=not known or (run_id == task.run_id and not active))
+    elif active:
+        plan = StreamPlan(start_seq=current_from, run_id=task.run_id, idle_when_caught_up=False)
+    else:
+        plan = None
+    await session.close()  # the stream may live for hours: do not hold a pooled connection
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
+    if plan is None:
+        async def idle() -> Any:
+            yield done_frame(None, "idle")
+
+        return StreamingResponse(idle(), media_type="text/event-stream", headers=headers)
+    hub = await get_hub(request, rt)
+    return StreamingResponse(stream_events(hub, task_id, plan, settings.zcbot_sse_heartbeat_seconds),
+                             media_type="text/event-stream", headers=headers)

@@ -1,0 +1,360 @@
+"""Tasks and folders (seed 003 §7.1, §7.2, §7.4).
+
+- Every query is scoped by `Task.user_id == <current user>`; another user's task is a 404.
+- `working_dir` defaults to the name and is stored normalized (`paths.to_db_path`); the folder is
+  created eagerly under `storage_root/<user_id>/`. No-subtask rule: a working dir strictly inside,
+  or strictly containing, one of the user's live tasks' working dirs is rejected (same dir is
+  fine: several tasks share a project folder). Creates/restores of one user are serialized by a
+  transaction-scoped advisory lock (`lock_user_folders`) so two concurrent creates cannot nest.
+- DELETE is a soft delete (`deleted_at`); files on disk are never touched. A task with an active
+  run cannot be deleted (409). `POST /restore` undoes it (re-checking the no-subtask rule).
+- Tasks created by a channel (`channel != 'web'`) are read-only here: PATCH/DELETE/restore -> 409.
+- The list hides soft-deleted tasks and tasks owned by a scheduled job (`include_scheduled=true`
+  shows the latter; `deleted=true` lists the trash instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Response, status
+from sqlalchemy import ColumnElement, Select, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from zcbot_core import paths
+from zcbot_core.config import Settings
+from zcbot_core.db.models import Task
+
+from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep, check_model_profile
+from zcbot_gateway.schemas import (
+    ACTIVE_RUN_STATUSES,
+    TASK_STATUSES,
+    WEB_CHANNEL,
+    FolderOut,
+    TaskCreate,
+    TaskOut,
+    TaskPage,
+    TaskPatch,
+    iso,
+    task_to_json,
+)
+
+router = APIRouter(prefix="/v1", tags=["tasks"])
+
+DEFAULT_PAGE_SIZE = 20
+MAX_PAGE_SIZE = 100
+MAX_PAGE = 1_000_000
+MAX_WORKING_DIR = 1024
+ORDERING_FIELDS: dict[str, Any] = {
+    "created_at": Task.created_at,
+    "updated_at": Task.updated_at,
+    "name": Task.name,
+    "status": Task.status,
+    "run_status": Task.run_status,
+    "cost_usd": Task.cost_usd,
+}
+DEFAULT_ORDERING = "-created_at"
+
+
+# ---- helpers (also used by other routers) ---------------------------------------------------
+
+
+def bad_request(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_400_BAD_REQUEST, detail=detail)
+
+
+def conflict(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_409_CONFLICT, detail=detail)
+
+
+TASK_NOT_FOUND = "task not found"
+
+
+def clean_text(value: str | None, what: str) -> str | None:
+    """Reject NUL (Postgres text cannot hold it) in free-text fields."""
+    if value is not None and "\x00" in value:
+        raise bad_request(f"{what} must not contain NUL")
+    return value
+
+
+def clean_label(value: str | None, what: str) -> str | None:
+    """A short free-form label (skill): stripped, no control characters; empty -> None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if any(ord(ch) < 32 for ch in value):
+        raise bad_request(f"{what} must not contain control characters")
+    return value or None
+
+
+def normalize_working_dir(raw: str) -> str:
+    """User input -> stored working dir (400 on traversal, absolute, NUL, hidden, empty parts)."""
+    wd = paths.to_db_path(raw.strip())
+    if any(part != part.strip() for part in wd.split("/")):
+        raise bad_request("folder names must not start or end with whitespace")
+    if len(wd) > MAX_WORKING_DIR:
+        raise bad_request(f"working_dir must be at most {MAX_WORKING_DIR} characters")
+    return wd
+
+
+async def lock_user_folders(session: AsyncSession, user_id: str) -> None:
+    """Serialize working-dir changes of one user until the transaction ends."""
+    key = func.hashtextextended(f"zcbot:folders:{user_id}", 0)
+    await session.execute(select(func.pg_advisory_xact_lock(key)))
+
+
+async def nested_working_dir(
+    session: AsyncSession, user_id: str, working_dir: str, exclude_task_id: str | None = None
+) -> str | None:
+    """An existing live working dir of the user that nests with `working_dir` (None if none)."""
+    stmt = select(Task.working_dir).distinct().where(Task.user_id == user_id, Task.deleted_at.is_(None))
+    if exclude_task_id is not None:
+        stmt = stmt.where(Task.task_id != exclude_task_id)
+    for existing in (await session.scalars(stmt)).all():
+        if paths.is_prefix_nested(working_dir, existing):
+            return existing
+    return None
+
+
+def _no_subtask_message(working_dir: str, existing: str) -> str:
+    relation = "inside" if working_dir.startswith(existing + "/") else "contains"
+    return (
+        f"working_dir {working_dir!r} {relation} the working_dir {existing!r} of another task; "
+        "tasks cannot be nested (use the same folder, or a sibling)"
+    )
+
+
+def ensure_task_dir(settings: Settings, user_id: str, working_dir: str) -> None:
+    """mkdir -p storage_root/<user_id>/<working_dir>, refusing symlink escapes (400)."""
+    root = paths.user_root(settings.storage_root, user_id)
+    root.mkdir(parents=True, exist_ok=True)
+    target = paths.resolve_user_path(root, working_dir)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise conflict(f"a file (not a folder) is in the way of {working_dir!r}") from None
+    paths.resolve_user_path(root, working_dir, must_exist=True)
+
+
+async def get_user_task(
+    session: AsyncSession,
+    user_id: str,
+    task_id: str,
+    *,
+    for_update: bool = False,
+    include_deleted: bool = False,
+) -> Task:
+    """The user's task or 404 (another user's, missing and soft-deleted tasks look the same)."""
+    stmt = select(Task).where(Task.task_id == task_id, Task.user_id == user_id)
+    if not include_deleted:
+        stmt = stmt.where(Task.deleted_at.is_(None))
+    if for_update:
+        stmt = stmt.with_for_update()
+    task = (await session.scalars(stmt)).first()
+    if task is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=TASK_NOT_FOUND)
+    return task
+
+
+def require_web_task(task: Task) -> None:
+    if (task.channel or WEB_CHANNEL) != WEB_CHANNEL:
+        raise conflict(f"task belongs to the {task.channel!r} channel and is read-only here")
+
+
+def _csv(value: str | None, what: str) -> list[str]:
+    if value is None:
+        return []
+    clean_text(value, what)
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise bad_request(f"{what} must not be empty")
+    return items
+
+
+def parse_ordering(ordering: str | None) -> list[Any]:
+    """DRF-style `field,-other` against the allowlist (400 otherwise); task_id breaks ties."""
+    spec = ordering if ordering is not None and ordering.strip() else DEFAULT_ORDERING
+    clauses: list[Any] = []
+    seen: set[str] = set()
+    for raw in spec.split(","):
+        item = raw.strip()
+        desc = item.startswith("-")
+        field = item[1:] if desc else item
+        column = ORDERING_FIELDS.get(field)
+        if column is None:
+            raise bad_request(
+                f"ordering field {item!r} is not allowed; use one of {', '.join(ORDERING_FIELDS)} "
+                "(prefix '-' for descending, comma-separated)"
+            )
+        if field in seen:
+            continue
+        seen.add(field)
+        clauses.append(column.desc() if desc else column.asc())
+    clauses.append(Task.task_id.asc())
+    return clauses
+
+
+def _escape_like(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+# ---- routes ----------------------------------------------------------------------------------
+
+
+@router.post("/tasks", status_code=status.HTTP_201_CREATED, response_model=TaskOut)
+async def create_task(body: TaskCreate, user: CurrentUser, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+    """Create a task; its folder (`working_dir`, default: the name) is created at once."""
+    name = paths.validate_task_name(body.name)
+    raw_wd = body.working_dir if body.working_dir is not None and body.working_dir.strip() else name
+    working_dir = normalize_working_dir(raw_wd)
+    description = clean_text(body.description, "description")
+    skill = clean_label(body.skill, "skill")
+    profile = check_model_profile(settings, body.model_profile)
+
+    await lock_user_folders(session, user)
+    existing = await nested_working_dir(session, user, working_dir)
+    if existing is not None:
+        raise bad_request(_no_subtask_message(working_dir, existing))
+    await asyncio.to_thread(ensure_task_dir, settings, user, working_dir)
+
+    task = Task(
+        user_id=user,
+        name=name,
+        working_dir=working_dir,
+        description=description,
+        skill=skill,
+        model_profile=profile,
+        channel=WEB_CHANNEL,
+    )
+    session.add(task)
+    await session.commit()
+    await session.refresh(task)
+    return task_to_json(task)
+
+
+@router.get("/tasks", response_model=TaskPage)
+async def list_tasks(
+    user: CurrentUser,
+    session: SessionDep,
+    page: Annotated[int, Query(description="1-based page number")] = 1,
+    page_size: Annotated[int, Query(description="clamped to 1..100")] = DEFAULT_PAGE_SIZE,
+    status_: Annotated[str | None, Query(alias="status", description="comma-separated")] = None,
+    skill: str | None = None,
+    working_dir: str | None = None,
+    run_status: Annotated[str | None, Query(description="comma-separated, e.g. running,cancelling")] = None,
+    q: Annotated[str | None, Query(max_length=200, description="search in name and description")] = None,
+    ordering: Annotated[
+        str | None, Query(description=f"comma-separated of {', '.join(ORDERING_FIELDS)}; '-' = descending")
+    ] = None,
+    include_scheduled: bool = False,
+    deleted: Annotated[bool, Query(description="list soft-deleted tasks (the trash) instead")] = False,
+) -> dict[str, Any]:
+    """Your tasks, newest first by default: `{page, page_size, count, results}`."""
+    if page < 1:
+        raise bad_request("page must be >= 1")
+    if page > MAX_PAGE:
+        raise bad_request(f"page must be <= {MAX_PAGE}")
+    page_size = max(1, min(MAX_PAGE_SIZE, page_size))
+    order_by = parse_ordering(ordering)
+
+    conds: list[ColumnElement[bool]] = [Task.user_id == user]
+    conds.append(Task.deleted_at.is_not(None) if deleted else Task.deleted_at.is_(None))
+    if not include_scheduled:
+        conds.append(Task.scheduled_job_id.is_(None))
+    if statuses := _csv(status_, "status"):
+        conds.append(Task.status.in_(statuses))
+    if run_statuses := _csv(run_status, "run_status"):
+        conds.append(Task.run_status.in_(run_statuses))
+    if skill is not None:
+        conds.append(Task.skill == clean_text(skill, "skill"))
+    if working_dir is not None:
+        conds.append(Task.working_dir == normalize_working_dir(working_dir))
+    if q is not None and q.strip():
+        pattern = f"%{_escape_like(clean_text(q.strip(), 'q') or '')}%"
+        conds.append(or_(Task.name.ilike(pattern, escape="\\"), Task.description.ilike(pattern, escape="\\")))
+
+    count = await session.scalar(select(func.count()).select_from(Task).where(*conds)) or 0
+    stmt: Select[tuple[Task]] = (
+        select(Task).where(*conds).order_by(*order_by).offset((page - 1) * page_size).limit(page_size)
+    )
+    rows = (await session.scalars(stmt)).all()
+    return {"page": page, "page_size": page_size, "count": count, "results": [task_to_json(t) for t in rows]}
+
+
+@router.get("/tasks/{task_id}", response_model=TaskOut)
+async def get_task(task_id: str, user: CurrentUser, session: SessionDep) -> dict[str, Any]:
+    """One of your tasks (404 for missing, deleted, or someone else's)."""
+    return task_to_json(await get_user_task(session, user, task_id))
+
+
+@router.patch("/tasks/{task_id}", response_model=TaskOut)
+async def patch_task(
+    task_id: str, body: TaskPatch, user: CurrentUser, session: SessionDep, settings: SettingsDep
+) -> dict[str, Any]:
+    """Change name, status, description, skill or model profile (next message uses the profile)."""
+    task = await get_user_task(session, user, task_id, for_update=True)
+    require_web_task(task)
+    fields = body.model_fields_set
+    if "name" in fields:
+        if body.name is None:
+            raise bad_request("name must not be null")
+        task.name = paths.validate_task_name(body.name)
+    if "status" in fields:
+        if body.status not in TASK_STATUSES:
+            raise bad_request(f"status must be one of {', '.join(TASK_STATUSES)}")
+        task.status = body.status
+    if "description" in fields:
+        task.description = clean_text(body.description, "description")
+    if "skill" in fields:
+        task.skill = clean_label(body.skill, "skill")
+    if "model_profile" in fields:
+        task.model_profile = check_model_profile(settings, body.model_profile)
+    if fields:
+        await session.commit()
+        await session.refresh(task)
+    return task_to_json(task)
+
+
+@router.delete("/tasks/{task_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_task(task_id: str, user: CurrentUser, session: SessionDep) -> Response:
+    """Soft delete (the folder and its files stay). 409 while a run is active."""
+    task = await get_user_task(session, user, task_id, for_update=True)
+    require_web_task(task)
+    if task.run_status in ACTIVE_RUN_STATUSES:
+        raise conflict(f"task has an active run ({task.run_status}); cancel it first")
+    task.deleted_at = func.now()
+    await session.commit()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/tasks/{task_id}/restore", response_model=TaskOut)
+async def restore_task(task_id: str, user: CurrentUser, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+    """Undo a soft delete (idempotent). 409 if its folder now nests with a live task's folder."""
+    task = await get_user_task(session, user, task_id, for_update=True, include_deleted=True)
+    require_web_task(task)
+    if task.deleted_at is None:
+        return task_to_json(task)
+    await lock_user_folders(session, user)
+    existing = await nested_working_dir(session, user, task.working_dir, exclude_task_id=task.task_id)
+    if existing is not None:
+        raise conflict("cannot restore: " + _no_subtask_message(task.working_dir, existing))
+    await asyncio.to_thread(ensure_task_dir, settings, user, task.working_dir)
+    task.deleted_at = None
+    await session.commit()
+    await session.refresh(task)
+    return task_to_json(task)
+
+
+@router.get("/folders", response_model=list[FolderOut])
+async def list_folders(user: CurrentUser, session: SessionDep) -> list[dict[str, Any]]:
+    """Working dirs of your live tasks with task counts, most recently used first."""
+    last_used = func.max(Task.updated_at)
+    stmt = (
+        select(Task.working_dir, func.count(), last_used)
+        .where(Task.user_id == user, Task.deleted_at.is_(None))
+        .group_by(Task.working_dir)
+        .order_by(last_used.desc(), Task.working_dir)
+    )
+    rows = (await session.execute(stmt)).all()
+    return [{"working_dir": wd, "task_count": n, "last_used_at": iso(ts)} for wd, n, ts in rows]

@@ -1,0 +1,150 @@
+"""Request/response shapes shared by the gateway routes.
+
+`task_to_json(task)` is THE task representation: every route that returns a task uses it
+(`TaskOut` mirrors it for the OpenAPI schema).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from zcbot_core.db.models import Task
+
+# Run states in which a task is busy (no delete, no folder rename, no second run).
+ACTIVE_RUN_STATUSES = ("queued", "running", "cancelling")
+# User-settable task status values (a label: `run_status` is the run state machine).
+TASK_STATUSES = ("active", "done", "archived")
+WEB_CHANNEL = "web"
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def task_to_json(task: Task) -> dict[str, Any]:
+    channel = task.channel or WEB_CHANNEL
+    return {
+        "task_id": task.task_id,
+        "name": task.name,
+        "working_dir": task.working_dir,
+        "skill": task.skill,
+        "description": task.description,
+        "status": task.status,
+        "model_profile": task.model_profile,
+        "channel": channel,
+        "read_only": channel != WEB_CHANNEL,
+        "run_status": task.run_status,
+        "run_error": task.run_error,
+        "run_id": task.run_id,
+        "scheduled_job_id": task.scheduled_job_id,
+        "tokens_in": int(task.tokens_in or 0),
+        "tokens_out": int(task.tokens_out or 0),
+        "tokens_cached": int(task.tokens_cached or 0),
+        "cost_usd": float(task.cost_usd or 0),
+        "queued_messages": len(task.pending_inputs or []),
+        "run_timings": task.run_timings,
+        "context_base_idx": int(task.context_base_idx or 0),
+        "created_at": iso(task.created_at),
+        "updated_at": iso(task.updated_at),
+        "deleted_at": iso(task.deleted_at),
+    }
+
+
+class TaskOut(BaseModel):
+    task_id: str
+    name: str
+    working_dir: str
+    skill: str | None
+    description: str | None
+    status: str
+    model_profile: str | None
+    channel: str
+    read_only: bool
+    run_status: str
+    run_error: str | None
+    run_id: str | None
+    scheduled_job_id: str | None
+    tokens_in: int
+    tokens_out: int
+    tokens_cached: int
+    cost_usd: float
+    queued_messages: int
+    run_timings: dict[str, Any] | None
+    context_base_idx: int
+    created_at: str | None
+    updated_at: str | None
+    deleted_at: str | None
+
+
+class TaskPage(BaseModel):
+    page: int
+    page_size: int
+    count: int
+    results: list[TaskOut]
+
+
+class FolderOut(BaseModel):
+    working_dir: str
+    task_count: int
+    last_used_at: str | None
+
+
+class TaskCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=1000, description="display name (simple name: no '/', '\\', NUL, leading '.')")
+    working_dir: str | None = Field(
+        default=None, max_length=1024, description="folder under your root; defaults to the name"
+    )
+    description: str | None = Field(default=None, max_length=20_000)
+    skill: str | None = Field(default=None, max_length=128)
+    model_profile: str | None = Field(default=None, max_length=128)
+
+
+class TaskPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: str | None = Field(default=None, max_length=32)
+    description: str | None = Field(default=None, max_length=20_000)
+    name: str | None = Field(default=None, max_length=1000)
+    skill: str | None = Field(default=None, max_length=128)
+    model_profile: str | None = Field(default=None, max_length=128)
+
+
+class LoginIn(BaseModel):
+    user_id: str = Field(max_length=1000)
+    platform_key: str = Field(max_length=4096)
+    name: str | None = Field(default=None, max_length=256)
+    user_name: str | None = Field(default=None, max_length=256)
+
+
+class PasswordLoginIn(BaseModel):
+    email: str = Field(max_length=320)
+    password: str = Field(max_length=1024)
+
+
+class ChangePasswordIn(BaseModel):
+    old_password: str = Field(max_length=1024)
+    new_password: str = Field(max_length=1024)
+
+
+class TokenOut(BaseModel):
+    token: str
+    user_id: str
+
+
+class MeOut(BaseModel):
+    user_id: str
+    email: str | None
+    name: str | None
+    user_name: str | None
+    role: str
+    plan: str | None
+    created_at: str | None
+
+
+class OkOut(BaseModel):
+    ok: bool = True

@@ -1,0 +1,171 @@
+"""SSE relay of run events from JetStream (DESIGN §3, §4).
+
+One ordered JetStream consumer per gateway process receives every new event and fans it out in
+process to the subscribers of its task (so 1000 browsers cost one NATS subscription). A new
+subscriber registers for live events first, then replays the stored history from its start
+sequence with direct gets, then continues live, skipping sequences it already sent: nothing is
+missed and nothing is sent twice. The SSE `id:` is the stream sequence, so `Last-Event-ID`
+resumes exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from nats.js.api import DeliverPolicy
+from nats.js.errors import NotFoundError
+from prometheus_client import Gauge
+
+from zcbot_core.bus import BusDecodeError, decode
+from zcbot_core.bus import events as ev
+from zcbot_core.service import Runtime
+
+log = logging.getLogger(__name__)
+ACTIVE_STREAMS = Gauge("zcbot_sse_active_streams", "Open SSE streams on this gateway")
+QUEUE_LIMIT = 10_000
+
+
+@dataclass
+class StoredEvent:
+    seq: int
+    event: ev.RunEvent
+
+
+class Subscriber:
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.queue: asyncio.Queue[StoredEvent | None] = asyncio.Queue(QUEUE_LIMIT)
+        self.overflowed = False
+
+
+class EventHub:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.subscribers: dict[str, set[Subscriber]] = defaultdict(set)
+        self._sub = None
+        self.closing = asyncio.Event()
+
+    async def start(self) -> None:
+        self._sub = await self.rt.js.subscribe(
+            self.rt.topo.events_wildcard(), ordered_consumer=True, deliver_policy=DeliverPolicy.NEW, cb=self._on_msg,
+            stream=self.rt.topo.events_stream,
+        )
+
+    async def stop(self) -> None:
+        self.closing.set()
+        for subs in list(self.subscribers.values()):
+            for sub in list(subs):
+                sub.queue.put_nowait(None) if not sub.queue.full() else None
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:
+                pass
+
+    async def _on_msg(self, msg) -> None:  # type: ignore[no-untyped-def]
+        task_id = self.rt.topo.task_of_event_subject(msg.subject)
+        subs = self.subscribers.get(task_id)
+        if not subs:
+            return
+        try:
+            event = decode(msg.data, ev.RunEvent)
+        except BusDecodeError:
+            return
+        stored = StoredEvent(seq=msg.metadata.sequence.stream, event=event)
+        for sub in list(subs):
+            try:
+                sub.queue.put_nowait(stored)
+            except asyncio.QueueFull:
+                sub.overflowed = True  # a stalled client: it resumes from the stream via Last-Event-ID
+
+    def register(self, task_id: str) -> Subscriber:
+        sub = Subscriber(task_id)
+        self.subscribers[task_id].add(sub)
+        ACTIVE_STREAMS.inc()
+        return sub
+
+    def unregister(self, sub: Subscriber) -> None:
+        subs = self.subscribers.get(sub.task_id)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                self.subscribers.pop(sub.task_id, None)
+        ACTIVE_STREAMS.dec()
+
+    async def history(self, task_id: str, start_seq: int) -> AsyncIterator[StoredEvent]:
+        """Stored events of the task from `start_seq` on, until caught up."""
+        seq = max(start_seq, 1)
+        subject = self.rt.topo.event_subject(task_id)
+        while True:
+            try:
+                raw = await self.rt.js.get_msg(self.rt.topo.events_stream, seq=seq, subject=subject, next=True)
+            except NotFoundError:
+                return
+            try:
+                event = decode(raw.data or b"", ev.RunEvent)
+            except BusDecodeError:
+                seq = raw.seq + 1
+                continue
+            yield StoredEvent(seq=raw.seq, event=event)
+            seq = raw.seq + 1
+
+
+def frame(stored: StoredEvent) -> str:
+    return f"id: {stored.seq}\nevent: {stored.event.type}\ndata: {stored.event.sse_data()}\n\n"
+
+
+def done_frame(run_id: str | None, status: str) -> str:
+    event = ev.Done(run_id=run_id or "", status=status)
+    return f"event: done\ndata: {event.sse_data()}\n\n"
+
+
+@dataclass
+class StreamPlan:
+    """Where a subscriber starts and which run it follows (None: the first run it meets)."""
+
+    start_seq: int
+    run_id: str | None
+    idle_when_caught_up: bool
+
+
+async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan, heartbeat: float) -> AsyncIterator[str]:
+    sub = hub.register(task_id)
+    last_sent = plan.start_seq - 1
+    follow = plan.run_id
+    try:
+        yield "retry: 1000\n\n"
+        async for stored in hub.history(task_id, plan.start_seq):
+            last_sent = stored.seq
+            if follow and stored.event.run_id != follow:
+                continue
+            yield frame(stored)
+            if isinstance(stored.event, ev.Done) and (follow is None or stored.event.run_id == follow):
+                return
+        if plan.idle_when_caught_up:
+            yield done_frame(follow, "idle")
+            return
+        while True:
+            try:
+                stored = await asyncio.wait_for(sub.queue.get(), heartbeat)
+            except asyncio.TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            if stored is None or sub.overflowed:
+                # Shutting down (or this client fell too far behind): ask it to reconnect; it
+                # resumes from its Last-Event-ID on any gateway and misses nothing.
+                yield ": reconnect\n\n"
+                return
+            if stored.seq <= last_sent:
+                continue
+            last_sent = stored.seq
+            if follow and stored.event.run_id != follow:
+                continue
+            yield frame(stored)
+            if isinstance(stored.event, ev.Done):
+                return
+    finally:
+        hub.unregister(sub)

@@ -1,0 +1,1 @@
+"""The runner: pulls run requests from JetStream and drives the agent loop."""

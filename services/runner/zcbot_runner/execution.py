@@ -1,0 +1,212 @@
+"""One run, from a JetStream delivery to its terminal state (DESIGN §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.msg import Msg
+from sqlalchemy import select
+
+from zcbot_core.agent.cancel import CancelToken
+from zcbot_core.agent.context import prepare_messages, window
+from zcbot_core.agent.loop import AgentLoop, LoopResult
+from zcbot_core.agent.prompt import PromptContext, build_system_prompt
+from zcbot_core.bus import BusDecodeError, CancelRequest, RunRequest, decode
+from zcbot_core.bus import events as ev
+from zcbot_core.config import ConfigError
+from zcbot_core.db.models import Message, Task
+from zcbot_core.llm.profiles import get_profile
+from zcbot_core.runs import finish_run, now, publish_run
+from zcbot_core.service import Runtime
+from zcbot_runner import metrics
+from zcbot_runner.sink import BusEventSink
+from zcbot_runner.store import DbStepStore
+from zcbot_runner.toolbox import RunnerToolBox
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ActiveRun:
+    run_id: str
+    task_id: str
+    token: CancelToken
+    msg: Msg
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Claim:
+    task: Task
+    history: list[dict[str, Any]]
+    cancelling: bool
+
+
+class RunExecutor:
+    def __init__(self, rt: Runtime, runner_id: str, executor_client: Any, sandbox_schemas: list[dict[str, Any]],
+                 extend_toolbox: Any = None) -> None:
+        self.rt = rt
+        self.runner_id = runner_id
+        self.executor_client = executor_client
+        self.sandbox_schemas = sandbox_schemas
+        self.extend_toolbox = extend_toolbox
+        self.active: dict[str, ActiveRun] = {}
+
+    # ---- cancel ----------------------------------------------------------------------------
+    def on_cancel(self, req: CancelRequest) -> None:
+        active = self.active.get(req.task_id)
+        if active is not None and active.run_id == req.run_id:
+            active.token.cancel(req.reason)
+
+    async def _pending_cancel(self, task_id: str, run_id: str) -> str | None:
+        try:
+            kv = await self.rt.js.key_value(self.rt.topo.cancel_bucket)
+            entry = await kv.get(self.rt.topo.kv_key(task_id))
+        except Exception:
+            return None
+        if entry is None or entry.value is None:
+            return None
+        try:
+            req = decode(entry.value, CancelRequest)
+        except BusDecodeError:
+            return None
+        return req.reason if req.run_id == run_id else None
+
+    # ---- claim -----------------------------------------------------------------------------
+    async def _claim(self, req: RunRequest) -> Claim | None:
+        assert self.rt.sessions is not None
+        async with self.rt.sessions() as session, session.begin():
+            task = (
+                await session.execute(select(Task).where(Task.task_id == req.task_id).with_for_update())
+            ).scalar_one_or_none()
+            if task is None or task.run_id != req.run_id or task.run_status not in ("queued", "running", "cancelling"):
+                return None  # stale or duplicate delivery of a finished run
+            cancelling = task.run_status == "cancelling"
+            if not cancelling:
+                task.run_status = "running"
+            task.run_owner = self.runner_id
+            task.run_started_at = task.run_started_at or now()
+            rows = (
+                await session.execute(
+                    select(Message.idx, Message.kind, Message.payload)
+                    .where(Message.task_id == task.task_id, Message.idx >= task.context_base_idx)
+                    .order_by(Message.idx)
+                )
+            ).all()
+            history = window([(r.idx, r.kind, r.payload) for r in rows], task.context_base_idx, task.context_summary)
+            return Claim(task=task, history=history, cancelling=cancelling)
+
+    # ---- run -------------------------------------------------------------------------------
+    async def handle(self, msg: Msg) -> None:
+        try:
+            req = decode(msg.data, RunRequest)
+        except BusDecodeError as exc:
+            log.warning("dropping undecodable run request", extra={"error": str(exc)})
+            await msg.term()
+            return
+        claim = await self._claim(req)
+        if claim is None:
+            await msg.ack()
+            return
+        token = CancelToken()
+        active = ActiveRun(run_id=req.run_id, task_id=req.task_id, token=token, msg=msg)
+        self.active[req.task_id] = active
+        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            await self._run(req, claim, active)
+        finally:
+            heartbeat.cancel()
+            self.active.pop(req.task_id, None)
+
+    async def _heartbeat(self, msg: Msg) -> None:
+        interval = max(self.rt.settings.zcbot_ack_wait_seconds / 3, 0.5)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await msg.in_progress()
+            except Exception as exc:  # reconnecting: JetStream redelivers if we stay silent too long
+                log.warning("heartbeat failed", extra={"error": repr(exc)})
+
+    async def _run(self, req: RunRequest, claim: Claim, active: ActiveRun) -> None:
+        settings = self.rt.settings
+        task = claim.task
+        attempt = int(active.msg.metadata.num_delivered) if active.msg.metadata else 1
+        queue_wait = max(time.time() - req.enqueued_at, 0.0)
+        if attempt == 1:
+            metrics.QUEUE_WAIT.observe(queue_wait)
+        metrics.RUNS_STARTED.inc()
+        sink = BusEventSink(self.rt.js, self.rt.topo, task.task_id, req.run_id)
+        pending = await self._pending_cancel(task.task_id, req.run_id)
+        if claim.cancelling or pending:
+            active.token.cancel(pending or "user")
+        wall = asyncio.get_running_loop().call_later(settings.zcbot_run_wall_clock_seconds, active.token.cancel, "timeout")
+        result: LoopResult
+        profile_name = task.model_profile or settings.zcbot_default_model
+        try:
+            await sink.emit(ev.RunStart(run_id=req.run_id, task_id=task.task_id, model_profile=profile_name, attempt=attempt))
+            try:
+                profile = get_profile(settings, profile_name)
+            except ConfigError as exc:
+                await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=str(exc), code="config"))
+                result = LoopResult(status="error", error=str(exc))
+            else:
+                loop = self._build_loop(req, task, profile, sink, active.token)
+                result = await loop.run(claim.history)
+        except Exception as exc:  # a bug: the run must still end, never stay `running`
+            log.exception("run crashed", extra={"task_id": task.task_id, "run_id": req.run_id})
+            await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=f"internal error: {exc.__class__.__name__}", code="internal"))
+            result = LoopResult(status="error", error=f"internal error: {exc.__class__.__name__}")
+        finally:
+            wall.cancel()
+        if result.status == "cancelled" and active.token.reason == "shutdown":
+            await sink.flush()
+            await active.msg.nak()  # hand the run back: another runner resumes it from PostgreSQL
+            log.info("run handed back", extra={"task_id": task.task_id, "run_id": req.run_id})
+            return
+        if result.status == "cancelled" and active.token.reason == "timeout":
+            message = (f"the run exceeded its wall-clock limit of {int(settings.zcbot_run_wall_clock_seconds)} s and was "
+                       'stopped. Reply "continue" to resume.')
+            await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=message, code="timeout"))
+            result = LoopResult(status="error", error=message, timings=result.timings)
+        timings = {**result.timings, "queue_wait": round(queue_wait, 4),
+                   "total": round(time.monotonic() - active.started, 4)}
+        await self._finish(req, result, timings, sink)
+        await active.msg.ack()
+
+    def _build_loop(self, req: RunRequest, task: Task, profile: Any, sink: BusEventSink, token: CancelToken) -> AgentLoop:
+        assert self.rt.sessions is not None
+        toolbox = RunnerToolBox(executor=self.executor_client, sandbox_schemas=self.sandbox_schemas,
+                                user_id=task.user_id, task_id=task.task_id, run_id=req.run_id, cwd=task.working_dir)
+        prompt_ctx = PromptContext(working_dir=task.working_dir, task_name=task.name)
+        if self.extend_toolbox is not None:
+            self.extend_toolbox(toolbox, task, req, prompt_ctx)
+        store = DbStepStore(self.rt.sessions, task_id=task.task_id, user_id=task.user_id, run_id=req.run_id,
+                            profile=profile.name)
+        return AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
+                         tools=toolbox, sink=sink, store=store, cancel=token, prepare=prepare_messages)
+
+    async def _finish(self, req: RunRequest, result: LoopResult, timings: dict[str, float], sink: BusEventSink) -> None:
+        assert self.rt.sessions is not None
+        status = "error" if result.status == "error" else result.status
+        async with self.rt.sessions() as session, session.begin():
+            outcome = await finish_run(session, self.rt.js, self.rt.topo, task_id=req.task_id, run_id=req.run_id,
+                                       status=status, error=result.error, timings=timings)
+        metrics.RUNS_FINISHED.labels(status=status).inc()
+        if timings.get("ttft", -1) >= 0:
+            metrics.TTFT.observe(timings["ttft"])
+        await sink.emit(ev.Done(run_id=req.run_id, status=status, timings=timings, final_text=result.final_text[:2000]))
+        await sink.flush()
+        try:
+            kv = await self.rt.js.key_value(self.rt.topo.cancel_bucket)
+            await kv.delete(self.rt.topo.kv_key(req.task_id))
+        except Exception:
+            pass
+        if outcome.next_request is not None:
+            try:
+                await publish_run(self.rt.js, self.rt.topo, outcome.next_request)
+            except Exception:
+                log.exception("could not publish the next enqueued run; the reaper will surface it")

@@ -1,0 +1,11 @@
+"""Prometheus metrics of the runner."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RUNS_STARTED = Counter("zcbot_runs_started_total", "Runs started (including resumed deliveries)")
+RUNS_FINISHED = Counter("zcbot_runs_finished_total", "Runs finished by status", ["status"])
+QUEUE_WAIT = Histogram("zcbot_run_queue_wait_seconds", "Time from POST to a runner picking the run up",
+                       buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+TTFT = Histogram("zcbot_run_ttft_seconds", "Time to first token of a run",
+                 buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+ACTIVE_RUNS = Gauge("zcbot_runner_active_runs", "Runs in flight in this runner process")

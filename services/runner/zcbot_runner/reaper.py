@@ -1,0 +1,116 @@
+"""Liveness of runners and the reaper of lost runs (DESIGN §4.4).
+
+Each runner keeps a key in the leases bucket alive. A run whose owner has no live key and whose
+request is no longer in the runs stream (JetStream will not redeliver it) can never finish: the
+reaper turns it into `error` with a clear message so nothing stays stuck in `running`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from nats.js.errors import NotFoundError
+from sqlalchemy import or_, select, update
+
+from zcbot_core.bus import events as ev
+from zcbot_core.bus import encode
+from zcbot_core.db.models import Task
+from zcbot_core.runs import now
+from zcbot_core.service import Runtime
+
+log = logging.getLogger(__name__)
+LIVENESS_INTERVAL = 5.0
+REAP_INTERVAL = 15.0
+QUEUED_GRACE = timedelta(seconds=60)
+LOST_MESSAGE = "the run was lost (its runner stopped and the request is no longer queued); send the message again"
+
+
+def liveness_key(runner_id: str) -> str:
+    return "runner-" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in runner_id)
+
+
+async def register_liveness(rt: Runtime, runner_id: str, stop: asyncio.Event) -> None:
+    key = liveness_key(runner_id)
+    while not stop.is_set():
+        try:
+            kv = await rt.js.key_value(rt.topo.leases_bucket)
+            await kv.put(key, b"alive")
+        except Exception as exc:
+            log.warning("liveness refresh failed", extra={"error": repr(exc)})
+        try:
+            await asyncio.wait_for(stop.wait(), LIVENESS_INTERVAL)
+        except asyncio.TimeoutError:
+            pass
+    try:
+        kv = await rt.js.key_value(rt.topo.leases_bucket)
+        await kv.delete(key)
+    except Exception:
+        pass
+
+
+class Reaper:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    async def _owner_alive(self, owner: str | None) -> bool:
+        if not owner:
+            return False
+        kv = await self.rt.js.key_value(self.rt.topo.leases_bucket)
+        try:
+            entry = await kv.get(liveness_key(owner))
+        except Exception:  # KeyNotFoundError / KeyDeletedError
+            return False
+        return entry is not None and entry.value == b"alive"
+
+    async def _still_queued(self, task_id: str) -> bool:
+        try:
+            await self.rt.js.get_last_msg(self.rt.topo.runs_stream, self.rt.topo.run_subject(task_id))
+            return True
+        except NotFoundError:
+            return False
+
+    async def sweep(self) -> int:
+        assert self.rt.sessions is not None
+        async with self.rt.sessions() as session:
+            rows = (
+                await session.execute(
+                    select(Task.task_id, Task.run_id, Task.run_owner, Task.run_status, Task.run_queued_at).where(
+                        or_(Task.run_status.in_(("running", "cancelling")),
+                            (Task.run_status == "queued") & (Task.run_queued_at < now() - QUEUED_GRACE))
+                    )
+                )
+            ).all()
+        reaped = 0
+        for row in rows:
+            if await self._still_queued(row.task_id):
+                continue
+            if row.run_status != "queued" and await self._owner_alive(row.run_owner):
+                continue
+            async with self.rt.sessions() as session, session.begin():
+                result = await session.execute(
+                    update(Task)
+                    .where(Task.task_id == row.task_id, Task.run_id == row.run_id, Task.run_status == row.run_status)
+                    .values(run_status="error", run_error=LOST_MESSAGE, run_owner=None)
+                )
+            if result.rowcount:
+                reaped += 1
+                subject = self.rt.topo.event_subject(row.task_id)
+                await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=row.run_id, msg=LOST_MESSAGE, code="lost")))
+                await self.rt.js.publish(subject, encode(ev.Done(run_id=row.run_id, status="error")))
+                log.warning("reaped lost run", extra={"task_id": row.task_id, "run_id": row.run_id})
+        return reaped
+
+    async def loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), REAP_INTERVAL)
+            except asyncio.TimeoutError:
+                pass
+            if stop.is_set():
+                return
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("reaper sweep failed")

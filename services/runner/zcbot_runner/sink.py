@@ -1,0 +1,72 @@
+"""Run events onto the events stream, with text/reasoning deltas coalesced (~25 ms).
+
+Coalescing bounds the number of stream messages (and SSE frames) for fast token streams while
+keeping order: any non-delta event flushes the buffer first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from nats.js import JetStreamContext
+
+from zcbot_core.bus import Topology, encode
+from zcbot_core.bus import events as ev
+
+log = logging.getLogger(__name__)
+COALESCE_SECONDS = 0.025
+
+
+class BusEventSink:
+    def __init__(self, js: JetStreamContext, topo: Topology, task_id: str, run_id: str) -> None:
+        self.js = js
+        self.subject = topo.event_subject(task_id)
+        self.run_id = run_id
+        self._kind: type[ev.RunEvent] | None = None
+        self._buffer: list[str] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._lock = asyncio.Lock()
+        self.published = 0
+
+    async def _publish(self, event: ev.RunEvent) -> None:
+        for attempt in range(3):
+            try:
+                await self.js.publish(self.subject, encode(event), timeout=5)
+                self.published += 1
+                return
+            except Exception as exc:  # NATS reconnecting: retry briefly, then give up on this event
+                if attempt == 2:
+                    log.warning("event publish failed", extra={"type": event.type, "error": repr(exc)})
+                    return
+                await asyncio.sleep(0.2 * (attempt + 1))
+
+    async def _flush_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._buffer and self._kind is not None:
+            event = self._kind(run_id=self.run_id, delta="".join(self._buffer))  # type: ignore[call-arg]
+            self._buffer = []
+            await self._publish(event)
+
+    async def flush(self) -> None:
+        async with self._lock:
+            await self._flush_locked()
+
+    def _schedule_flush(self) -> None:
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(COALESCE_SECONDS, lambda: asyncio.ensure_future(self.flush()))
+
+    async def emit(self, event: ev.RunEvent) -> None:
+        async with self._lock:
+            if isinstance(event, (ev.TextDelta, ev.ReasoningDelta)):
+                if self._kind is not type(event):
+                    await self._flush_locked()
+                    self._kind = type(event)
+                self._buffer.append(event.delta)
+                self._schedule_flush()
+                return
+            await self._flush_locked()
+            await self._publish(event)

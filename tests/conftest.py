@@ -1,0 +1,258 @@
+"""Shared fixtures: a real NATS and a real PostgreSQL for every test session (DESIGN §9).
+
+Session scope
+- `nats_server_url`: `ZCBOT_TEST_NATS_URL`, else an embedded nats-server (JetStream) in a temp dir.
+- `pg_admin_url`: `ZCBOT_TEST_DB_URL` (its user must be allowed to CREATE DATABASE), else an
+  embedded PostgreSQL (fsync off) in a temp dir.
+- `template_db`: name of a database migrated to head once; per-test databases are copies of it.
+
+Function scope
+- `db_url`: a fresh database (`CREATE DATABASE ... TEMPLATE template_db`), dropped afterwards.
+- `bus_prefix`: a unique bus prefix (`t` + 8 hex) so tests sharing the NATS server never see each
+  other's subjects/streams; its streams and KV buckets are deleted afterwards.
+- `settings_env`: env vars for a service or `Settings` under test (URLs, prefix, dirs, secrets,
+  free ports); `settings`: a `Settings` built from them (applied with monkeypatch.setenv).
+- `start_service`: factory starting real services (`python -m zcbot_core.cli NAME`) with
+  `settings_env` (+ overrides); all are stopped at teardown. See `helpers.procs.ServiceProcess`.
+- `os_tmp_dir`: a temp dir outside pytest's private (0700) tree, for data that the embedded
+  PostgreSQL's OS user must reach when tests run as root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+sys.path.insert(0, str(Path(__file__).parent))  # `import helpers.procs` from any test directory
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from helpers.procs import ServiceProcess  # noqa: E402
+from zcbot_core.bus import Topology  # noqa: E402
+from zcbot_core.config import Settings, get_settings  # noqa: E402
+from zcbot_core.embedded import EmbeddedNats, EmbeddedPostgres, free_port  # noqa: E402
+from zcbot_core.stack import SERVICE_PORT_ENV  # noqa: E402
+
+
+def _os_tmp(prefix: str) -> Path:
+    """A private temp dir directly under the system temp dir (see `os_tmp_dir`)."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def _with_database(url: str, name: str) -> str:
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def _admin_exec(admin_url: str, statement: sql.Composable) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def run_coro_in_thread(factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Run a coroutine to completion on a private loop in another thread.
+
+    For sync fixture code that needs nats-py: it never touches the session event loop, whether or
+    not a test's loop is running.
+    """
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(factory())
+        except BaseException as exc:  # re-raised in the caller
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, name="fixture-async")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+# ---- servers (session) ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def nats_server_url() -> Iterator[str]:
+    url = os.environ.get("ZCBOT_TEST_NATS_URL")
+    if url:
+        yield url
+        return
+    data = _os_tmp("zcbot-test-nats-")
+    server = EmbeddedNats(data).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> Iterator[str]:
+    url = os.environ.get("ZCBOT_TEST_DB_URL")
+    if url:
+        yield url
+        return
+    data = _os_tmp("zcbot-test-pg-")
+    server = EmbeddedPostgres(data / "pg", fast=True, options={"max_connections": "300"}).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url: str) -> Iterator[str]:
+    """A database migrated to head once per session; `db_url` copies it per test."""
+    from zcbot_core.db.migrate import upgrade
+
+    name = f"zcbot_tpl_{secrets.token_hex(4)}"
+    _admin_exec(pg_admin_url, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        upgrade(_with_database(pg_admin_url, name))
+        yield name
+    finally:
+        _admin_exec(pg_admin_url, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+# ---- per test ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def db_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """URL of a fresh, migrated database of this test's own (dropped afterwards)."""
+    name = f"zcbot_t_{secrets.token_hex(5)}"
+    _admin_exec(
+        pg_admin_url,
+        sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template_db)),
+    )
+    try:
+        yield _with_database(pg_admin_url, name)
+    finally:
+        _admin_exec(pg_admin_url, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+async def _delete_bus_objects(nats_url: str, topo: Topology) -> None:
+    import nats
+    from nats.js.errors import NotFoundError
+
+    nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=2)
+    try:
+        js = nc.jetstream()
+        for stream in (topo.runs_stream, topo.events_stream):
+            try:
+                await js.delete_stream(stream)
+            except NotFoundError:
+                pass
+        for bucket in (topo.cancel_bucket, topo.sandbox_leases_bucket, topo.leases_bucket):
+            try:
+                await js.delete_key_value(bucket)
+            except NotFoundError:
+                pass
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def bus_prefix(nats_server_url: str) -> Iterator[str]:
+    """A unique bus prefix; `Topology(bus_prefix)` names this test's subjects, streams and buckets."""
+    prefix = f"t{secrets.token_hex(4)}"
+    yield prefix
+    run_coro_in_thread(lambda: _delete_bus_objects(nats_server_url, Topology(prefix)))
+
+
+@pytest.fixture
+def os_tmp_dir() -> Iterator[Path]:
+    path = _os_tmp("zcbot-test-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def settings_env(nats_server_url: str, db_url: str, bus_prefix: str, tmp_path: Path) -> dict[str, str]:
+    """Environment for a service (or `Settings`) under test; tests may add or override keys."""
+    env = {
+        "ZCBOT_NATS_URL": nats_server_url,
+        "ZCBOT_DB_URL": db_url,
+        "ZCBOT_BUS_PREFIX": bus_prefix,
+        "ZCBOT_HOME": str(tmp_path / "home"),
+        "ZCBOT_STORAGE_ROOT": str(tmp_path / "users"),
+        "JWT_SECRET": secrets.token_hex(32),
+        "PLATFORM_KEY": secrets.token_hex(32),
+        "ZCBOT_CHANNEL_SECRET_KEY": secrets.token_hex(32),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "ZCBOT_LOG_LEVEL": "INFO",
+        "ZCBOT_EXECUTOR_HOST": f"h{secrets.token_hex(4)}",
+    }
+    for key in SERVICE_PORT_ENV.values():
+        env[key] = str(free_port())
+    return env
+
+
+@pytest.fixture
+def settings(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """`Settings()` read from `settings_env` (also left in os.environ, and `get_settings()` agrees)."""
+    for key, value in settings_env.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    try:
+        yield Settings()
+    finally:
+        get_settings.cache_clear()
+
+
+StartService = Callable[..., ServiceProcess]
+
+
+@pytest.fixture
+def start_service(settings_env: dict[str, str], tmp_path: Path) -> Iterator[StartService]:
+    """Factory: `start_service(name, env=None, *, wait=True, timeout=60.0, cmd=None) -> ServiceProcess`.
+
+    The child's env is os.environ + `settings_env` + `env`. With `wait`, blocks until its /healthz
+    answers (raising with the service log otherwise). Everything started is terminated at teardown.
+    """
+    started: list[ServiceProcess] = []
+    counter = iter(range(1, 10_000))
+
+    def start(
+        name: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        wait: bool = True,
+        timeout: float = 60.0,
+        cmd: list[str] | None = None,
+    ) -> ServiceProcess:
+        full_env = {**os.environ, **settings_env, **(env or {})}
+        svc = ServiceProcess(name, full_env, tmp_path / "logs" / f"{name}-{next(counter)}.log", cmd=cmd)
+        started.append(svc.start())
+        if wait:
+            svc.wait_healthy(timeout=timeout)
+        return svc
+
+    yield start
+    import signal
+    import time
+
+    for svc in started:  # all drain in parallel
+        if svc.alive:
+            svc._signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + 20.0
+    for svc in reversed(started):
+        svc.terminate(timeout=max(0.1, deadline - time.monotonic()))

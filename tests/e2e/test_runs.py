@@ -1,0 +1,202 @@
+"""Runs end to end: gateway -> JetStream -> runner loop -> executor -> SSE (issue 3)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import create_engine, text
+
+from tests.e2e.conftest import Stack
+
+WRITE_THEN_READ = [
+    {"reasoning": "I will write the file first.", "tool_calls": [
+        {"name": "write", "arguments": {"path": "notes.txt", "content": "hello from the sandbox\n"}}]},
+    {"text": "Now reading it back.", "tool_calls": [{"name": "read", "arguments": {"path": "notes.txt"}}]},
+    {"text": "Done: notes.txt holds the greeting."},
+]
+
+
+def db_rows(url: str, sql: str, **params: object) -> list[tuple]:
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params)]
+    finally:
+        engine.dispose()
+
+
+async def test_two_tool_run_streams_every_event_and_persists_steps(stack: Stack) -> None:
+    stack.fake.script("KEY-two-tools", WRITE_THEN_READ)
+    token = await stack.login("alice")
+    task = await stack.create_task(token, "Greeting")
+    r = await stack.post(token, task["task_id"], "KEY-two-tools please write and read a note")
+    assert r.status_code == 202, r.text
+    body = r.json()
+    assert body["events_url"] == f"/v1/tasks/{task['task_id']}/events?run_id={body['run_id']}"
+    events = await stack.events(token, body["events_url"])
+    names = [e["event"] for e in events]
+    assert names[0] == "run_start" and names[-1] == "done"
+    assert events[-1]["data"]["status"] == "ok"
+    for expected in ("llm_start", "reasoning", "tool_call", "tool_result", "text", "llm_end"):
+        assert expected in names, (expected, names)
+    ids = [e["id"] for e in events]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(e["data"]["run_id"] == body["run_id"] for e in events)
+    tool_results = [e["data"] for e in events if e["event"] == "tool_result"]
+    assert [t["name"] for t in tool_results] == ["write", "read"]
+    assert all(t["ok"] for t in tool_results), tool_results
+    assert "hello from the sandbox" in tool_results[1]["preview"]
+    text_out = "".join(e["data"]["delta"] for e in events if e["event"] == "text")
+    assert "Done: notes.txt holds the greeting." in text_out
+    timings = events[-1]["data"]["timings"]
+    for key in ("queue_wait", "ttft", "llm", "tools", "total"):
+        assert key in timings
+    rows = db_rows(stack.settings.zcbot_db_url, "select idx, payload->>'role' from messages where task_id=:t order by idx",
+                   t=task["task_id"])
+    assert [r[1] for r in rows] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [r[0] for r in rows] == list(range(6))
+    async with stack.client(token) as c:
+        t = (await c.get(f"/v1/tasks/{task['task_id']}")).json()
+        msgs = (await c.get(f"/v1/tasks/{task['task_id']}/messages")).json()["messages"]
+    assert t["run_status"] == "idle" and t["tokens_in"] > 0 and t["cost_usd"] > 0
+    assert t["run_timings"]["total"] > 0
+    assert msgs[-1]["payload"]["content"] == "Done: notes.txt holds the greeting."
+    usage = db_rows(stack.settings.zcbot_db_url, "select count(*), sum(cost) from usage_events where task_id=:t",
+                    t=task["task_id"])
+    assert usage[0][0] == 3 and float(usage[0][1]) > 0
+    # A late subscriber with no active run gets `done` at once; ?run_id= replays the finished run.
+    late = await stack.events(token, f"/v1/tasks/{task['task_id']}/events")
+    assert [e["event"] for e in late] == ["done"] and late[0]["data"]["status"] == "idle"
+    replay = await stack.events(token, body["events_url"])
+    assert [e["id"] for e in replay] == ids
+
+
+async def test_second_message_conflicts_then_enqueue_runs_in_order(stack: Stack) -> None:
+    stack.fake.script("KEY-slow", [{"text": "slow answer", "first_delay": 1.0}])
+    token = await stack.login("bob")
+    task = await stack.create_task(token, "Busy")
+    first = await stack.post(token, task["task_id"], "KEY-slow one")
+    assert first.status_code == 202
+    second = await stack.post(token, task["task_id"], "another")
+    assert second.status_code == 409 and "already" in second.json()["detail"]
+    queued = await stack.post(token, task["task_id"], "queued follow-up", multitask="enqueue")
+    assert queued.status_code == 202 and queued.json()["status"] == "pending"
+    events = await stack.events(token, queued.json()["events_url"])
+    assert events[-1]["event"] == "done" and events[-1]["data"]["run_id"] == queued.json()["run_id"]
+    rows = db_rows(stack.settings.zcbot_db_url,
+                   "select payload->>'role', payload->>'content' from messages where task_id=:t order by idx",
+                   t=task["task_id"])
+    assert [r[0] for r in rows] == ["user", "assistant", "user", "assistant"]
+    assert rows[2][1] == "queued follow-up" and rows[3][1].startswith("ok: queued follow-up")
+
+
+async def test_per_user_cap_gives_429(stack: Stack) -> None:
+    stack.fake.script("KEY-hold", [{"text": "held", "first_delay": 2.0}])
+    token = await stack.login("carol")
+    cap = stack.settings.zcbot_max_runs_per_user
+    tasks = [await stack.create_task(token, f"T{i}") for i in range(cap + 1)]
+    results = [await stack.post(token, t["task_id"], "KEY-hold go") for t in tasks]
+    assert [r.status_code for r in results[:cap]] == [202] * cap
+    assert results[cap].status_code == 429 and "limit" in results[cap].json()["detail"]
+    other = await stack.login("dave")  # another user is not affected by carol's cap
+    t = await stack.create_task(other, "Mine")
+    assert (await stack.post(other, t["task_id"], "hello")).status_code == 202
+
+
+async def test_cancel_mid_stream_stops_at_once_and_discards_partial_text(stack: Stack) -> None:
+    stack.fake.script("KEY-cancel", [{"text": "word " * 200, "chunks": ["tok "] * 200, "chunk_delay": 0.05}])
+    token = await stack.login("erin")
+    task = await stack.create_task(token, "Cancel me")
+    r = await stack.post(token, task["task_id"], "KEY-cancel talk a lot")
+    url = r.json()["events_url"]
+    reader = asyncio.create_task(stack.events(token, url))
+    await asyncio.sleep(0.6)
+    async with stack.client(token) as c:
+        cancel = await c.post(f"/v1/tasks/{task['task_id']}/cancel")
+    assert cancel.status_code == 202
+    events = await asyncio.wait_for(reader, 10)
+    names = [e["event"] for e in events]
+    assert "text" in names and "cancelled" in names and names[-1] == "done"
+    assert events[-1]["data"]["status"] == "cancelled"
+    rows = db_rows(stack.settings.zcbot_db_url, "select payload->>'role' from messages where task_id=:t order by idx",
+                   t=task["task_id"])
+    assert [r[0] for r in rows] == ["user"]  # partial assistant text is not persisted
+    async with stack.client(token) as c:
+        assert (await c.get(f"/v1/tasks/{task['task_id']}")).json()["run_status"] == "idle"
+        again = await c.post(f"/v1/tasks/{task['task_id']}/cancel")
+    assert again.status_code == 409
+
+
+async def test_cancel_preempts_a_silent_model_and_a_running_tool(stack: Stack) -> None:
+    stack.fake.script("KEY-silent", [{"text": "late", "first_delay": 20}])
+    stack.fake.script("KEY-sleep", [{"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 30"}},
+                                                     {"name": "read", "arguments": {"path": "x.txt"}}]}])
+    token = await stack.login("frank")
+    for key in ("KEY-silent", "KEY-sleep"):
+        task = await stack.create_task(token, key)
+        r = await stack.post(token, task["task_id"], f"{key} go")
+        reader = asyncio.create_task(stack.events(token, r.json()["events_url"]))
+        await asyncio.sleep(1.0)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        async with stack.client(token) as c:
+            assert (await c.post(f"/v1/tasks/{task['task_id']}/cancel")).status_code == 202
+        events = await asyncio.wait_for(reader, 10)
+        assert loop.time() - started < 3.0
+        assert events[-1]["data"]["status"] == "cancelled"
+        if key == "KEY-sleep":
+            rows = db_rows(stack.settings.zcbot_db_url,
+                           "select payload->>'role', payload->>'content' from messages where task_id=:t order by idx",
+                           t=task["task_id"])
+            assert [r[0] for r in rows] == ["user", "assistant", "tool", "tool"]
+            assert rows[2][1] == rows[3][1] == "[cancelled by user]"
+
+
+async def test_missing_api_key_and_llm_http_error_end_runs_with_clear_errors(stack: Stack, monkeypatch) -> None:
+    token = await stack.login("gina")
+    task = await stack.create_task(token, "Errors")
+    stack.fake.script("KEY-500", [{"error": {"status": 400, "message": "bad things"}}])
+    r = await stack.post(token, task["task_id"], "KEY-500 hi")
+    events = await stack.events(token, r.json()["events_url"])
+    err = [e for e in events if e["event"] == "error"]
+    assert err and "provider" in err[0]["data"]["msg"]
+    assert events[-1]["data"]["status"] == "error"
+    async with stack.client(token) as c:
+        t = (await c.get(f"/v1/tasks/{task['task_id']}")).json()
+    assert t["run_status"] == "error" and t["run_error"]
+    monkeypatch.delenv("ZCBOT_FAKE_LLM_API_KEY")
+    r = await stack.post(token, task["task_id"], "no key now")
+    assert r.status_code == 202  # the next POST clears the error
+    events = await stack.events(token, r.json()["events_url"])
+    err = [e for e in events if e["event"] == "error"]
+    assert err and "ZCBOT_FAKE_LLM_API_KEY" in err[0]["data"]["msg"]
+
+
+async def test_user_isolation_on_run_routes(stack: Stack) -> None:
+    owner = await stack.login("henry")
+    intruder = await stack.login("ivan")
+    task = await stack.create_task(owner, "Private")
+    tid = task["task_id"]
+    async with stack.client(intruder) as c:
+        assert (await c.post(f"/v1/tasks/{tid}/messages", json={"content": "hi"})).status_code == 404
+        assert (await c.get(f"/v1/tasks/{tid}/messages")).status_code == 404
+        assert (await c.get(f"/v1/tasks/{tid}/events")).status_code == 404
+        assert (await c.post(f"/v1/tasks/{tid}/cancel")).status_code == 404
+    async with stack.client() as c:
+        assert (await c.post(f"/v1/tasks/{tid}/messages", json={"content": "hi"})).status_code == 401
+        assert (await c.get(f"/v1/tasks/{tid}/events")).status_code == 401
+    async with stack.client("not-a-token") as c:
+        assert (await c.post(f"/v1/tasks/{tid}/cancel")).status_code == 401
+
+
+async def test_last_event_id_resumes_without_gaps(stack: Stack) -> None:
+    stack.fake.script("KEY-resume", [{"chunks": [f"c{i} " for i in range(30)], "chunk_delay": 0.03}])
+    token = await stack.login("judy")
+    task = await stack.create_task(token, "Resume")
+    r = await stack.post(token, task["task_id"], "KEY-resume stream")
+    url = r.json()["events_url"]
+    first = await stack.events(token, url, stop_after=3)
+    rest = await stack.events(token, f"/v1/tasks/{task['task_id']}/events",
+                              headers={"Last-Event-ID": str(first[-1]["id"])})
+    full = await stack.events(token, url)
+    assert [e["id"] for e in first + rest] == [e["id"] for e in full]
