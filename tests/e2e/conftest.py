@@ -46,6 +46,7 @@ class Stack:
     base_url: str
     fake: FakeLLM
     runners: list[Any] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
     closers: list[Any] = field(default_factory=list)
 
     def client(self, token: str | None = None) -> httpx.AsyncClient:
@@ -97,7 +98,7 @@ class Stack:
         from zcbot_runner.service import RunnerService
 
         rt = await open_runtime("runner", self.settings)
-        svc = RunnerService()
+        svc = RunnerService(lambda rt: None, []) if __import__("importlib").util.find_spec("zcbot_core.tools.executor_client") is None else RunnerService()  # TEMP-LOCAL
         await svc.start(rt)
         self.runners.append((svc, rt))
         return svc
@@ -124,8 +125,9 @@ async def start_gateway(settings: Settings, port: int) -> tuple[Any, Any]:
 
 
 @pytest.fixture
-async def stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                fake_llm: FakeLLM) -> AsyncIterator[Stack]:
+async def bare_stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                     fake_llm: FakeLLM) -> AsyncIterator[Stack]:
+    """Gateway + executor in process, no runner (tests add in-process or subprocess runners)."""
     models = tmp_path / "models"
     write_fake_profile(models, fake_llm.base_url)
     env = {**settings_env, "ZCBOT_MODELS_DIR": str(models), "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake",
@@ -136,13 +138,15 @@ async def stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, t
     port = int(env["ZCBOT_HTTP_PORT"])
     stack = Stack(settings=settings, base_url=f"http://127.0.0.1:{port}", fake=fake_llm)
     # Executor (in-process, real bwrap sandboxes).
-    from zcbot_executor.service import ExecutorService
-
-    ex_rt = await open_runtime("executor", settings, use_db=False)
-    executor = ExecutorService()
-    await executor.start(ex_rt)
+    try:  # TEMP-LOCAL
+        from zcbot_executor.service import ExecutorService
+        ex_rt = await open_runtime("executor", settings, use_db=False)
+        executor = ExecutorService()
+        await executor.start(ex_rt)
+    except ImportError:
+        executor = None
+    stack.env = env
     gw_task, gw_server = await start_gateway(settings, port)
-    await stack.add_runner()
     try:
         yield stack
     finally:
@@ -151,5 +155,13 @@ async def stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, t
         for svc, rt in list(stack.runners):
             await svc.drain()
             await close_runtime(rt)
-        await executor.drain()
-        await close_runtime(ex_rt)
+        if executor is not None:
+            await executor.drain()
+            await close_runtime(ex_rt)
+
+
+@pytest.fixture
+async def stack(bare_stack: Stack) -> AsyncIterator[Stack]:
+    """The full in-process stack with one runner."""
+    await bare_stack.add_runner()
+    yield bare_stack

@@ -79,7 +79,8 @@ async def test_second_message_conflicts_then_enqueue_runs_in_order(stack: Stack)
     assert first.status_code == 202
     second = await stack.post(token, task["task_id"], "another")
     assert second.status_code == 409 and "already" in second.json()["detail"]
-    queued = await stack.post(token, task["task_id"], "queued follow-up", multitask="enqueue")
+    stack.fake.script("KEY-follow", [{"text": "follow-up answered"}])
+    queued = await stack.post(token, task["task_id"], "KEY-follow queued", multitask="enqueue")
     assert queued.status_code == 202 and queued.json()["status"] == "pending"
     events = await stack.events(token, queued.json()["events_url"])
     assert events[-1]["event"] == "done" and events[-1]["data"]["run_id"] == queued.json()["run_id"]
@@ -87,7 +88,7 @@ async def test_second_message_conflicts_then_enqueue_runs_in_order(stack: Stack)
                    "select payload->>'role', payload->>'content' from messages where task_id=:t order by idx",
                    t=task["task_id"])
     assert [r[0] for r in rows] == ["user", "assistant", "user", "assistant"]
-    assert rows[2][1] == "queued follow-up" and rows[3][1].startswith("ok: queued follow-up")
+    assert rows[2][1] == "KEY-follow queued" and rows[3][1] == "follow-up answered"
 
 
 async def test_per_user_cap_gives_429(stack: Stack) -> None:

@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"zcbot: configuration error: {exc}", file=sys.stderr)
         code = 2
+    except ValueError as exc:  # bad command input (e.g. an unknown email for `user role`)
+        print(f"zcbot: {exc}", file=sys.stderr)
+        code = 2
     sys.exit(code)
 
 

@@ -60,8 +60,10 @@ def free_port(host: str = _LOOPBACK) -> int:
 
 
 def port_is_free(port: int, host: str = _LOOPBACK) -> bool:
-    """True when nothing listens on host:port and we could bind it."""
+    """True when a server could bind host:port now (nothing listens; TIME_WAIT leftovers don't count,
+    as servers bind with SO_REUSEADDR)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -335,8 +337,10 @@ def _pid_is_postgres_for(pid: int, data_dir: Path) -> bool:
             return False
         name = proc.name()
         cmdline = proc.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+    except psutil.NoSuchProcess:
         return False
+    except psutil.AccessDenied:
+        return True  # cannot tell: never remove the lock of a server that may be live
     if "postgres" not in name and not any("postgres" in part for part in cmdline[:1]):
         return False
     return not cmdline or any(str(data_dir) in part for part in cmdline)

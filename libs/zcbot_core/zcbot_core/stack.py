@@ -111,7 +111,8 @@ def run_stack(
 
 _COLORS = {"gateway": "36", "runner": "32", "executor": "33", "scheduler": "35", "channels": "34", "zcbot": "1"}
 _PREFIX_WIDTH = max(len(n) for n in (*SERVICES, "zcbot"))
-_DROP_KEYS = ("ts", "service", "logger", "taskName")
+# Noise for a human reader: routing keys, and uvicorn's/litellm's decorations of log records.
+_DROP_KEYS = ("ts", "service", "logger", "taskName", "color_message", "litellm_redacted")
 
 
 def render_line(line: str) -> str:

@@ -1,10 +1,18 @@
-"""Entry point: `python -m zcbot_gateway.main` (or `zcbot up` / the CLI's service runner)."""
+"""Entry point: `python -m zcbot_gateway.main` (also what `zcbot up` / the CLI run).
+
+uvicorn with uvloop (when installed), no access log (JSON app logs only), and a bounded
+graceful shutdown: on SIGTERM/SIGINT the runtime's `stopping` event is set FIRST (so /readyz
+turns 503 and long-lived responses such as SSE streams can end), then uvicorn stops accepting,
+waits up to GRACEFUL_SHUTDOWN_SECONDS for open requests, and runs the app's lifespan shutdown.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import socket
 
 import uvicorn
+from fastapi import FastAPI
 
 from zcbot_core.config import ConfigError, get_settings
 from zcbot_core.logs import setup_logging
@@ -12,6 +20,20 @@ from zcbot_core.logs import setup_logging
 from zcbot_gateway.app import create_app
 
 GRACEFUL_SHUTDOWN_SECONDS = 10
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn.Server that flags the runtime as stopping before it starts draining connections."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self.app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        rt = getattr(self.app.state, "rt", None)
+        if rt is not None:
+            rt.stopping.set()
+        await super().shutdown(sockets=sockets)
 
 
 def main() -> None:
@@ -22,8 +44,9 @@ def main() -> None:
     except ConfigError as exc:
         raise SystemExit(f"zcbot gateway: {exc}") from None
     setup_logging("gateway", settings.zcbot_log_level)
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.zcbot_http_host,
         port=settings.zcbot_http_port,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
@@ -33,6 +56,7 @@ def main() -> None:
         log_config=None,
         server_header=False,
     )
+    GatewayServer(config, app).run()
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ class TaskCreate(BaseModel):
 
     name: str = Field(max_length=1000, description="display name (simple name: no '/', '\\', NUL, leading '.')")
     working_dir: str | None = Field(
-        default=None, max_length=1024, description="folder under your root; defaults to the name"
+        default=None, max_length=4096, description="folder under your root; defaults to the name"
     )
     description: str | None = Field(default=None, max_length=20_000)
     skill: str | None = Field(default=None, max_length=128)

@@ -56,10 +56,14 @@ class EventHub:
         )
 
     async def stop(self) -> None:
+        if self.closing.is_set():
+            return
         self.closing.set()
         for subs in list(self.subscribers.values()):
             for sub in list(subs):
-                sub.queue.put_nowait(None) if not sub.queue.full() else None
+                sub.overflowed = True  # wakes on the next item or heartbeat and ends with a reconnect hint
+                if not sub.queue.full():
+                    sub.queue.put_nowait(None)
         if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
@@ -84,6 +88,8 @@ class EventHub:
 
     def register(self, task_id: str) -> Subscriber:
         sub = Subscriber(task_id)
+        if self.closing.is_set():
+            sub.overflowed = True
         self.subscribers[task_id].add(sub)
         ACTIVE_STREAMS.inc()
         return sub
@@ -152,6 +158,9 @@ async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan, heartbeat
             try:
                 stored = await asyncio.wait_for(sub.queue.get(), heartbeat)
             except asyncio.TimeoutError:
+                if sub.overflowed:
+                    yield ": reconnect\n\n"
+                    return
                 yield ": keep-alive\n\n"
                 continue
             if stored is None or sub.overflowed:

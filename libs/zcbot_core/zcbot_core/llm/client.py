@@ -12,7 +12,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import litellm
+import openai
 
 from zcbot_core.llm.profiles import Profile
 
@@ -132,9 +134,9 @@ async def stream_chat(
                 await on_text(delta.content)
             if first is None and getattr(delta, "tool_calls", None):
                 first = time.monotonic()
-    except litellm.exceptions.APIError as exc:
+    except openai.APIStatusError as exc:
         raise LlmCallError(f"the model provider returned an error: {exc.__class__.__name__}: {_short(exc)}") from exc
-    except (litellm.exceptions.OpenAIError, TimeoutError) as exc:
+    except (openai.OpenAIError, httpx.HTTPError, TimeoutError) as exc:
         raise LlmCallError(f"the model call failed: {exc.__class__.__name__}: {_short(exc)}") from exc
     if not chunks:
         raise LlmCallError("the model returned an empty stream")

@@ -45,21 +45,37 @@ async def _get_task(session: Any, user_id: str, task_id: str) -> Task:
     return task
 
 
-async def get_hub(request: Request, rt: RuntimeDep) -> EventHub:
-    """The process-wide event hub, started on first use."""
+def get_hub(request: Request) -> EventHub:
     hub: EventHub | None = getattr(request.app.state, "event_hub", None)
     if hub is None:
-        lock = request.app.state.__dict__.setdefault("_hub_lock", asyncio.Lock())
-        async with lock:
-            hub = getattr(request.app.state, "event_hub", None)
-            if hub is None:
-                from zcbot_gateway.app import add_shutdown_hook
-
-                hub = EventHub(rt)
-                await hub.start()
-                request.app.state.event_hub = hub
-                add_shutdown_hook(request.app, lambda app: hub.stop())
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail="gateway is starting or stopping; retry shortly")
     return hub
+
+
+def install(app: Any) -> None:
+    """Start the process-wide event hub with the app; end every SSE stream when the gateway stops."""
+    from zcbot_gateway.app import add_shutdown_hook, add_startup_hook
+
+    async def start_hub(app: Any) -> None:
+        rt = app.state.rt
+        hub = EventHub(rt)
+        await hub.start()
+        app.state.event_hub = hub
+
+        async def stop_when_draining() -> None:
+            await rt.stopping.wait()
+            await hub.stop()  # streams end with a reconnect hint; clients resume via Last-Event-ID
+
+        app.state.event_hub_watch = asyncio.create_task(stop_when_draining())
+
+    async def stop_hub(app: Any) -> None:
+        hub = getattr(app.state, "event_hub", None)
+        if hub is not None:
+            await hub.stop()
+            app.state.event_hub = None
+
+    add_startup_hook(app, start_hub)
+    add_shutdown_hook(app, stop_hub)
 
 
 def message_to_json(msg: Message) -> dict[str, Any]:
@@ -170,6 +186,6 @@ async def run_events(
             yield done_frame(None, "idle")
 
         return StreamingResponse(idle(), media_type="text/event-stream", headers=headers)
-    hub = await get_hub(request, rt)
+    hub = get_hub(request)
     return StreamingResponse(stream_events(hub, task_id, plan, settings.zcbot_sse_heartbeat_seconds),
                              media_type="text/event-stream", headers=headers)

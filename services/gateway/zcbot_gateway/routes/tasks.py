@@ -46,6 +46,7 @@ DEFAULT_PAGE_SIZE = 20
 MAX_PAGE_SIZE = 100
 MAX_PAGE = 1_000_000
 MAX_WORKING_DIR = 1024
+MAX_TASK_ID = 32
 ORDERING_FIELDS: dict[str, Any] = {
     "created_at": Task.created_at,
     "updated_at": Task.updated_at,
@@ -146,6 +147,8 @@ async def get_user_task(
     include_deleted: bool = False,
 ) -> Task:
     """The user's task or 404 (another user's, missing and soft-deleted tasks look the same)."""
+    if len(task_id) > MAX_TASK_ID or "\x00" in task_id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=TASK_NOT_FOUND)
     stmt = select(Task).where(Task.task_id == task_id, Task.user_id == user_id)
     if not include_deleted:
         stmt = stmt.where(Task.deleted_at.is_(None))

@@ -1,0 +1,135 @@
+"""The wrapper of a background process, inside its own sandbox (stdlib only; seed 003 §8.12).
+
+State is plain files in `<user_root>/.zcbot_procs/<task_id>/<proc_id>/`:
+- `proc.json`   written by the executor before launch (what to run, limits);
+- `output.log`  stdout+stderr, capped (the rest is dropped with a note);
+- `heartbeat`   touched every few seconds while the wrapper lives (liveness from any host);
+- `kill`        created by `check_process(action=kill)`; the wrapper kills the process group;
+- `end.json`    why it ended, written just before
+- `exit_code`   the ONLY terminal signal: its presence means the process is over (124 = time
+                limit, 137 = killed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import time
+
+HEARTBEAT_SECONDS = 2.0
+POLL_SECONDS = 0.2
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def run(proc_dir: str, shell: str, python: str, env: dict) -> int:
+    with open(os.path.join(proc_dir, "proc.json")) as fh:
+        spec = json.load(fh)
+    limit = float(spec.get("time_limit", 7200))
+    log_cap = int(spec.get("log_cap", 10 * 1024 * 1024))
+    if spec.get("kind") == "run_python":
+        argv = [python, os.path.join(proc_dir, "script.py")]
+    else:
+        argv = [shell, "-c", spec["command"]]
+    log_path = os.path.join(proc_dir, "output.log")
+    kill_path = os.path.join(proc_dir, "kill")
+    beat_path = os.path.join(proc_dir, "heartbeat")
+    reason = "exited"
+    code = 127
+    with open(log_path, "ab", buffering=0) as log:
+        try:
+            proc = subprocess.Popen(argv, cwd=spec.get("cwd") or "/", env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            log.write(f"could not start: {exc}\n".encode())
+            _finish(proc_dir, 127, "failed to start")
+            return 127
+        _write_atomic(os.path.join(proc_dir, "pid"), str(proc.pid))
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)
+        sel = selectors.DefaultSelector()
+        sel.register(fd, selectors.EVENT_READ)
+        sink = _Sink(log, log_cap)
+        started = time.monotonic()
+        next_beat = 0.0
+        eof = False
+        while True:
+            now = time.monotonic()
+            if now >= next_beat:
+                with open(beat_path, "a"):
+                    os.utime(beat_path)
+                next_beat = now + HEARTBEAT_SECONDS
+            if reason == "exited" and now - started > limit:
+                reason = "time limit"
+                _killpg(proc.pid)
+            if reason == "exited" and os.path.exists(kill_path):
+                reason = "killed"
+                _killpg(proc.pid)
+            if eof:
+                time.sleep(POLL_SECONDS)
+            elif sel.select(POLL_SECONDS):
+                eof = not sink.pump(fd)
+            if proc.poll() is not None:
+                _killpg(proc.pid)  # nothing of the job outlives its leader
+                deadline = time.monotonic() + 0.5
+                while not eof and time.monotonic() < deadline:
+                    if sel.select(0.05):
+                        eof = not sink.pump(fd)
+                break
+        code = proc.returncode
+    if reason == "time limit":
+        code = 124
+    elif reason == "killed":
+        code = 137
+    elif code < 0:
+        code = 128 - code
+    _finish(proc_dir, code, reason)
+    return code
+
+
+class _Sink:
+    """Copies output to the log up to the cap, then drops it with one note."""
+
+    def __init__(self, log, cap: int) -> None:
+        self.log = log
+        self.cap = cap
+        self.written = 0
+
+    def pump(self, fd: int) -> bool:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        if self.written < self.cap:
+            chunk = data[: self.cap - self.written]
+            self.log.write(chunk)
+            self.written += len(chunk)
+            if self.written >= self.cap:
+                self.log.write(f"\n[output truncated at {self.cap // (1024 * 1024)} MB]\n".encode())
+        return True
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _finish(proc_dir: str, code: int, reason: str) -> None:
+    _write_atomic(os.path.join(proc_dir, "end.json"), json.dumps({"exit_code": code, "reason": reason, "ended_at": time.time()}))
+    _write_atomic(os.path.join(proc_dir, "exit_code"), f"{code}\n")

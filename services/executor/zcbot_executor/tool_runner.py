@@ -1,0 +1,183 @@
+"""The tool runner: the process inside a user's sandbox that executes sandbox tools (stdlib only).
+
+The executor copies this file and its siblings (`tools_fs.py`, `tools_exec.py`, `proc_wrapper.py`,
+`sandbox_init.py`) into a staging folder that is mounted read-only at `/opt/zcbot` in the sandbox.
+
+Usage: `python -S tool_runner.py MODE CONFIG_JSON [ARG]`
+- `serve`  warm runner (bwrap/unsafe): line-delimited JSON on stdin/stdout, one request per line,
+           many in flight at once, matched by `id`:
+             -> {"id", "op": "call", "tool", "args", "cwd", "timeout"}   <- {"id", "ok", "output", "error", "meta"}
+             -> {"id", "op": "cancel"}                                   (the call then answers "cancelled")
+             -> {"id", "op": "ping"}                                     <- {"id", "ok": true, ...}
+           fs tools run on a few pre-started worker threads; shell/run_python on the ExecLoop.
+- `once`   single shot (docker exec): ARG is a request file (deleted after reading); prints one reply.
+- `kill`   single shot companion: ARG is a call id; kills that call's process group.
+- `proc`   background process wrapper: ARG is the proc folder (see proc_wrapper.py).
+
+CONFIG_JSON: root, virtual, drop [uid, gid] | null, userns, limits {memory_mb, max_procs,
+max_file_mb, max_open_files}, sweep, python, shell, tmp, calls_dir, fs_workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import sandbox_init  # noqa: E402
+import tools_exec  # noqa: E402
+import tools_fs  # noqa: E402
+
+EXEC_TOOLS = ("shell", "run_python")
+
+
+class Runner:
+    def __init__(self, config: dict, write) -> None:
+        self.config = config
+        self.write = write
+        self.ws = tools_fs.Workspace(config.get("root", "/workspace"), config.get("virtual", "/workspace"))
+        self.env = dict(os.environ)
+        self.exec = tools_exec.ExecLoop(
+            self.reply,
+            shell=config.get("shell") or ("/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"),
+            python=config.get("python") or sys.executable,
+            env=self.env,
+            tmp_dir=config.get("tmp") or "/tmp",
+            sweep=bool(config.get("sweep")),
+            calls_dir=config.get("calls_dir"),
+        )
+        self.exec_thread = threading.Thread(target=self.exec.run, name="exec", daemon=True)
+        self.exec_thread.start()
+        self.fs_queue: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(int(config.get("fs_workers", 4))):
+            threading.Thread(target=self._fs_worker, name=f"fs{i}", daemon=True).start()
+
+    def reply(self, call_id, ok, output, error, meta) -> None:
+        self.write({"id": call_id, "ok": ok, "output": output, "error": error, "meta": meta or {}})
+
+    def handle(self, msg: dict) -> None:
+        op = msg.get("op", "call")
+        call_id = msg.get("id")
+        if op == "ping":
+            self.reply(call_id, True, "pong", None, {"pid": os.getpid()})
+        elif op == "cancel":
+            self.exec.cancel(call_id)
+        elif op == "call":
+            tool = msg.get("tool")
+            args = msg.get("args") if isinstance(msg.get("args"), dict) else {}
+            if tool in EXEC_TOOLS:
+                try:
+                    cwd = self.ws.cwd(msg.get("cwd") or "")
+                except tools_fs.ToolError as exc:
+                    self.reply(call_id, False, "", str(exc), {})
+                    return
+                timeout = float(msg.get("timeout") or (60 if tool == "shell" else 120))
+                self.exec.submit(call_id, tool, args, cwd, timeout)
+            elif tool in tools_fs.FS_TOOLS:
+                self.fs_queue.put((call_id, tool, args, msg.get("cwd") or ""))
+            else:
+                self.reply(call_id, False, "", f"unknown tool {tool!r}", {})
+        else:
+            self.reply(call_id, False, "", f"unknown op {op!r}", {})
+
+    def _fs_worker(self) -> None:
+        while True:
+            call_id, tool, args, cwd = self.fs_queue.get()
+            self.reply(call_id, *run_fs(self.ws, tool, args, cwd))
+
+
+def run_fs(ws: tools_fs.Workspace, tool: str, args: dict, cwd: str):
+    started = time.monotonic()
+    try:
+        output, meta = tools_fs.FS_TOOLS[tool](ws, args, ws.cwd(cwd))
+        meta["duration"] = round(time.monotonic() - started, 6)
+        return True, output, None, meta
+    except tools_fs.ToolError as exc:
+        return False, "", str(exc), {}
+    except PermissionError as exc:
+        return False, "", f"permission denied: {exc.filename or ''}".strip(), {}
+    except OSError as exc:
+        return False, "", f"{tool} failed: {exc.strerror or exc}", {}
+    except Exception as exc:  # a bug here must not kill the warm runner
+        return False, "", f"{tool} failed: {exc.__class__.__name__}: {exc}", {}
+
+
+def _stdout_writer():
+    lock = threading.Lock()
+    out = sys.stdout.buffer
+
+    def write(obj: dict) -> None:
+        data = json.dumps(obj, ensure_ascii=False).encode("utf-8", errors="replace") + b"\n"
+        with lock:
+            out.write(data)
+            out.flush()
+
+    return write
+
+
+def serve(config: dict) -> int:
+    runner = Runner(config, _stdout_writer())
+    for line in sys.stdin.buffer:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict):
+            runner.handle(msg)
+    runner.exec.stop()  # stdin closed: the executor is done with this sandbox
+    runner.exec_thread.join(timeout=2)
+    return 0
+
+
+def once(config: dict, request_path: str) -> int:
+    with open(request_path, encoding="utf-8") as fh:
+        msg = json.load(fh)
+    try:
+        os.unlink(request_path)
+    except OSError:
+        pass
+    done = threading.Event()
+    result: dict = {}
+    base = _stdout_writer()
+
+    def write(obj: dict) -> None:
+        result.update(obj)
+        done.set()
+
+    runner = Runner(config, write)
+    runner.handle(msg)
+    done.wait()
+    base(result)
+    runner.exec.stop()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3:
+        sys.stderr.write(__doc__ or "")
+        return 2
+    mode, config = argv[1], json.loads(argv[2])
+    arg = argv[3] if len(argv) > 3 else ""
+    if mode == "kill":
+        return 0 if tools_exec.kill_call(config.get("calls_dir") or "/tmp/.zcbot-calls", arg) else 1
+    sandbox_init.setup(config)
+    if mode == "serve":
+        return serve(config)
+    if mode == "once":
+        return once(config, arg)
+    if mode == "proc":
+        import proc_wrapper
+
+        shell = config.get("shell") or ("/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh")
+        return proc_wrapper.run(arg, shell, config.get("python") or sys.executable, dict(os.environ))
+    sys.stderr.write(f"unknown mode {mode!r}\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
