@@ -98,7 +98,7 @@ class Stack:
         from zcbot_runner.service import RunnerService
 
         rt = await open_runtime("runner", self.settings)
-        svc = RunnerService(lambda rt: None, []) if __import__("importlib").util.find_spec("zcbot_core.tools.executor_client") is None else RunnerService()  # TEMP-LOCAL
+        svc = RunnerService()
         await svc.start(rt)
         self.runners.append((svc, rt))
         return svc
@@ -138,13 +138,11 @@ async def bare_stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPat
     port = int(env["ZCBOT_HTTP_PORT"])
     stack = Stack(settings=settings, base_url=f"http://127.0.0.1:{port}", fake=fake_llm)
     # Executor (in-process, real bwrap sandboxes).
-    try:  # TEMP-LOCAL
-        from zcbot_executor.service import ExecutorService
-        ex_rt = await open_runtime("executor", settings, use_db=False)
-        executor = ExecutorService()
-        await executor.start(ex_rt)
-    except ImportError:
-        executor = None
+    from zcbot_executor.service import ExecutorService
+
+    ex_rt = await open_runtime("executor", settings, use_db=False)
+    executor = ExecutorService(settings)
+    await executor.start(ex_rt)
     stack.env = env
     gw_task, gw_server = await start_gateway(settings, port)
     try:
@@ -155,9 +153,8 @@ async def bare_stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPat
         for svc, rt in list(stack.runners):
             await svc.drain()
             await close_runtime(rt)
-        if executor is not None:
-            await executor.drain()
-            await close_runtime(ex_rt)
+        await executor.drain()
+        await close_runtime(ex_rt)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ def _write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def run(proc_dir: str, shell: str, python: str, env: dict) -> int:
+def run(proc_dir: str, ws, shell: str, python: str, env: dict) -> int:
     with open(os.path.join(proc_dir, "proc.json")) as fh:
         spec = json.load(fh)
     limit = float(spec.get("time_limit", 7200))
@@ -48,9 +48,9 @@ def run(proc_dir: str, shell: str, python: str, env: dict) -> int:
     code = 127
     with open(log_path, "ab", buffering=0) as log:
         try:
-            proc = subprocess.Popen(argv, cwd=spec.get("cwd") or "/", env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(argv, cwd=ws.cwd(spec.get("cwd") or ""), env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        except OSError as exc:
+        except Exception as exc:  # OSError, or the cwd is gone (ToolError)
             log.write(f"could not start: {exc}\n".encode())
             _finish(proc_dir, 127, "failed to start")
             return 127

@@ -174,7 +174,8 @@ def main(argv: list[str]) -> int:
         import proc_wrapper
 
         shell = config.get("shell") or ("/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh")
-        return proc_wrapper.run(arg, shell, config.get("python") or sys.executable, dict(os.environ))
+        ws = tools_fs.Workspace(config.get("root", "/workspace"), config.get("virtual", "/workspace"))
+        return proc_wrapper.run(ws.to_real(arg), ws, shell, config.get("python") or sys.executable, dict(os.environ))
     sys.stderr.write(f"unknown mode {mode!r}\n")
     return 2
 

@@ -58,6 +58,12 @@ class Workspace:
             return self.virtual
         return self.virtual + real[len(self.root):]
 
+    def to_real(self, virtual_path: str) -> str:
+        """A `/workspace/...` path as the runner sees it (no checks: callers resolve() after)."""
+        if virtual_path == self.virtual or virtual_path.startswith(self.virtual.rstrip("/") + "/"):
+            return self.root + virtual_path[len(self.virtual):]
+        return virtual_path
+
     def cwd(self, cwd_virtual: str) -> str:
         real = self.resolve(cwd_virtual or self.virtual, self.root, what="cwd")
         if not os.path.isdir(real):

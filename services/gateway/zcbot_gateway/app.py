@@ -69,6 +69,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _include_optional_routers(app: FastAPI) -> None:
+    if importlib.util.find_spec("zcbot_gateway.routes.pages") is not None:
+        from zcbot_gateway.routes.pages import install_pages  # dev SPA at `/`, assets at /static
+
+        install_pages(app)
+    if importlib.util.find_spec("zcbot_gateway.routes.extra") is not None:
+        from zcbot_gateway.routes import extra  # files, memory, shortcuts, export, admin
+
+        for router in extra.ROUTERS:
+            app.include_router(router)
     if importlib.util.find_spec("zcbot_gateway.routes.runs") is None:
         log.warning("zcbot_gateway.routes.runs not found; message/event/cancel routes are disabled")
         return

@@ -1,33 +1,283 @@
 """What the model sees of a task's history (seed 003 §8.2, §8.8).
 
-The stored history is never rewritten; these functions shape a copy for one request.
+The stored history is never rewritten; these functions shape a copy for one request. Everything
+here is a pure function of its input: the same history gives the same bytes on every call, which is
+what keeps the provider's prefix cache warm (DeepSeek reports 92-94% hits on agent loops).
+
+Two layers, orthogonal to each other and to the fold in `agent.fold`:
+
+- **Reasoning.** Chain-of-thought of earlier turns is dropped, except that profiles with
+  `thinking: true` keep it on assistant messages of turns that called tools: DeepSeek's thinking
+  mode requires that reasoning to be passed back in every later request (it ignores the reasoning
+  of turns without tool calls, so that is dropped).
+- **Compression above a pressure threshold.** While the window is below `PRESSURE_RATIO` (50%) of
+  the profile's `reliable_context`, nothing else changes. Above it, the bodies of old tool results
+  (and old `load_skill` texts) are shrunk to a head preview plus a pointer to where the full text
+  lives. "Old" means before the newest `KEEP_TURNS` user turns: the last user message and
+  everything after it are always sent intact. Only the `content` of `role: tool` messages changes:
+  `role`, `tool_call_id`, `name` stay, assistant messages (and their tool-call arguments) are never
+  rewritten — a compression marker inside tool-call arguments gets imitated by the model as real
+  arguments (seed §8.2, lesson of 2026-06-12) — and user messages are never touched.
+
+  Stability: whether a message is compressed depends only on its position relative to the newest
+  user turns and on the size of the stored window, which only grows during a run; so once on,
+  compression stays on and an already-compressed message compresses to the same bytes on the next
+  call. The threshold is checked on the stored messages (not on the compressed result), so it does
+  not flip back and forth.
+
+Token counts are estimated (`estimate_tokens`): chars / 3.5 plus a surcharge for non-ASCII text
+(CJK runs about 0.8 tokens per character). It is a few microseconds per message, which matters
+because `prepare_messages` runs before every LLM call.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 SUMMARY_PREFIX = "[Summary of the earlier conversation, for context]\n"
 
+PRESSURE_RATIO = 0.50
+"""Compression starts when the estimated window reaches this share of `reliable_context`."""
+KEEP_TURNS = 2
+"""The newest user turns (a user message and everything after it) that are never compressed."""
+MIN_COMPRESS_CHARS = 1200
+"""Tool results shorter than this are left alone: the pointer would save little."""
+PREVIEW_CHARS = 400
+"""Head of a compressed tool result kept verbatim."""
+COMPRESSED_TAG = "[compressed:"
+MESSAGE_OVERHEAD_TOKENS = 4
 
-def window(messages: list[tuple[int, str, dict[str, Any]]], base_idx: int, summary: str | None) -> list[dict[str, Any]]:
-    """Messages from `context_base_idx` on, without push records, with the fold summary first."""
-    body = [payload for idx, kind, payload in messages if idx >= base_idx and kind != "push"]
+
+class IndexedMessage(dict):  # type: ignore[type-arg]
+    """A history payload that remembers its `messages.idx` (so a compression pointer can name it).
+
+    It is an ordinary dict to every consumer; `prepare_messages` returns plain dicts.
+    """
+
+    __slots__ = ("idx",)
+
+    def __init__(self, payload: dict[str, Any], idx: int | None) -> None:
+        super().__init__(payload)
+        self.idx = idx
+
+
+def message_idx(message: dict[str, Any]) -> int | None:
+    return getattr(message, "idx", None)
+
+
+def window(messages: Iterable[tuple[int, str, dict[str, Any]]], base_idx: int, summary: str | None) -> list[dict[str, Any]]:
+    """Messages from `context_base_idx` on, without push records, with the fold summary first.
+
+    The summary is injected in memory only, as a user message (it is never stored in the message
+    stream, so it cannot disturb tool-call pairing).
+    """
+    body: list[dict[str, Any]] = [
+        IndexedMessage(payload, idx) for idx, kind, payload in messages if idx >= base_idx and kind != "push"
+    ]
     if summary:
         body.insert(0, {"role": "user", "content": SUMMARY_PREFIX + summary})
     return body
 
 
-def strip_old_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Reasoning text of earlier turns is not sent back (providers reject or ignore it)."""
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+# ---- token estimate ------------------------------------------------------------------------
+
+def text_tokens(text: str) -> float:
+    """~chars/3.5 for ASCII, ~0.8/char for CJK (each 3-byte UTF-8 character adds 0.5)."""
+    if not text:
+        return 0.0
+    chars = len(text)
+    extra_bytes = len(text.encode("utf-8", "surrogatepass")) - chars
+    return chars / 3.5 + extra_bytes / 4.0
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                if isinstance(part.get("text"), str):
+                    parts.append(part["text"])
+                elif part.get("type") in ("image_url", "image"):
+                    parts.append("x" * 3000)  # an image costs roughly a thousand tokens
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return "" if content is None else str(content)
+
+
+def message_tokens(message: dict[str, Any]) -> float:
+    tokens = MESSAGE_OVERHEAD_TOKENS + text_tokens(_content_text(message.get("content")))
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str):
+        tokens += text_tokens(reasoning)
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        tokens += 8 + text_tokens(str(fn.get("name") or "")) + text_tokens(str(fn.get("arguments") or ""))
+    return tokens
+
+
+def estimate_tokens(messages: Iterable[dict[str, Any]]) -> int:
+    """Cheap, deterministic token estimate of a message list (no tokenizer)."""
+    return int(sum(message_tokens(m) for m in messages))
+
+
+def reliable_context(profile: Any) -> int:
+    return int(getattr(profile, "reliable_context", 0) or 0)
+
+
+def under_pressure(messages: Sequence[dict[str, Any]], profile: Any, ratio: float = PRESSURE_RATIO) -> bool:
+    limit = reliable_context(profile)
+    return limit > 0 and estimate_tokens(messages) >= ratio * limit
+
+
+# ---- reasoning -----------------------------------------------------------------------------
+
+def _last_user(messages: Sequence[dict[str, Any]]) -> int:
+    return max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+
+
+def _tool_turns(messages: Sequence[dict[str, Any]]) -> set[int]:
+    """Positions of assistant messages in user turns that contain at least one tool call."""
+    keep: set[int] = set()
+    turn: list[int] = []
+    used_tools = False
+    for i, msg in enumerate([*messages, {"role": "user"}]):
+        role = msg.get("role")
+        if role == "user":
+            if used_tools:
+                keep.update(turn)
+            turn, used_tools = [], False
+        elif role == "assistant":
+            turn.append(i)
+            used_tools = used_tools or bool(msg.get("tool_calls"))
+    return keep
+
+
+def strip_old_reasoning(messages: list[dict[str, Any]], keep_tool_turns: bool = False) -> list[dict[str, Any]]:
+    """Reasoning text of earlier turns is not sent back (providers reject or ignore it).
+
+    With `keep_tool_turns` (thinking profiles), reasoning on assistant messages of earlier turns
+    that called tools is kept: DeepSeek's thinking mode requires it in every later request.
+    """
+    last_user = _last_user(messages)
+    keep = _tool_turns(messages) if keep_tool_turns else set()
     out = []
     for i, msg in enumerate(messages):
-        if i < last_user and msg.get("role") == "assistant" and "reasoning_content" in msg:
+        if i < last_user and i not in keep and msg.get("role") == "assistant" and "reasoning_content" in msg:
             msg = {k: v for k, v in msg.items() if k != "reasoning_content"}
         out.append(msg)
     return out
 
 
+# ---- compression ---------------------------------------------------------------------------
+
+def protected_from(messages: Sequence[dict[str, Any]], keep_turns: int = KEEP_TURNS) -> int:
+    """Position of the first message of the newest `keep_turns` user turns (everything from it on
+    is sent intact). With fewer user turns than that, everything is protected."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if len(users) < keep_turns or keep_turns <= 0:
+        return 0 if users else len(messages)
+    return users[-keep_turns]
+
+
+def _calls_by_id(messages: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    calls: dict[str, dict[str, Any]] = {}
+    for msg in messages:
+        if msg.get("role") == "assistant":
+            for call in msg.get("tool_calls") or ():
+                if isinstance(call, dict) and call.get("id"):
+                    calls[call["id"]] = call
+    return calls
+
+
+def _skill_label(call: dict[str, Any] | None) -> str:
+    if not call:
+        return ""
+    raw = (call.get("function") or {}).get("arguments") or ""
+    try:
+        args = json.loads(raw)
+    except (TypeError, ValueError):
+        return ""
+    if isinstance(args, dict):
+        name = args.get("name") or args.get("skill")
+        if isinstance(name, str) and name:
+            return f" `{name[:80]}`"
+    return ""
+
+
+def compressed_text(content: str, *, tool: str, idx: int | None, call: dict[str, Any] | None = None,
+                    preview_chars: int = PREVIEW_CHARS) -> str:
+    """The head of `content` plus a pointer to where the full text lives (deterministic)."""
+    head = content[:preview_chars].rstrip()
+    where = f"message idx {idx}" if idx is not None else f"tool_call_id {call.get('id')}" if call else "an earlier message"
+    omitted = len(content) - len(head)
+    if tool == "load_skill":
+        pointer = (f"{COMPRESSED_TAG} {omitted} more characters of this skill text; the full text is stored in this "
+                   f"task's history ({where}); call load_skill{_skill_label(call)} again if you need it]")
+    else:
+        pointer = (f"{COMPRESSED_TAG} {omitted} more characters; full result stored in this task's history ({where}); "
+                   "re-run the tool or read the file to see it again]")
+    return f"{head}\n…\n{pointer}"
+
+
+def compress_old_results(messages: list[dict[str, Any]], keep_turns: int = KEEP_TURNS,
+                         min_chars: int = MIN_COMPRESS_CHARS) -> list[dict[str, Any]]:
+    """Shrink tool results (and `load_skill` texts) that lie before the newest `keep_turns` turns.
+
+    Only `content` of `role: tool` messages with string content of at least `min_chars` changes;
+    every other message (and every other field) is passed through unchanged.
+    """
+    start = protected_from(messages, keep_turns)
+    if start <= 0:
+        return list(messages)
+    calls = _calls_by_id(messages[:start])
+    out: list[dict[str, Any]] = []
+    for i, msg in enumerate(messages):
+        content = msg.get("content")
+        if i < start and msg.get("role") == "tool" and isinstance(content, str) and len(content) >= min_chars:
+            call = calls.get(msg.get("tool_call_id") or "")
+            tool = str(msg.get("name") or ((call or {}).get("function") or {}).get("name") or "")
+            shrunk = dict(msg)
+            shrunk["content"] = compressed_text(content, tool=tool, idx=message_idx(msg), call=call)
+            out.append(shrunk)
+        else:
+            out.append(msg)
+    return out
+
+
 def prepare_messages(messages: list[dict[str, Any]], profile: Any) -> list[dict[str, Any]]:
-    return strip_old_reasoning(messages)
+    """The request body for one LLM call: `[system, *history]` -> what is sent.
+
+    Pure and deterministic. Returns new plain dicts (the caller's list and dicts are not mutated).
+    """
+    thinking = bool(getattr(profile, "thinking", False))
+    body = strip_old_reasoning(messages, keep_tool_turns=thinking)
+    if under_pressure(messages, profile):
+        body = compress_old_results(body)
+    return [dict(m) for m in body]
+
+
+def check_protocol(messages: Sequence[dict[str, Any]]) -> list[str]:
+    """Problems a provider would reject: a tool message not answering a pending call of the
+    assistant message before it, or a call left without a result before the next non-tool message.
+    Empty when the conversation is valid (used by tests and by `fold` before it sends a prefix)."""
+    problems: list[str] = []
+    pending: set[str] = set()
+    for i, msg in enumerate(messages):
+        role = msg.get("role")
+        if role == "tool":
+            call_id = msg.get("tool_call_id")
+            if call_id not in pending:
+                problems.append(f"message {i}: tool result {call_id!r} answers no pending tool call")
+            pending.discard(call_id)
+            continue
+        if pending:
+            problems.append(f"message {i}: tool calls {sorted(pending)} have no result")
+            pending = set()
+        if role == "assistant":
+            pending = {c.get("id") for c in msg.get("tool_calls") or () if isinstance(c, dict)}
+    return problems

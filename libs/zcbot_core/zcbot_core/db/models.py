@@ -146,6 +146,10 @@ class ScheduledJob(Base):
     consecutive_failures: Mapped[int] = mapped_column(Integer, server_default="0", default=0)
     timeout_seconds: Mapped[int] = mapped_column(Integer, server_default="1800", default=1800)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Scheduler bookkeeping (migration 0002): a non-null deadline means a run is in flight.
+    run_deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    notified_run_id: Mapped[str | None] = mapped_column(String(32))
 
 
 class ChannelBinding(Base):

@@ -1,0 +1,198 @@
+"""Bench harness plumbing: the real stack as child processes, an HTTP/SSE client, statistics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+from zcbot_core.db.migrate import upgrade
+from zcbot_core.embedded import EmbeddedNats, EmbeddedPostgres, free_port
+
+FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"
+
+
+def summarize(samples: list[float]) -> dict[str, float]:
+    """p50/p99/max in milliseconds."""
+    if not samples:
+        return {"n": 0}
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return {"n": len(ordered), "p50_ms": round(statistics.median(ordered) * 1000, 3),
+            "p99_ms": round(p99 * 1000, 3), "max_ms": round(ordered[-1] * 1000, 3)}
+
+
+def machine_info() -> dict[str, Any]:
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "machine": platform.machine()}
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    port: int | None = None
+
+    def kill9(self) -> None:
+        os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+
+
+@dataclass
+class BenchStack:
+    """Embedded (or given) NATS/PostgreSQL, fake LLM and zcbot services as real processes."""
+
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    procs: list[Proc] = field(default_factory=list)
+    servers: list[Any] = field(default_factory=list)
+    base_url: str = ""
+    fake_url: str = ""
+
+    @classmethod
+    def create(cls) -> "BenchStack":
+        return cls(workdir=Path(tempfile.mkdtemp(prefix="zcbot-bench-")))
+
+    def start_infra(self) -> None:
+        nats_url = os.environ.get("ZCBOT_NATS_URL")
+        db_url = os.environ.get("ZCBOT_DB_URL")
+        if not nats_url:
+            nats = EmbeddedNats(self.workdir / "nats").start()
+            self.servers.append(nats)
+            nats_url = nats.url
+        if not db_url:
+            pg = EmbeddedPostgres(self.workdir / "pg", fast=True, options={"max_connections": "400"}).start()
+            self.servers.append(pg)
+            admin = pg.url
+            name = f"bench_{secrets.token_hex(4)}"
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            db_url = pg.url_for(name)
+        upgrade(db_url)
+        fake_port = free_port()
+        models = self.workdir / "models"
+        models.mkdir(parents=True, exist_ok=True)
+        self.fake_url = f"http://127.0.0.1:{fake_port}/v1"
+        (models / "fake.yaml").write_text(
+            f"model: openai/fake-model\napi_base: {self.fake_url}\napi_key_env: {FAKE_KEY_ENV}\n"
+            "max_context: 64000\nreliable_context: 32000\nmax_output: 2048\nmax_iterations: 30\n"
+            "pricing: {input_per_mtok: 1.0, output_per_mtok: 2.0}\n")
+        self.env = {
+            **os.environ, "ZCBOT_NATS_URL": nats_url, "ZCBOT_DB_URL": db_url, "ZCBOT_BUS_PREFIX": f"b{secrets.token_hex(3)}",
+            "ZCBOT_HOME": str(self.workdir / "home"), "ZCBOT_STORAGE_ROOT": str(self.workdir / "users"),
+            "JWT_SECRET": secrets.token_hex(32), "PLATFORM_KEY": secrets.token_hex(32),
+            "ZCBOT_CHANNEL_SECRET_KEY": secrets.token_hex(32), "ZCBOT_MODELS_DIR": str(models),
+            "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "ZCBOT_MAX_RUNS_PER_USER": "1000", "ZCBOT_MAX_QUEUED_RUNS": "100000", "ZCBOT_ACK_WAIT_SECONDS": "4",
+            "ZCBOT_RUNNER_CONCURRENCY": "2000", "ZCBOT_LOG_LEVEL": "WARNING", "ZCBOT_EXECUTOR_HOST": "bench1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.spawn("fake_llm", [sys.executable, "-m", "zcbot_core.testing.fake_llm", "--port", str(fake_port),
+                                "--default-chunks", "1"], port=None)
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(self.fake_url.replace("/v1", "/_health"), timeout=0.5)
+                break
+            except OSError:
+                time.sleep(0.05)
+
+    def spawn(self, name: str, cmd: list[str], port: int | None, extra_env: dict[str, str] | None = None) -> Proc:
+        log = open(self.workdir / f"{name}-{len(self.procs)}.log", "ab")
+        popen = subprocess.Popen(cmd, env={**self.env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        proc = Proc(name, popen, port)
+        self.procs.append(proc)
+        if port is not None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=0.5)
+                    break
+                except OSError:
+                    if popen.poll() is not None:
+                        raise RuntimeError(f"{name} exited; see {log.name}")
+                    time.sleep(0.1)
+        return proc
+
+    def service(self, name: str) -> Proc:
+        port = free_port()
+        key = {"gateway": "ZCBOT_HTTP_PORT", "runner": "ZCBOT_RUNNER_PORT", "executor": "ZCBOT_EXECUTOR_PORT"}[name]
+        proc = self.spawn(name, [sys.executable, "-m", "zcbot_core.cli", name], port, {key: str(port)})
+        if name == "gateway":
+            self.base_url = f"http://127.0.0.1:{port}"
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        for server in reversed(self.servers):
+            server.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class Client:
+    def __init__(self, base_url: str, platform_key: str) -> None:
+        limits = httpx.Limits(max_connections=3000, max_keepalive_connections=3000)
+        self.http = httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits)
+        self.platform_key = platform_key
+
+    async def login(self, user_id: str) -> dict[str, str]:
+        r = await self.http.post("/v1/auth/login", json={"user_id": user_id, "platform_key": self.platform_key})
+        r.raise_for_status()
+        return {"Authorization": f"Bearer {r.json()['token']}"}
+
+    async def task(self, headers: dict[str, str], name: str) -> str:
+        r = await self.http.post("/v1/tasks", json={"name": name}, headers=headers)
+        r.raise_for_status()
+        return r.json()["task_id"]
+
+    async def post(self, headers: dict[str, str], task_id: str, content: str) -> dict[str, Any]:
+        r = await self.http.post(f"/v1/tasks/{task_id}/messages", json={"content": content}, headers=headers)
+        r.raise_for_status()
+        return r.json()
+
+    async def sse(self, headers: dict[str, str], url: str, on_event: Any = None) -> list[tuple[float, dict[str, Any]]]:
+        """(receive time, event) pairs until the stream ends."""
+        out: list[tuple[float, dict[str, Any]]] = []
+        async with self.http.stream("GET", url, headers=headers) as r:
+            event: dict[str, Any] = {}
+            async for line in r.aiter_lines():
+                if line.startswith("event: "):
+                    event["event"] = line[7:]
+                elif line.startswith("data: "):
+                    event["data"] = json.loads(line[6:])
+                elif line == "" and "event" in event:
+                    item = (time.perf_counter(), event)
+                    out.append(item)
+                    if on_event is not None:
+                        on_event(item)
+                    event = {}
+        return out
+
+    async def close(self) -> None:
+        await self.http.aclose()

@@ -1,0 +1,304 @@
+"""zcbot benchmark: `python -m bench.run [--quick]` prints one JSON document (issue 11).
+
+Starts the real stack (embedded NATS/PostgreSQL unless ZCBOT_NATS_URL/ZCBOT_DB_URL are set) with the
+fake LLM answering instantly, and measures pipeline overhead (against the same loop driven
+in-process), cancel latency, tool round trips, throughput, SSE fan-out and crash recovery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.harness import BenchStack, Client, machine_info, summarize
+from zcbot_core.agent.cancel import CancelToken
+from zcbot_core.agent.loop import AgentLoop
+from zcbot_core.bus import ToolCallRequest, Topology
+from zcbot_core.bus.topology import connect
+from zcbot_core.llm.profiles import load_profiles_from
+from zcbot_core.testing.fake_llm import push_script
+from zcbot_core.tools.results import ToolOutcome
+
+TWO_TOOLS = [
+    {"tool_calls": [{"name": "write", "arguments": {"path": "b.txt", "content": "bench"}}]},
+    {"tool_calls": [{"name": "read", "arguments": {"path": "b.txt"}}]},
+    {"text": "done"},
+]
+
+
+class NullSink:
+    def __init__(self) -> None:
+        self.first: float | None = None
+
+    async def emit(self, event: Any) -> None:
+        self.first = self.first or time.perf_counter()
+
+
+class NullStore:
+    async def append(self, payload: dict[str, Any], **_: Any) -> None:
+        return None
+
+    async def record_usage(self, *_: Any) -> None:
+        return None
+
+
+class LocalTools:
+    """The same fs tools executed in-process on a temp dir: the loop without bus or sandbox."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="zcbot-bench-local-"))
+
+    def schemas(self) -> list[dict[str, Any]]:
+        from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_SCHEMAS
+
+        return list(SANDBOX_TOOL_SCHEMAS)
+
+    async def execute(self, name: str, args: dict[str, Any], call_id: str) -> ToolOutcome:
+        path = self.root / args.get("path", "x")
+        if name == "write":
+            path.write_text(args.get("content", ""))
+            return ToolOutcome.make(True, f"wrote {path.name}")
+        return ToolOutcome.make(True, path.read_text())
+
+
+async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, Any]:
+    headers = await client.login("pipe")
+    await push_script(stack.fake_url, "BENCH-2T", TWO_TOOLS)
+    profile = load_profiles_from([Path(stack.env["ZCBOT_MODELS_DIR"])])["fake"]
+    os.environ[ "ZCBOT_FAKE_LLM_API_KEY"] = "sk-fake"
+    result: dict[str, Any] = {}
+    for label, content in (("no_tools", "hello"), ("two_tools", "BENCH-2T go")):
+        task_id = await client.task(headers, f"pipe-{label}")
+        first, done, local_done = [], [], []
+        for i in range(iters + 5):
+            t0 = time.perf_counter()
+            body = await client.post(headers, task_id, f"{content} {i}")
+            events = await client.sse(headers, body["events_url"])
+            if i >= 5:
+                first.append(events[0][0] - t0)
+                done.append(events[-1][0] - t0)
+            loop = AgentLoop(run_id=uuid.uuid4().hex, profile=profile, system_prompt="bench", tools=LocalTools(),
+                             sink=NullSink(), store=NullStore(), cancel=CancelToken())
+            t1 = time.perf_counter()
+            await loop.run([{"role": "user", "content": f"{content} {i}"}])
+            if i >= 5:
+                local_done.append(time.perf_counter() - t1)
+        p_done, l_done = summarize(done), summarize(local_done)
+        result[label] = {
+            "post_to_first_event": summarize(first), "post_to_done": p_done, "in_process_loop_done": l_done,
+            "overhead_p50_ms": round(p_done["p50_ms"] - l_done["p50_ms"], 3),
+            "overhead_p99_ms": round(p_done["p99_ms"] - l_done["p99_ms"], 3),
+            "ratio_p50": round(p_done["p50_ms"] / max(l_done["p50_ms"], 1e-6), 2),
+        }
+    return result
+
+
+async def cancel_latency(stack: BenchStack, client: Client, iters: int) -> dict[str, Any]:
+    headers = await client.login("cancel")
+    await push_script(stack.fake_url, "BENCH-STREAM", [{"chunks": ["x "] * 100, "chunk_delay": 0.1}])
+    await push_script(stack.fake_url, "BENCH-SILENT", [{"text": "late", "first_delay": 5.0}])
+    out: dict[str, Any] = {}
+    for label, key, trigger in (("streaming_100ms", "BENCH-STREAM", "text"), ("silent_5s", "BENCH-SILENT", "llm_start")):
+        task_id = await client.task(headers, f"cancel-{label}")
+        samples = []
+        for i in range(iters):
+            body = await client.post(headers, task_id, f"{key} {i}")
+            state: dict[str, float] = {}
+            seen = asyncio.Event()
+
+            def on_event(item: tuple[float, dict[str, Any]]) -> None:
+                name = item[1]["event"]
+                if name == trigger and not seen.is_set():
+                    seen.set()
+                if name == "cancelled":
+                    state["cancelled"] = item[0]
+
+            reader = asyncio.create_task(client.sse(headers, body["events_url"], on_event))
+            await seen.wait()
+            await asyncio.sleep(0.25)
+            t0 = time.perf_counter()
+            await client.http.post(f"/v1/tasks/{task_id}/cancel", headers=headers)
+            await reader
+            samples.append(state["cancelled"] - t0)
+        out[label] = summarize(samples)
+    return out
+
+
+async def tool_round_trip(stack: BenchStack, iters: int) -> dict[str, Any]:
+    from zcbot_core.tools.executor_client import ExecutorClient
+
+    nc = await connect(stack.env["ZCBOT_NATS_URL"], "bench")
+    client = ExecutorClient(nc, Topology(stack.env["ZCBOT_BUS_PREFIX"]))
+    user = f"u{uuid.uuid4().hex[:8]}"
+    (Path(stack.env["ZCBOT_STORAGE_ROOT"]) / user / "proj").mkdir(parents=True, exist_ok=True)
+
+    async def call(tool: str, args: dict[str, Any]) -> float:
+        t0 = time.perf_counter()
+        reply = await client.call(ToolCallRequest(call_id=uuid.uuid4().hex, user_id=user, task_id="t", run_id="r",
+                                                  tool=tool, args=args, cwd="proj", timeout=30))
+        elapsed = time.perf_counter() - t0
+        if not reply.ok:
+            raise RuntimeError(f"{tool} failed: {reply.error}")
+        return elapsed
+
+    cold = await call("write", {"path": "f.txt", "content": "hello\nworld\n"})
+    cases = {
+        "read": ("read", {"path": "f.txt"}),
+        "write": ("write", {"path": "g.txt", "content": "x" * 100}),
+        "edit": None,
+        "grep": ("grep", {"pattern": "hello", "path": "."}),
+        "shell_true": ("shell", {"command": "true"}),
+        "run_python_pass": ("run_python", {"code": "pass"}),
+    }
+    out: dict[str, Any] = {"cold_first_call": summarize([cold])}
+    for label, spec in cases.items():
+        samples = []
+        for i in range(iters):
+            if label == "edit":
+                await call("write", {"path": "e.txt", "content": f"alpha {i}\n"})
+                samples.append(await call("edit", {"path": "e.txt", "old_str": f"alpha {i}", "new_str": "beta"}))
+            else:
+                samples.append(await call(*spec))
+        out[label] = summarize(samples[3:])
+    local = Path(tempfile.mkdtemp()) / "f.txt"
+    local.write_text("hello\nworld\n")
+    t_local = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        local.read_text()
+        t_local.append(time.perf_counter() - t0)
+    out["in_process_read"] = summarize(t_local)
+    out["read_ratio_p50"] = round(out["read"]["p50_ms"] / max(out["in_process_read"]["p50_ms"], 1e-6), 1)
+    await nc.close()
+    return out
+
+
+async def throughput(stack: BenchStack, client: Client, sizes: list[int], label: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in sizes:
+        users = [await client.login(f"tp{label}{n}u{i % 50}") for i in range(n)]
+        tasks = [await client.task(users[i], f"tp{i}") for i in range(n)]
+        t0 = time.perf_counter()
+
+        async def one(i: int) -> dict[str, Any]:
+            body = await client.post(users[i], tasks[i], f"hi {i}")
+            events = await client.sse(users[i], body["events_url"])
+            return events[-1][1]
+
+        dones = await asyncio.gather(*(one(i) for i in range(n)))
+        elapsed = time.perf_counter() - t0
+        ok = sum(1 for d in dones if d["data"]["status"] == "ok")
+        waits = [d["data"]["timings"].get("queue_wait", 0.0) for d in dones]
+        out[f"concurrent_{n}"] = {"runs": n, "ok": ok, "seconds": round(elapsed, 3),
+                                  "runs_per_second": round(n / elapsed, 2), "queue_wait": summarize(waits)}
+    return out
+
+
+async def fanout(stack: BenchStack, client: Client, sizes: list[int]) -> dict[str, Any]:
+    headers = await client.login("fan")
+    await push_script(stack.fake_url, "BENCH-FAN", [{"chunks": [f"c{i} " for i in range(40)], "chunk_delay": 0.05}])
+    out: dict[str, Any] = {}
+    for n in sizes:
+        task_id = await client.task(headers, f"fan{n}")
+        body = await client.post(headers, task_id, "BENCH-FAN go")
+        latencies: list[float] = []
+
+        def on_event(item: tuple[float, dict[str, Any]]) -> None:
+            ts = item[1].get("data", {}).get("ts")
+            if ts:
+                latencies.append(max(time.time() - ts, 0.0))
+
+        results = await asyncio.gather(*(client.sse(headers, body["events_url"], on_event) for _ in range(n)))
+        complete = sum(1 for r in results if r and r[-1][1]["event"] == "done")
+        out[f"subscribers_{n}"] = {"complete_streams": complete, "delivery": summarize(latencies)}
+    return out
+
+
+async def recovery(stack: BenchStack, client: Client, iters: int) -> dict[str, Any]:
+    headers = await client.login("recover")
+    await push_script(stack.fake_url, "BENCH-LONG", [{"chunks": ["r "] * 100, "chunk_delay": 0.05}])
+    samples = []
+    for i in range(iters):
+        runners = [p for p in stack.procs if p.name == "runner" and p.popen.poll() is None]
+        while len(runners) < 2:
+            runners.append(stack.service("runner"))
+        task_id = await client.task(headers, f"rec{i}")
+        body = await client.post(headers, task_id, "BENCH-LONG go")
+        starts: list[float] = []
+        killed: dict[str, float] = {}
+
+        def on_event(item: tuple[float, dict[str, Any]]) -> None:
+            if item[1]["event"] == "run_start":
+                starts.append(item[0])
+
+        reader = asyncio.create_task(client.sse(headers, body["events_url"], on_event))
+        while not starts:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        r = await client.http.get(f"/v1/tasks/{task_id}", headers=headers)
+        owner = r.json().get("run_owner") or ""
+        victim = next((p for p in runners if f"-{p.popen.pid}-" in owner), None)
+        if victim is None:
+            await reader
+            continue
+        killed["t"] = time.perf_counter()
+        victim.kill9()
+        stack.procs.remove(victim)
+        await reader
+        if len(starts) >= 2:
+            samples.append(starts[1] - killed["t"])
+    return {"kill9_to_resumed": summarize(samples)}
+
+
+async def main_async(quick: bool) -> dict[str, Any]:
+    stack = BenchStack.create()
+    report: dict[str, Any] = {"machine": machine_info(), "started_at": time.time()}
+    try:
+        stack.start_infra()
+        stack.service("executor")
+        stack.service("gateway")
+        stack.service("runner")
+        client = Client(stack.base_url, stack.env["PLATFORM_KEY"])
+        iters = 20 if quick else 100
+        report["pipeline"] = await pipeline(stack, client, iters)
+        report["cancel"] = await cancel_latency(stack, client, 5 if quick else 20)
+        report["tool_round_trip"] = await tool_round_trip(stack, 30 if quick else 200)
+        report["throughput_one_runner"] = await throughput(stack, client, [50] if quick else [50, 200], "a")
+        stack.service("runner")
+        report["throughput_two_runners"] = await throughput(stack, client, [50] if quick else [50, 200], "b")
+        report["sse_fanout"] = await fanout(stack, client, [200] if quick else [200, 1000])
+        report["recovery"] = await recovery(stack, client, 2 if quick else 5)
+        await client.close()
+    finally:
+        stack.stop()
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    parser.add_argument("--out", default=None, help="also write the JSON here")
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    report = asyncio.run(main_async(args.quick))
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""WeChat channels (seed 003 §8.7): code shared by the gateway (WeCom callback, binding routes) and
+the channels service (iLink long-poll loops, push delivery).
+
+- `settings`: channel configuration read from the environment (`ChannelSettings.from_env()`).
+- `wecom_crypto`: WeCom callback signature + AES-256-CBC message crypto (WXBizMsgCrypt-compatible).
+- `wecom_api`: WeCom app client: access-token cache, message/send (text, file), media/upload.
+- `ilink_api`: personal-WeChat ClawBot (iLink) client: QR login, getupdates, sendmessage, CDN upload.
+- `bindings`: `channel_bindings` rows: sealed secrets, per-binding config updates, inbound dedupe.
+- `conversation`: one persistent task per user and channel; inbound message -> run -> reply.
+- `wecom_inbound`: the WeCom callback's decrypted message -> conversation (used by the gateway route).
+- `text`: splitting replies into protocol-sized chunks.
+
+Secrets (bot_token, context_token, WeCom corp secret / token / AES key, access tokens) are never
+logged, never returned by an API and never written under a user's root (the sandbox's view).
+"""
+
+CHANNELS = ("wecom", "ilink")

@@ -1,0 +1,323 @@
+"""Channel conversations: one persistent task per user and channel (seed 003 §8.7).
+
+An inbound message goes through the same entry as the web (`runs.submit_message`, strategy
+`reject`): while a run is active the sender gets a short "still working" reply instead of a
+second run. Otherwise we wait for the run's end (the `done` event on the task's event subject,
+with a database poll as a fallback), then send back the final assistant text (read from the
+database: the `done` event's `final_text` is capped at 2000 characters) and every new file in
+the task folder (mtime after the run started; hidden files skipped; at most `MAX_FILES`).
+
+Channel tasks: `channel` = 'wecom' / 'ilink', working dir `wecom` / `wechat` (or a variant when
+that folder nests with another task's), created on first use under an advisory lock shared with
+the gateway's task creation (`zcbot:folders:<user_id>`), so concurrent first messages on two
+replicas cannot create two tasks. Push deliveries are recorded in the same task as assistant
+messages of kind `push` (a summary and the file path, not the whole body).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from zcbot_core import paths
+from zcbot_core.bus import BusDecodeError, Topology, decode
+from zcbot_core.bus import events as ev
+from zcbot_core.config import Settings
+from zcbot_core.db.models import Message, Task
+from zcbot_core.runs import (
+    ACTIVE_STATUSES,
+    BusUnavailable,
+    QuotaExceeded,
+    RunConflict,
+    RunLimits,
+    append_message,
+    submit_message,
+)
+
+log = logging.getLogger(__name__)
+
+CHANNEL_FOLDERS = {"wecom": "wecom", "ilink": "wechat"}
+CHANNEL_TASK_NAMES = {"wecom": "WeCom", "ilink": "WeChat"}
+BUSY_REPLY = ("I'm still working on your previous message; I'll reply to it first. "
+              "Send this one again after my answer (or cancel the run in the web app).")
+MEDIA_ONLY_REPLY = ("I can only read text (and voice transcripts) here for now. "
+                    "To give me a file, upload it in the web app.")
+MAX_FILES = 5
+PUSH_SUMMARY_CHARS = 300
+DB_POLL_SECONDS = 2.0
+
+Sessions = async_sessionmaker[AsyncSession]
+
+
+class Replier(Protocol):
+    """Where a conversation's answers go (one WeCom member or one iLink chat)."""
+
+    async def send_text(self, text: str) -> None: ...
+
+    async def send_file(self, path: Path) -> None: ...
+
+
+@dataclass
+class ConversationDeps:
+    settings: Settings
+    sessions: Sessions
+    nc: NATS
+    js: JetStreamContext
+    topo: Topology
+    reply_timeout: float | None = None
+
+    @property
+    def timeout(self) -> float:
+        return self.reply_timeout or (self.settings.zcbot_run_wall_clock_seconds + 60.0)
+
+
+@dataclass
+class RunOutcome:
+    status: str  # ok | error | cancelled | stopped | busy | rejected | timeout
+    run_id: str | None = None
+    task_id: str | None = None
+    text: str = ""
+    files: list[Path] | None = None
+
+
+# ---- the channel task ---------------------------------------------------------------------------
+async def _lock_user_folders(session: AsyncSession, user_id: str) -> None:
+    key = func.hashtextextended(f"zcbot:folders:{user_id}", 0)
+    await session.execute(select(func.pg_advisory_xact_lock(key)))
+
+
+def _folder_candidates(channel: str) -> list[str]:
+    base = CHANNEL_FOLDERS[channel]
+    return [base, f"{base}-chat", *(f"{base}-{n}" for n in range(2, 10))]
+
+
+async def ensure_channel_task(sessions: Sessions, settings: Settings, user_id: str, channel: str) -> Task:
+    """The user's persistent task for `channel`, created (with its folder) on first use."""
+    async with sessions() as session:
+        task = (await session.scalars(
+            select(Task).where(Task.user_id == user_id, Task.channel == channel, Task.deleted_at.is_(None))
+            .order_by(Task.created_at).limit(1)
+        )).first()
+        if task is not None:
+            return task
+    root = paths.user_root(settings.storage_root, user_id)
+    async with sessions() as session, session.begin():
+        await _lock_user_folders(session, user_id)
+        task = (await session.scalars(
+            select(Task).where(Task.user_id == user_id, Task.channel == channel, Task.deleted_at.is_(None))
+            .order_by(Task.created_at).limit(1)
+        )).first()
+        if task is not None:
+            return task
+        existing = set((await session.scalars(
+            select(Task.working_dir).where(Task.user_id == user_id, Task.deleted_at.is_(None))
+        )).all())
+        working_dir = None
+        for candidate in _folder_candidates(channel):
+            wd = paths.to_db_path(candidate)
+            if wd in existing or any(paths.is_prefix_nested(wd, other) for other in existing):
+                continue
+            target = paths.resolve_user_path(root, wd)
+            if target.exists() and not target.is_dir():
+                continue
+            working_dir = wd
+            break
+        if working_dir is None:
+            raise RuntimeError(f"no free folder for the {channel} conversation of this user")
+        root.mkdir(parents=True, exist_ok=True)
+        paths.resolve_user_path(root, working_dir).mkdir(parents=True, exist_ok=True)
+        task = Task(user_id=user_id, name=paths.validate_task_name(CHANNEL_TASK_NAMES[channel]),
+                    working_dir=working_dir, channel=channel)
+        session.add(task)
+        await session.flush()
+        log.info("channel task created", extra={"user_id": user_id, "channel": channel, "task_id": task.task_id})
+        return task
+
+
+async def expand_shortcuts(settings: Settings, user_id: str, text: str) -> str:
+    """`zcbot_core.shortcuts.expand(settings, user_id, text)` when that module exists."""
+    try:
+        from zcbot_core import shortcuts  # type: ignore[attr-defined]
+    except ImportError:
+        return text
+    fn = getattr(shortcuts, "expand", None)
+    if fn is None:
+        return text
+    try:
+        result = fn(settings, user_id, text)
+        if inspect.isawaitable(result):
+            result = await result
+    except Exception:
+        log.warning("shortcut expansion failed; using the message as is", exc_info=True)
+        return text
+    return result if isinstance(result, str) and result.strip() else text
+
+
+# ---- files ------------------------------------------------------------------------------------
+def new_files(folder: Path, since: float, limit: int = MAX_FILES) -> list[Path]:
+    """Regular files under `folder` modified at/after `since` (hidden entries and symlinks skipped)."""
+    found: list[tuple[float, Path]] = []
+    if not folder.is_dir():
+        return []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+        for name in filenames:
+            if name.startswith("."):
+                continue
+            path = Path(dirpath) / name
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            if not path.is_symlink() and path.is_file() and st.st_mtime >= since:
+                found.append((st.st_mtime, path))
+    found.sort(key=lambda item: item[0])
+    return [p for _, p in found[-limit:]]
+
+
+# ---- runs -------------------------------------------------------------------------------------
+async def _final_text(sessions: Sessions, task_id: str, run_id: str) -> str:
+    async with sessions() as session:
+        rows = (await session.execute(
+            select(Message.payload).where(Message.task_id == task_id, Message.run_id == run_id)
+            .order_by(Message.idx.desc()).limit(50)
+        )).scalars().all()
+    for payload in rows:
+        if payload.get("role") == "assistant":
+            content = payload.get("content")
+            if isinstance(content, str) and content.strip():
+                return content.strip()
+            if isinstance(content, list):
+                text = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+                if text.strip():
+                    return text.strip()
+    return ""
+
+
+async def _task_state(sessions: Sessions, task_id: str) -> tuple[str | None, str, str | None]:
+    async with sessions() as session:
+        row = (await session.execute(
+            select(Task.run_id, Task.run_status, Task.run_error).where(Task.task_id == task_id)
+        )).one_or_none()
+    return (row[0], row[1], row[2]) if row else (None, "idle", None)
+
+
+async def wait_for_run(deps: ConversationDeps, task_id: str, run_id: str, done_q: "asyncio.Queue[ev.Done]",
+                       timeout: float) -> tuple[str, str]:
+    """(status, final_text) once the run ends; status `timeout` if it does not within `timeout`."""
+    deadline = time.monotonic() + timeout
+    finished_seen_at: float | None = None
+    db_status: str | None = None
+    while time.monotonic() < deadline:
+        try:
+            done = await asyncio.wait_for(done_q.get(), DB_POLL_SECONDS if finished_seen_at is None else 0.5)
+            if done.run_id == run_id:
+                return done.status, done.final_text
+            continue
+        except asyncio.TimeoutError:
+            pass
+        if finished_seen_at is not None:
+            return db_status or "ok", ""
+        current, status, error = await _task_state(deps.sessions, task_id)
+        if current != run_id or status not in ACTIVE_STATUSES:
+            finished_seen_at = time.monotonic()  # give the done event a moment to arrive
+            db_status = "error" if (current == run_id and status == "error") else "ok"
+    return "timeout", ""
+
+
+async def run_message(deps: ConversationDeps, user_id: str, channel: str, text: str, replier: Replier) -> RunOutcome:
+    """Submit one inbound message to the user's channel task and send the result back."""
+    settings = deps.settings
+    task = await ensure_channel_task(deps.sessions, settings, user_id, channel)
+    content = await expand_shortcuts(settings, user_id, text)
+    folder = paths.resolve_user_path(paths.user_root(settings.storage_root, user_id), task.working_dir)
+    done_q: asyncio.Queue[ev.Done] = asyncio.Queue()
+
+    async def on_event(msg: Any) -> None:
+        try:
+            event = decode(msg.data)
+        except BusDecodeError:
+            return
+        if isinstance(event, ev.Done):
+            done_q.put_nowait(event)
+
+    sub = await deps.nc.subscribe(deps.topo.event_subject(task.task_id), cb=on_event)
+    try:
+        started = time.time()
+        try:
+            result = await submit_message(
+                deps.sessions, deps.js, deps.nc, deps.topo, user_id=user_id, task_id=task.task_id, content=content,
+                multitask="reject", origin=f"channel:{channel}",
+                limits=RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
+            )
+        except RunConflict:
+            await replier.send_text(BUSY_REPLY)
+            return RunOutcome(status="busy", task_id=task.task_id)
+        except (QuotaExceeded, BusUnavailable) as exc:
+            await replier.send_text(f"I can't start on this right now: {exc}")
+            return RunOutcome(status="rejected", task_id=task.task_id)
+        log.info("channel run started", extra={"channel": channel, "task_id": task.task_id, "run_id": result.run_id})
+        status, final_text = await wait_for_run(deps, task.task_id, result.run_id, done_q, deps.timeout)
+    finally:
+        try:
+            await sub.unsubscribe()
+        except Exception:
+            pass
+    outcome = RunOutcome(status=status, run_id=result.run_id, task_id=task.task_id)
+    if status == "timeout":
+        outcome.text = "This is taking longer than expected; I'm still on it. The result will be in the web app."
+        await replier.send_text(outcome.text)
+        return outcome
+    body = await _final_text(deps.sessions, task.task_id, result.run_id) or final_text
+    if status == "error":
+        _, _, error = await _task_state(deps.sessions, task.task_id)
+        body = f"{body}\n\n" if body else ""
+        body += f"⚠️ The run failed: {error or 'unknown error'}. Reply \"continue\" to retry."
+    elif status == "cancelled":
+        body = body or "(The run was cancelled.)"
+    outcome.text = body or "(No text answer.)"
+    await replier.send_text(outcome.text)
+    outcome.files = new_files(folder, started)
+    for path in outcome.files:
+        try:
+            await replier.send_file(path)
+        except Exception as exc:
+            log.warning("channel file send failed", extra={"channel": channel, "file": path.name,
+                                                           "error": exc.__class__.__name__})
+            rel = path.relative_to(folder).as_posix()
+            await replier.send_text(f"(Could not send {rel} here: {str(exc)[:200]}. It is in the web app.)")
+    return outcome
+
+
+# ---- push records -----------------------------------------------------------------------------
+def push_summary(text: str, file_path: str | None) -> str:
+    body = text.strip()
+    if len(body) > PUSH_SUMMARY_CHARS:
+        body = body[:PUSH_SUMMARY_CHARS - 1] + "…"
+    out = f"[pushed to the user] {body}" if body else "[pushed to the user]"
+    if file_path:
+        out += f"\n[file: {file_path}]"
+    return out
+
+
+async def record_push(sessions: Sessions, settings: Settings, user_id: str, channel: str, text: str,
+                      file_path: str | None) -> int:
+    """Write a delivered push into the channel task as an assistant message of kind `push`."""
+    task = await ensure_channel_task(sessions, settings, user_id, channel)
+    async with sessions() as session, session.begin():
+        # Lock the task row like the runner's step store: idx allocation must not race.
+        await session.execute(update(Task).where(Task.task_id == task.task_id).values(updated_at=Task.updated_at))
+        msg = await append_message(session, task.task_id, {"role": "assistant", "content": push_summary(text, file_path)},
+                                   kind="push")
+        return msg.idx

@@ -1,0 +1,345 @@
+"""Leaf primitives every document renderer shares (python-docx + stdlib only).
+
+The single source of truth for: fonts (Latin + East Asian, theme fonts removed so Word and
+LibreOffice both honour them), page setup, fields (page numbers, TOC), inline spans -> runs
+(bold/italic/code/sub/sup/links, whitelisted chemical formulas get real subscripts), table
+borders (three-line academic tables or a light grid), images sized to the text width, and an
+atomic save.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from docx.enum.text import WD_BREAK
+from docx.opc.constants import RELATIONSHIP_TYPE as RT
+from docx.oxml import OxmlElement
+from docx.oxml.ns import qn
+from docx.shared import Cm, Emu, Pt, RGBColor
+
+from .mdparse import Span, parse_inline
+
+
+class RenderError(RuntimeError):
+    """The document could not be rendered; the message says what is wrong with the input or environment."""
+
+
+# ---- fonts ------------------------------------------------------------------------------------
+
+_THEME_ATTRS = ("w:asciiTheme", "w:hAnsiTheme", "w:eastAsiaTheme", "w:cstheme")
+
+
+def _rfonts(rpr) -> object:
+    rfonts = rpr.find(qn("w:rFonts"))
+    if rfonts is None:
+        rfonts = OxmlElement("w:rFonts")
+        rpr.insert(0, rfonts)
+    for attr in _THEME_ATTRS:
+        rfonts.attrib.pop(qn(attr), None)
+    return rfonts
+
+
+def set_rpr_fonts(rpr, latin: str | None = None, east_asia: str | None = None) -> None:
+    """Set w:rFonts on an rPr element: ascii/hAnsi/cs = latin, eastAsia = east_asia."""
+    rfonts = _rfonts(rpr)
+    if latin:
+        for attr in ("w:ascii", "w:hAnsi", "w:cs"):
+            rfonts.set(qn(attr), latin)
+    if east_asia:
+        rfonts.set(qn("w:eastAsia"), east_asia)
+
+
+def set_run_fonts(run, latin: str | None = None, east_asia: str | None = None) -> None:
+    set_rpr_fonts(run._element.get_or_add_rPr(), latin, east_asia)
+
+
+def set_style_fonts(style, latin: str | None = None, east_asia: str | None = None, size: float | None = None,
+                    bold: bool | None = None, italic: bool | None = None, color: str | None = None) -> None:
+    set_rpr_fonts(style.element.get_or_add_rPr(), latin, east_asia)
+    if size is not None:
+        style.font.size = Pt(size)
+    if bold is not None:
+        style.font.bold = bold
+    if italic is not None:
+        style.font.italic = italic
+    if color is not None:
+        style.font.color.rgb = RGBColor.from_string(color)
+
+
+def set_doc_defaults(document, latin: str, east_asia: str, size: float, east_asia_lang: str = "zh-CN") -> None:
+    """docDefaults: the fonts any text without a style falls back to (and the East Asian language)."""
+    styles = document.styles.element
+    defaults = styles.find(qn("w:docDefaults"))
+    if defaults is None:
+        defaults = OxmlElement("w:docDefaults")
+        styles.insert(0, defaults)
+    rpr_default = defaults.find(qn("w:rPrDefault"))
+    if rpr_default is None:
+        rpr_default = OxmlElement("w:rPrDefault")
+        defaults.insert(0, rpr_default)
+    rpr = rpr_default.find(qn("w:rPr"))
+    if rpr is None:
+        rpr = OxmlElement("w:rPr")
+        rpr_default.append(rpr)
+    set_rpr_fonts(rpr, latin, east_asia)
+    for tag in ("w:sz", "w:szCs"):
+        el = rpr.find(qn(tag))
+        if el is None:
+            el = OxmlElement(tag)
+            rpr.append(el)
+        el.set(qn("w:val"), str(int(round(size * 2))))
+    lang = rpr.find(qn("w:lang"))
+    if lang is None:
+        lang = OxmlElement("w:lang")
+        rpr.append(lang)
+    lang.set(qn("w:eastAsia"), east_asia_lang)
+
+
+# ---- page, fields -----------------------------------------------------------------------------
+
+PAPER = {"A4": (Cm(21.0), Cm(29.7)), "Letter": (Emu(7772400), Emu(10058400))}
+
+
+def set_page(document, paper: str = "A4", top: float = 2.54, bottom: float = 2.54, left: float = 3.17,
+             right: float = 3.17) -> None:
+    width, height = PAPER.get(paper, PAPER["A4"])
+    for section in document.sections:
+        section.page_width, section.page_height = width, height
+        section.top_margin, section.bottom_margin = Cm(top), Cm(bottom)
+        section.left_margin, section.right_margin = Cm(left), Cm(right)
+
+
+def text_width(document) -> int:
+    s = document.sections[-1]
+    return int(s.page_width - s.left_margin - s.right_margin)
+
+
+def add_field(paragraph, instruction: str, placeholder: str = "") -> None:
+    """A complex field (PAGE, NUMPAGES, TOC ...); Word/LibreOffice compute it when laying out."""
+    def fld(kind: str) -> object:
+        el = OxmlElement("w:fldChar")
+        el.set(qn("w:fldCharType"), kind)
+        return el
+
+    run = paragraph.add_run()
+    run._r.append(fld("begin"))
+    instr = OxmlElement("w:instrText")
+    instr.set(qn("xml:space"), "preserve")
+    instr.text = f" {instruction} "
+    run = paragraph.add_run()
+    run._r.append(instr)
+    run = paragraph.add_run()
+    run._r.append(fld("separate"))
+    if placeholder:
+        paragraph.add_run(placeholder)
+    run = paragraph.add_run()
+    run._r.append(fld("end"))
+
+
+def add_page_numbers(document, size: float = 9.0) -> None:
+    for section in document.sections:
+        para = section.footer.paragraphs[0] if section.footer.paragraphs else section.footer.add_paragraph()
+        para.alignment = 1  # center
+        para.paragraph_format.first_line_indent = 0
+        add_field(para, "PAGE", "1")
+        for run in para.runs:
+            run.font.size = Pt(size)
+
+
+def page_break(document) -> None:
+    document.add_paragraph().add_run().add_break(WD_BREAK.PAGE)
+
+
+def bottom_border(paragraph, size_eighths: int = 6, color: str = "000000") -> None:
+    ppr = paragraph._p.get_or_add_pPr()
+    borders = OxmlElement("w:pBdr")
+    bottom = OxmlElement("w:bottom")
+    for k, v in (("w:val", "single"), ("w:sz", str(size_eighths)), ("w:space", "1"), ("w:color", color)):
+        bottom.set(qn(k), v)
+    borders.append(bottom)
+    ppr.append(borders)
+
+
+def keep_with_next(paragraph) -> None:
+    paragraph.paragraph_format.keep_with_next = True
+
+
+# ---- inline text ------------------------------------------------------------------------------
+
+# Formulas that get real subscripts. A whitelist on purpose: "PM2.5", "V2", "COVID19", "H100"
+# must stay as written.
+CHEM_FORMULAS = (
+    "CO2", "H2O", "H2O2", "CH4", "N2O", "NO2", "SO2", "SO3", "O2", "O3", "N2", "H2", "Cl2", "NH3",
+    "NH4", "H2S", "H2SO4", "HNO3", "H3PO4", "CaCO3", "Na2CO3", "NaHCO3", "Fe2O3", "Fe3O4", "TiO2",
+    "SiO2", "Al2O3", "MnO2", "CeO2", "ZrO2", "Co3O4", "NiO2", "C2H2", "C2H4", "C2H6", "C3H8",
+    "C2H5OH", "CH3OH", "CH3COOH", "C6H6", "C6H12O6", "LiFePO4", "LiCoO2", "LiMn2O4", "Li2CO3",
+    "Li2O", "LiPF6", "MoS2", "WS2", "C3N4", "CO3", "SO4", "PO4", "NO3", "CH3", "CH2",
+)
+_CHEM = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(sorted(map(re.escape, CHEM_FORMULAS), key=len, reverse=True)) + r")(?![A-Za-z0-9])")
+_DIGITS = re.compile(r"(\d+)")
+
+
+def chem_split(span: Span) -> list[Span]:
+    """Split whitelisted formulas in a span so their digits become subscripts."""
+    if span.code or span.sub or span.sup or not _CHEM.search(span.text):
+        return [span]
+    out: list[Span] = []
+    pos = 0
+    for m in _CHEM.finditer(span.text):
+        if m.start() > pos:
+            out.append(Span(span.text[pos:m.start()], span.bold, span.italic, False, False, False, span.link))
+        for part in _DIGITS.split(m.group()):
+            if part:
+                out.append(Span(part, span.bold, span.italic, False, part.isdigit(), False, span.link))
+        pos = m.end()
+    if pos < len(span.text):
+        out.append(Span(span.text[pos:], span.bold, span.italic, False, False, False, span.link))
+    return out
+
+
+def _hyperlink(paragraph, url: str) -> object:
+    r_id = paragraph.part.relate_to(url, RT.HYPERLINK, is_external=True)
+    link = OxmlElement("w:hyperlink")
+    link.set(qn("r:id"), r_id)
+    paragraph._p.append(link)
+    return link
+
+
+def add_spans(paragraph, text: str, *, code_font: str = "Consolas", chem: bool = True, size: float | None = None,
+              bold: bool | None = None, link_color: str = "1F4E79") -> None:
+    """Append `text` (inline markdown) to a paragraph as formatted runs."""
+    spans = parse_inline(text)
+    if chem:
+        spans = [piece for s in spans for piece in chem_split(s)]
+    for span in spans:
+        run = paragraph.add_run(span.text)
+        if span.bold or bold:
+            run.bold = True
+        if span.italic:
+            run.italic = True
+        if span.code:
+            set_run_fonts(run, code_font, None)
+        if span.sub:
+            run.font.subscript = True
+        if span.sup:
+            run.font.superscript = True
+        if size is not None:
+            run.font.size = Pt(size)
+        if span.link and re.match(r"^(https?|mailto):", span.link):
+            run.font.underline = True
+            run.font.color.rgb = RGBColor.from_string(link_color)
+            link = _hyperlink(paragraph, span.link)
+            link.append(run._r)  # move the run inside the hyperlink element
+
+
+# ---- tables -----------------------------------------------------------------------------------
+
+def _border(tag: str, val: str = "single", size: int = 4, color: str = "000000") -> object:
+    el = OxmlElement(tag)
+    el.set(qn("w:val"), val)
+    el.set(qn("w:sz"), str(size))
+    el.set(qn("w:space"), "0")
+    el.set(qn("w:color"), color)
+    return el
+
+
+def _tbl_pr(table):
+    return table._tbl.tblPr
+
+
+def set_table_borders(table, style: str = "three-line", color: str = "000000") -> None:
+    """`three-line`: thick top/bottom rules, thin rule under the header (academic style).
+    `grid`: light lines everywhere. `none`: no borders."""
+    tbl_pr = _tbl_pr(table)
+    old = tbl_pr.find(qn("w:tblBorders"))
+    if old is not None:
+        tbl_pr.remove(old)
+    borders = OxmlElement("w:tblBorders")
+    if style == "grid":
+        for tag in ("w:top", "w:left", "w:bottom", "w:right", "w:insideH", "w:insideV"):
+            borders.append(_border(tag, size=4, color=color))
+    elif style == "three-line":
+        borders.append(_border("w:top", size=12, color=color))
+        borders.append(_border("w:bottom", size=12, color=color))
+        for tag in ("w:left", "w:right", "w:insideH", "w:insideV"):
+            borders.append(_border(tag, val="nil"))
+    else:
+        for tag in ("w:top", "w:left", "w:bottom", "w:right", "w:insideH", "w:insideV"):
+            borders.append(_border(tag, val="nil"))
+    tbl_pr.append(borders)
+    if style == "three-line" and len(table.rows) > 1:
+        for cell in table.rows[0].cells:
+            tc_pr = cell._tc.get_or_add_tcPr()
+            tc_borders = OxmlElement("w:tcBorders")
+            tc_borders.append(_border("w:bottom", size=6, color=color))
+            tc_pr.append(tc_borders)
+
+
+def shade_cell(cell, fill: str) -> None:
+    tc_pr = cell._tc.get_or_add_tcPr()
+    shd = OxmlElement("w:shd")
+    shd.set(qn("w:val"), "clear")
+    shd.set(qn("w:color"), "auto")
+    shd.set(qn("w:fill"), fill)
+    tc_pr.append(shd)
+
+
+def repeat_header(row) -> None:
+    tr_pr = row._tr.get_or_add_trPr()
+    el = OxmlElement("w:tblHeader")
+    el.set(qn("w:val"), "true")
+    tr_pr.append(el)
+
+
+def center_table(table) -> None:
+    jc = OxmlElement("w:jc")
+    jc.set(qn("w:val"), "center")
+    _tbl_pr(table).append(jc)
+
+
+NUMERIC = re.compile(r"^[\s+\-−±~≈<>≤≥$¥€£]*[\d.,]+\s*(%|‰|[A-Za-zμ°/²³]{0,6})?\s*$")
+
+
+# ---- images -----------------------------------------------------------------------------------
+
+def picture_width(path: Path, max_width: int, requested: str = "") -> int:
+    """EMU width for an image: the requested share of the text width, else native size capped."""
+    from docx.image.image import Image as DocxImage
+
+    if requested.endswith("%"):
+        return int(max_width * min(float(requested[:-1]), 100.0) / 100.0)
+    if requested.endswith("cm"):
+        return min(int(Cm(float(requested[:-2]))), max_width)
+    if requested.endswith("mm"):
+        return min(int(Cm(float(requested[:-2]) / 10)), max_width)
+    if requested.endswith("in"):
+        return min(int(Emu(int(float(requested[:-2]) * 914400))), max_width)
+    try:
+        native = DocxImage.from_file(str(path)).width
+    except Exception as exc:  # noqa: BLE001 - unreadable image: the caller reports it
+        raise RenderError(f"image {path} cannot be read: {exc}") from None
+    return min(int(native), int(max_width * 0.9))
+
+
+def resolve_asset(path: str, base_dir: Path) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else (base_dir / p)
+
+
+# ---- output -----------------------------------------------------------------------------------
+
+def atomic_save(document, out: Path) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
+    os.close(fd)
+    try:
+        document.save(tmp)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out

@@ -1,0 +1,378 @@
+"""Markdown blocks -> a python-docx Document, driven by a `DocStyle` (one per document profile).
+
+The profiles (`docx_manuscript.PROFILES`, `docx_brief.BRIEF`) only differ in data: fonts, sizes,
+spacing, heading numbering, table look, caption words. The walker is shared so every profile
+handles the same Markdown the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from docx import Document as new_document
+from docx.enum.table import WD_TABLE_ALIGNMENT
+from docx.enum.text import WD_ALIGN_PARAGRAPH, WD_LINE_SPACING
+from docx.shared import Pt, RGBColor
+
+from . import common
+from .mdparse import Code, Document, Heading, Image, ListBlock, PageBreak, Paragraph, Quote, Rule, Table, parse, plain_text
+
+
+@dataclass
+class DocStyle:
+    name: str
+    latin: str = "Times New Roman"
+    east_asia: str = "SimSun"
+    heading_latin: str = "Times New Roman"
+    heading_east_asia: str = "SimHei"
+    code_font: str = "Consolas"
+    size: float = 12.0
+    heading_sizes: tuple[float, ...] = (16.0, 14.0, 12.0, 12.0, 12.0, 12.0)
+    title_size: float = 22.0
+    heading_color: str = "000000"
+    accent: str = "000000"
+    line_spacing: float = 1.5
+    space_after: float = 0.0
+    first_line_chars: float = 2.0  # first-line indent in characters (0 = none)
+    justify: bool = True
+    numbering: str = "auto"  # auto | decimal | chinese | none
+    table_style: str = "three-line"  # three-line | grid
+    table_size: float = 10.5
+    header_fill: str = ""
+    caption_size: float = 10.5
+    paper: str = "A4"
+    margins: tuple[float, float, float, float] = (2.54, 2.54, 3.17, 3.17)  # top, bottom, left, right (cm)
+    page_numbers: bool = True
+    title_rule: bool = False
+
+
+@dataclass
+class RenderReport:
+    out: Path
+    headings: int = 0
+    tables: int = 0
+    figures: int = 0
+    references: int = 0
+    characters: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = (f"wrote {self.out} ({self.headings} headings, {self.tables} tables, {self.figures} figures, "
+                f"{self.references} references, {self.characters} characters)")
+        if self.problems:
+            text += "\nproblems:\n" + "\n".join(f"- {p}" for p in self.problems)
+        return text
+
+
+CN_NUM = "零一二三四五六七八九十"
+REFERENCE_TITLES = re.compile(r"^\s*(参考文献|references|bibliography|引用文献|主要参考文献)\s*$", re.I)
+UNNUMBERED = re.compile(r"^\s*(参考文献|references|bibliography|摘要|abstract|致谢|acknowledg(e)?ments?|附录.*|appendix.*|目录|contents)\s*$", re.I)
+ALREADY_NUMBERED = re.compile(r"^\s*(\d+(\.\d+)*[.、\s]|[一二三四五六七八九十]+[、.．]|[（(][一二三四五六七八九十\d]+[)）]|第[一二三四五六七八九十\d]+[章节部分])")
+REF_PREFIX = re.compile(r"^\s*\[\d+\]\s*")
+
+
+def chinese_number(n: int) -> str:
+    if n <= 10:
+        return CN_NUM[n]
+    if n < 20:
+        return "十" + (CN_NUM[n % 10] if n % 10 else "")
+    return CN_NUM[n // 10] + "十" + (CN_NUM[n % 10] if n % 10 else "")
+
+
+class Numberer:
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.counts = [0] * 7
+
+    def label(self, level: int) -> str:
+        self.counts[level] += 1
+        for deeper in range(level + 1, 7):
+            self.counts[deeper] = 0
+        if self.mode == "decimal":
+            return ".".join(str(self.counts[i]) for i in range(1, level + 1)) + " "
+        if self.mode == "chinese":
+            n = self.counts[level]
+            return {1: f"{chinese_number(n)}、", 2: f"（{chinese_number(n)}）", 3: f"{n}. ", 4: f"（{n}）"}.get(level, "")
+        return ""
+
+
+class DocxWriter:
+    def __init__(self, style: DocStyle, base_dir: Path, cjk: bool) -> None:
+        self.style = style
+        self.base_dir = base_dir
+        self.cjk = cjk
+        self.doc = new_document()
+        self.report: RenderReport | None = None
+        self._setup()
+
+    # ---- styles ---------------------------------------------------------------------------
+    def _setup(self) -> None:
+        st, doc = self.style, self.doc
+        common.set_page(doc, st.paper, *st.margins)
+        common.set_doc_defaults(doc, st.latin, st.east_asia, st.size, "zh-CN")
+        normal = doc.styles["Normal"]
+        common.set_style_fonts(normal, st.latin, st.east_asia, st.size)
+        pf = normal.paragraph_format
+        pf.line_spacing = st.line_spacing
+        pf.line_spacing_rule = WD_LINE_SPACING.MULTIPLE
+        pf.space_after = Pt(st.space_after)
+        pf.space_before = Pt(0)
+        for level in range(1, 7):
+            heading = doc.styles[f"Heading {level}"]
+            size = st.heading_sizes[min(level, len(st.heading_sizes)) - 1]
+            common.set_style_fonts(heading, st.heading_latin, st.heading_east_asia, size, bold=True, italic=False,
+                                   color=st.heading_color)
+            hpf = heading.paragraph_format
+            hpf.space_before = Pt(size * (0.9 if level == 1 else 0.6))
+            hpf.space_after = Pt(size * 0.4)
+            hpf.line_spacing = 1.25
+            hpf.first_line_indent = Pt(0)
+            hpf.keep_with_next = True
+        title = doc.styles["Title"]
+        common.set_style_fonts(title, st.heading_latin, st.heading_east_asia, st.title_size, bold=True, color=st.heading_color)
+        title.paragraph_format.alignment = WD_ALIGN_PARAGRAPH.LEFT if st.title_rule else WD_ALIGN_PARAGRAPH.CENTER
+        title.paragraph_format.space_after = Pt(6)
+        # The default template draws a blue rule under Title: drop it (brief adds its own).
+        ppr = title.element.get_or_add_pPr()
+        for bdr in ppr.findall(common.qn("w:pBdr")):
+            ppr.remove(bdr)
+        caption = doc.styles["Caption"]
+        common.set_style_fonts(caption, st.latin, st.east_asia, st.caption_size, bold=False, italic=False, color="000000")
+        caption.paragraph_format.alignment = WD_ALIGN_PARAGRAPH.CENTER
+        caption.paragraph_format.first_line_indent = Pt(0)
+        caption.paragraph_format.space_before = Pt(3)
+        caption.paragraph_format.space_after = Pt(6)
+        for name in ("List Bullet", "List Bullet 2", "List Bullet 3", "List Number", "Quote"):
+            if name in [s.name for s in doc.styles]:
+                common.set_style_fonts(doc.styles[name], st.latin, st.east_asia, st.size)
+        if st.page_numbers:
+            common.add_page_numbers(doc)
+
+    def _body_format(self, para, indent: bool = True) -> None:
+        pf = para.paragraph_format
+        if self.style.justify:
+            para.alignment = WD_ALIGN_PARAGRAPH.JUSTIFY
+        if indent and self.style.first_line_chars:
+            pf.first_line_indent = Pt(self.style.size * self.style.first_line_chars)
+        else:
+            pf.first_line_indent = Pt(0)
+
+    # ---- document -------------------------------------------------------------------------
+    def render(self, parsed: Document, out: Path) -> RenderReport:
+        report = RenderReport(out=Path(out))
+        self.report = report
+        blocks = list(parsed.blocks)
+        title = parsed.meta.get("title", "")
+        headings = [b for b in blocks if isinstance(b, Heading)]
+        if not title and headings and blocks and blocks[0] is headings[0] and headings[0].level == 1 and \
+                sum(1 for h in headings if h.level == 1) == 1:
+            title = headings[0].text
+            blocks = blocks[1:]
+            headings = headings[1:]
+        top = min((h.level for h in headings), default=1)
+        mode = self.style.numbering
+        if mode == "auto":
+            numbered = any(ALREADY_NUMBERED.match(h.text) for h in headings)
+            mode = "none" if numbered else ("chinese" if self.cjk else "decimal")
+        numberer = Numberer(mode)
+        self._title_block(title, parsed.meta)
+        in_refs = False
+        for block in blocks:
+            if isinstance(block, Heading):
+                level = max(1, block.level - top + 1)
+                in_refs = bool(REFERENCE_TITLES.match(plain_text(block.text)))
+                label = "" if UNNUMBERED.match(plain_text(block.text)) else numberer.label(level)
+                para = self.doc.add_paragraph(style=f"Heading {min(level, 6)}")
+                if label:
+                    para.add_run(label)
+                common.add_spans(para, block.text, chem=True)
+                report.headings += 1
+            elif isinstance(block, Paragraph):
+                if in_refs:
+                    self._reference(block.text)
+                else:
+                    para = self.doc.add_paragraph()
+                    common.add_spans(para, block.text, code_font=self.style.code_font)
+                    self._body_format(para)
+                    report.characters += len(plain_text(block.text))
+            elif isinstance(block, ListBlock):
+                self._list(block, in_refs)
+            elif isinstance(block, Table):
+                self._table(block)
+            elif isinstance(block, Image):
+                self._figure(block)
+            elif isinstance(block, Code):
+                self._code(block)
+            elif isinstance(block, Quote):
+                para = self.doc.add_paragraph()
+                common.add_spans(para, block.text)
+                para.paragraph_format.left_indent = Pt(self.style.size * 2)
+                para.paragraph_format.first_line_indent = Pt(0)
+                for run in para.runs:
+                    run.italic = not self.cjk
+            elif isinstance(block, Rule):
+                common.bottom_border(self.doc.add_paragraph(), 6, "999999")
+            elif isinstance(block, PageBreak):
+                common.page_break(self.doc)
+        common.atomic_save(self.doc, out)
+        return report
+
+    def _title_block(self, title: str, meta: dict[str, str]) -> None:
+        if not title:
+            return
+        para = self.doc.add_paragraph(style="Title")
+        common.add_spans(para, title)
+        if self.style.title_rule:
+            common.bottom_border(para, 12, self.style.accent)
+        subtitle_bits = [meta.get(k, "") for k in ("subtitle", "author", "date") if meta.get(k)]
+        for bit in subtitle_bits:
+            sub = self.doc.add_paragraph()
+            common.add_spans(sub, bit, size=self.style.size)
+            sub.alignment = para.alignment
+            sub.paragraph_format.first_line_indent = Pt(0)
+            for run in sub.runs:
+                run.font.color.rgb = RGBColor.from_string("555555")
+        if meta.get("toc", "").lower() in ("true", "yes", "1"):
+            toc = self.doc.add_paragraph()
+            common.add_field(toc, 'TOC \\o "1-3" \\h \\z \\u', "目录" if self.cjk else "Table of contents")
+            common.page_break(self.doc)
+
+    def _reference(self, text: str) -> None:
+        assert self.report is not None
+        self.report.references += 1
+        para = self.doc.add_paragraph()
+        body = REF_PREFIX.sub("", text)
+        para.add_run(f"[{self.report.references}] ")
+        common.add_spans(para, body, chem=False, size=None)
+        pf = para.paragraph_format
+        pf.left_indent = Pt(self.style.size * 2)
+        pf.first_line_indent = Pt(-self.style.size * 2)
+        for run in para.runs:
+            run.font.size = Pt(self.style.table_size)
+
+    def _list(self, block: ListBlock, in_refs: bool) -> None:
+        assert self.report is not None
+        counters = [0] * 10
+        for item in block.items:
+            if in_refs:
+                self._reference(item.text)
+                continue
+            level = min(item.level, 2)
+            para = self.doc.add_paragraph()
+            pf = para.paragraph_format
+            pf.left_indent = Pt(self.style.size * (2 + 1.5 * level))
+            pf.first_line_indent = Pt(-self.style.size * 1.2)
+            if self.style.justify:
+                para.alignment = WD_ALIGN_PARAGRAPH.JUSTIFY
+            if item.ordered:
+                counters[level] += 1
+                for deeper in range(level + 1, 10):
+                    counters[deeper] = 0
+                para.add_run(f"{counters[level]}.\u00a0")
+            else:
+                para.add_run(("•", "◦", "▪")[level] + "\u00a0")
+            common.add_spans(para, item.text, code_font=self.style.code_font)
+            self.report.characters += len(plain_text(item.text))
+
+    def _caption(self, kind: str, number: int, text: str) -> None:
+        if self.cjk:
+            label = f"{'表' if kind == 'table' else '图'} {number}"
+            sep = "\u2003" if text else ""
+        else:
+            label = f"{'Table' if kind == 'table' else 'Figure'} {number}"
+            sep = ". " if text else ""
+        para = self.doc.add_paragraph(style="Caption")
+        run = para.add_run(label + sep)
+        run.bold = True
+        common.add_spans(para, text)
+        if kind == "table":
+            common.keep_with_next(para)
+
+    def _table(self, block: Table) -> None:
+        assert self.report is not None
+        self.report.tables += 1
+        if block.caption or self.style.table_style == "three-line":
+            self._caption("table", self.report.tables, block.caption)
+        ncols = max(1, len(block.header))
+        table = self.doc.add_table(rows=1 + len(block.rows), cols=ncols)
+        table.alignment = WD_TABLE_ALIGNMENT.CENTER
+        common.center_table(table)
+        for r, row in enumerate([block.header, *block.rows]):
+            for c in range(ncols):
+                value = row[c] if c < len(row) else ""
+                cell = table.cell(r, c)
+                para = cell.paragraphs[0]
+                common.add_spans(para, value, bold=(r == 0) or None, size=self.style.table_size,
+                                 code_font=self.style.code_font)
+                pf = para.paragraph_format
+                pf.first_line_indent = Pt(0)
+                pf.line_spacing = 1.15
+                pf.space_after = Pt(0)
+                align = block.align[c] if c < len(block.align) else "left"
+                if r == 0 or align == "center":
+                    para.alignment = WD_ALIGN_PARAGRAPH.CENTER
+                elif align == "right" or common.NUMERIC.match(plain_text(value) or "x"):
+                    para.alignment = WD_ALIGN_PARAGRAPH.CENTER if self.style.table_style == "three-line" else WD_ALIGN_PARAGRAPH.RIGHT
+                else:
+                    para.alignment = WD_ALIGN_PARAGRAPH.LEFT
+                if r == 0 and self.style.header_fill:
+                    common.shade_cell(cell, self.style.header_fill)
+        common.repeat_header(table.rows[0])
+        common.set_table_borders(table, self.style.table_style)
+        spacer = self.doc.add_paragraph()
+        spacer.paragraph_format.space_after = Pt(0)
+        spacer.paragraph_format.line_spacing = 1.0
+
+    def _figure(self, block: Image) -> None:
+        assert self.report is not None
+        path = common.resolve_asset(block.path, self.base_dir)
+        if not path.is_file():
+            self.report.problems.append(f"figure image not found: {block.path} (looked at {path})")
+            para = self.doc.add_paragraph(f"[missing figure: {block.path}]")
+            para.alignment = WD_ALIGN_PARAGRAPH.CENTER
+            return
+        try:
+            width = common.picture_width(path, common.text_width(self.doc), block.width)
+            para = self.doc.add_paragraph()
+            para.alignment = WD_ALIGN_PARAGRAPH.CENTER
+            para.paragraph_format.first_line_indent = Pt(0)
+            para.paragraph_format.line_spacing = 1.0
+            common.keep_with_next(para)
+            para.add_run().add_picture(str(path), width=width)
+        except Exception as exc:  # noqa: BLE001 - a broken image is reported, the document still renders
+            self.report.problems.append(f"figure image {block.path} could not be embedded: {exc}")
+            return
+        self.report.figures += 1
+        self._caption("figure", self.report.figures, block.caption)
+
+    def _code(self, block: Code) -> None:
+        for line in block.text.split("\n") or [""]:
+            para = self.doc.add_paragraph()
+            run = para.add_run(line or "\u00a0")
+            common.set_run_fonts(run, self.style.code_font, self.style.east_asia)
+            run.font.size = Pt(max(self.style.size - 2, 8))
+            pf = para.paragraph_format
+            pf.first_line_indent = Pt(0)
+            pf.left_indent = Pt(self.style.size)
+            pf.line_spacing = 1.0
+            pf.space_after = Pt(0)
+
+
+def render_docx(source: str | Document, out: Path, style: DocStyle, base_dir: Path | None = None,
+                **overrides: object) -> RenderReport:
+    """Render Markdown text (or a parsed Document) to `out` with `style` (+ field overrides)."""
+    parsed = parse(source) if isinstance(source, str) else source
+    meta = parsed.meta
+    fields_from_meta = {
+        "numbering": meta.get("numbering"),
+        "east_asia": meta.get("cjk_font") or meta.get("east_asia_font"),
+        "latin": meta.get("latin_font"),
+    }
+    merged = {k: v for k, v in fields_from_meta.items() if v}
+    merged.update({k: v for k, v in overrides.items() if v is not None})
+    if merged:
+        style = replace(style, **merged)  # type: ignore[arg-type]
+    writer = DocxWriter(style, Path(base_dir or "."), parsed.is_cjk)
+    return writer.render(parsed, Path(out))

@@ -1,0 +1,346 @@
+"""The skill registry (seed 003 §3.5): progressive disclosure over ordered sources.
+
+Sources, in order: the built-in skills (`<repo>/skills`, read-only, shipped with the code) and the
+user's own (`<user_root>/.skills`, writable through `save_skill` / `fork_skill`). A later source
+wins on a name clash — a user's copy replaces the built-in of the same name for that user only —
+and the override is marked, never silent. A skill that fails to load (bad frontmatter, missing
+description, unreadable file) goes into `load_errors`, which the system prompt shows so the user
+can fix it; it never breaks the scan.
+
+A skill is a folder `<name>/SKILL.md` (YAML frontmatter `name`, `description`, optional `model`)
+plus optional `references/` (read on demand), `scripts/` (run in the sandbox) and `assets/`.
+Frontmatter `model:` is honoured for built-in skills only (a user could otherwise pick any model
+by writing one line); see `tools/skill_tools.py`.
+
+Sandbox paths: built-in skills are mounted read-only at `SANDBOX_SKILLS_DIR` (default
+`/sandbox/skills`, env `ZCBOT_SANDBOX_SKILLS_DIR`), the platform rendering package at
+`SANDBOX_RENDERING_DIR` (`/sandbox/rendering`); user skills are inside the user root, so the
+sandbox sees them at `/workspace/.skills/<name>`. The built-in folder on the host is
+`ZCBOT_SKILLS_DIR` or `<repo>/skills`.
+
+The task "constitution" convention (seed 003 §7.9) lives here too because skills share it:
+`constitution_block` is the prompt paragraph, `constitution_filename` the name rule.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+import yaml
+
+from zcbot_core.config import REPO_ROOT
+from zcbot_core.paths import PathRejected, validate_task_name
+
+SKILL_FILE = "SKILL.md"
+USER_SKILLS_DIRNAME = ".skills"
+SANDBOX_WORKSPACE = "/workspace"
+MAX_SKILL_BYTES = 256 * 1024
+MAX_DESCRIPTION = 1024
+MAX_SKILLS_PER_SOURCE = 200
+SUPPORT_DIRS = ("references", "scripts", "assets")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+def builtin_skills_dir() -> Path:
+    return Path(os.environ.get("ZCBOT_SKILLS_DIR") or (REPO_ROOT / "skills")).resolve()
+
+
+def sandbox_skills_dir() -> str:
+    return os.environ.get("ZCBOT_SANDBOX_SKILLS_DIR", "/sandbox/skills").rstrip("/")
+
+
+def sandbox_rendering_dir() -> str:
+    return os.environ.get("ZCBOT_SANDBOX_RENDERING_DIR", "/sandbox/rendering").rstrip("/")
+
+
+class SkillFormatError(ValueError):
+    """A SKILL.md (or a skill name) that is not acceptable; the message says what to fix."""
+
+
+def validate_skill_name(name: str) -> str:
+    """Skill names: 1-64 of lowercase letters, digits, '-' and '_', starting with a letter/digit."""
+    try:
+        name = validate_task_name(name, "skill name")
+    except PathRejected as exc:
+        raise SkillFormatError(str(exc)) from None
+    if not _NAME.match(name):
+        raise SkillFormatError(
+            f"skill name {name!r} must be 1-64 characters of lowercase letters, digits, '-' or '_', starting with a letter or digit"
+        )
+    return name
+
+
+def parse_skill_md(text: str) -> tuple[dict, str]:
+    """(frontmatter, body) of a SKILL.md; raises SkillFormatError saying what is wrong."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.replace("\r\n", "\n").split("\n")
+    if not lines or lines[0].strip() != "---":
+        raise SkillFormatError("SKILL.md must start with YAML frontmatter between '---' lines (name, description)")
+    try:
+        end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
+    except StopIteration:
+        raise SkillFormatError("the frontmatter is not closed: add a '---' line after it") from None
+    try:
+        meta = yaml.safe_load("\n".join(lines[1:end])) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 2})" if mark is not None else ""
+        raise SkillFormatError(f"the frontmatter is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(meta, dict):
+        raise SkillFormatError("the frontmatter must be a YAML mapping (key: value lines)")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SkillFormatError("the frontmatter needs `name:`")
+    validate_skill_name(name.strip())
+    description = meta.get("description")
+    if not isinstance(description, str) or not description.strip():
+        raise SkillFormatError("the frontmatter needs a non-empty `description:` (it decides when the skill is used)")
+    if len(description) > MAX_DESCRIPTION:
+        raise SkillFormatError(f"`description` is {len(description)} characters; keep it under {MAX_DESCRIPTION}")
+    model = meta.get("model")
+    if model is not None and not isinstance(model, str):
+        raise SkillFormatError("`model:` must be a model profile name (a string)")
+    meta["name"] = name.strip()
+    meta["description"] = " ".join(description.split())
+    return meta, "\n".join(lines[end + 1:]).strip("\n")
+
+
+@dataclass(frozen=True)
+class SkillSource:
+    kind: str  # builtin | user
+    root: Path
+    sandbox_root: str | None  # how the sandbox sees `root` (None: not reachable from the sandbox)
+
+    @property
+    def writable(self) -> bool:
+        return self.kind == "user"
+
+
+@dataclass
+class Skill:
+    name: str
+    description: str
+    source: str  # builtin | user
+    folder: Path
+    body: str
+    meta: dict
+    sandbox_dir: str | None = None
+    overrides: bool = False  # a user skill replacing a built-in of the same name
+
+    @property
+    def model(self) -> str | None:
+        """The model profile this skill asks for (built-in skills only)."""
+        value = self.meta.get("model")
+        return value.strip() if self.source == "builtin" and isinstance(value, str) and value.strip() else None
+
+    def files(self) -> list[str]:
+        """Support files (relative posix paths) under references/, scripts/ and assets/."""
+        out: list[str] = []
+        for sub in SUPPORT_DIRS:
+            base = self.folder / sub
+            if not base.is_dir() or base.is_symlink():
+                continue
+            for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
+                for name in sorted(filenames):
+                    if name.startswith(".") or name.endswith(".pyc"):
+                        continue
+                    rel = (Path(dirpath) / name).relative_to(self.folder).as_posix()
+                    out.append(rel)
+                    if len(out) >= 200:
+                        return out
+        return out
+
+    def sandbox_path(self, rel: str) -> str | None:
+        return f"{self.sandbox_dir}/{rel}" if self.sandbox_dir else None
+
+
+@dataclass
+class LoadError:
+    source: str
+    path: str  # shown to the user: `.skills/<name>/SKILL.md` for user skills
+    error: str
+
+    def line(self) -> str:
+        return f"{self.path}: {self.error}"
+
+
+def _inside(path: Path, root: Path) -> bool:
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip("/") + "/")
+
+
+def read_text_safely(path: Path, root: Path, limit: int = MAX_SKILL_BYTES) -> str:
+    """Read a file that must stay inside `root` (no symlinks out), at most `limit` bytes, as UTF-8."""
+    if path.is_symlink() or not _inside(path, root):
+        raise SkillFormatError("is a symlink or lies outside the skill folder; only plain files are read")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise SkillFormatError(f"is larger than {limit // 1024} KB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SkillFormatError("is not UTF-8 text") from None
+
+
+@dataclass
+class SkillRegistry:
+    sources: list[SkillSource]
+    skills: dict[str, Skill] = field(default_factory=dict)
+    load_errors: list[LoadError] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.reload()
+
+    def reload(self) -> "SkillRegistry":
+        self.skills, self.load_errors = {}, []
+        for source in self.sources:
+            for skill in self._scan(source):
+                previous = self.skills.get(skill.name)
+                if previous is not None:
+                    skill.overrides = previous.source == "builtin" or previous.overrides
+                self.skills[skill.name] = skill
+        return self
+
+    def _display(self, source: SkillSource, folder: Path) -> str:
+        if source.kind == "user":
+            return f"{USER_SKILLS_DIRNAME}/{folder.name}/{SKILL_FILE}"
+        return f"skills/{folder.name}/{SKILL_FILE}"
+
+    def _scan(self, source: SkillSource) -> list[Skill]:
+        root = source.root
+        found: list[Skill] = []
+        if not root.exists():
+            return found
+        if root.is_symlink() or not root.is_dir():
+            self.load_errors.append(LoadError(source.kind, str(root.name), "the skills folder is not a plain folder; ignored"))
+            return found
+        try:
+            entries = sorted(root.iterdir(), key=lambda p: p.name)
+        except OSError as exc:
+            self.load_errors.append(LoadError(source.kind, root.name, f"cannot be listed: {exc.strerror}"))
+            return found
+        for folder in entries[:MAX_SKILLS_PER_SOURCE]:
+            if folder.name.startswith((".", "_")) or not folder.is_dir():
+                continue
+            shown = self._display(source, folder)
+            try:
+                if folder.is_symlink() or not _inside(folder, root):
+                    raise SkillFormatError("the skill folder is a symlink; only plain folders are loaded")
+                skill_md = folder / SKILL_FILE
+                if not skill_md.exists():
+                    raise SkillFormatError("missing (every skill folder needs a SKILL.md)")
+                meta, body = parse_skill_md(read_text_safely(skill_md, folder))
+                if meta["name"] != folder.name:
+                    raise SkillFormatError(f"`name: {meta['name']}` does not match its folder name `{folder.name}`")
+            except (SkillFormatError, OSError) as exc:
+                message = str(exc) if isinstance(exc, SkillFormatError) else f"cannot be read: {exc.strerror or exc}"
+                self.load_errors.append(LoadError(source.kind, shown, message))
+                continue
+            sandbox_dir = f"{source.sandbox_root}/{folder.name}" if source.sandbox_root else None
+            found.append(Skill(meta["name"], meta["description"], source.kind, folder, body, meta, sandbox_dir))
+        return found
+
+    def get(self, name: str) -> Skill | None:
+        return self.skills.get(name)
+
+    def list(self) -> list[Skill]:
+        return [self.skills[k] for k in sorted(self.skills)]
+
+    def builtin(self, name: str) -> Skill | None:
+        """The built-in skill of that name even when the user overrides it (for fork_skill)."""
+        for source in self.sources:
+            if source.kind == "builtin":
+                folder = source.root / name
+                if (folder / SKILL_FILE).is_file():
+                    try:
+                        meta, body = parse_skill_md(read_text_safely(folder / SKILL_FILE, folder))
+                    except (SkillFormatError, OSError):
+                        return None
+                    sandbox_dir = f"{source.sandbox_root}/{name}" if source.sandbox_root else None
+                    return Skill(meta["name"], meta["description"], "builtin", folder, body, meta, sandbox_dir)
+        return None
+
+    @property
+    def user_root_dir(self) -> Path | None:
+        for source in self.sources:
+            if source.kind == "user":
+                return source.root
+        return None
+
+
+def registry_for_user(user_root: Path | None, builtin_dir: Path | None = None,
+                      builtin_sandbox_root: str | None = None) -> SkillRegistry:
+    """Built-in skills + the user's `.skills` (when `user_root` is given)."""
+    sources = [SkillSource("builtin", Path(builtin_dir or builtin_skills_dir()), builtin_sandbox_root or sandbox_skills_dir())]
+    if user_root is not None:
+        sources.append(SkillSource("user", Path(user_root) / USER_SKILLS_DIRNAME,
+                                   f"{SANDBOX_WORKSPACE}/{USER_SKILLS_DIRNAME}"))
+    return SkillRegistry(sources)
+
+
+def discovery_block(registry: SkillRegistry) -> str:
+    """The system-prompt section listing skills (name + description) and load errors."""
+    lines = ["## Skills",
+             "Skills are playbooks for a kind of work. When the user's request matches a skill's description, "
+             "call `load_skill` with its name before you start, and follow it; its reference files are read "
+             "with `read_skill_file` when you need them."]
+    skills = registry.list()
+    if skills:
+        for skill in skills:
+            mark = ""
+            if skill.source == "user":
+                mark = " (the user's own version, replacing the built-in one)" if skill.overrides else " (the user's own skill)"
+            lines.append(f"- {skill.name}{mark}: {skill.description}")
+    else:
+        lines.append("- (no skills are installed)")
+    lines.append(f"The user's own skills live in `{SANDBOX_WORKSPACE}/{USER_SKILLS_DIRNAME}/<name>/`; create or change "
+                 "them only with `save_skill`, and start from a built-in one with `fork_skill`.")
+    if registry.load_errors:
+        lines.append("")
+        lines.append("These skills could not be loaded; tell the user what is wrong so they can fix it "
+                     "(with `save_skill` if they ask you to):")
+        lines.extend(f"- {err.line()}" for err in registry.load_errors)
+    return "\n".join(lines)
+
+
+# ---- task constitution files (seed 003 §7.9) -------------------------------------------------
+
+def short_id(task_id: str) -> str:
+    """The stable 8-hex anchor of a task (its id without dashes, first 8 characters)."""
+    return task_id.replace("-", "").lower()[:8]
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[\s/\\:*?\"<>|]+", "-", name.strip()).strip("-.")
+    return slug[:60] or "task"
+
+
+def constitution_filename(task_id: str, task_name: str, base: str = "spec", day: date | None = None) -> str:
+    """`<date>-<short_id>-<name>.<base>.md`; the current one is the greatest name matching
+    `*-<short_id>-*.<base>.md` (dates sort), a re-scoped spec is a new dated file."""
+    return f"{(day or date.today()).isoformat()}-{short_id(task_id)}-{_slug(task_name)}.{base}.md"
+
+
+def constitution_block(task_id: str, task_name: str, day: date | None = None) -> str:
+    """Prompt paragraph telling the agent how this task's constitution files are named."""
+    sid = short_id(task_id)
+    example = constitution_filename(task_id, task_name, "spec", day)
+    return (
+        "## This task's constitution files\n"
+        "Several tasks can share this folder, so the documents that bind only this task (the confirmed "
+        "spec, requirements, outline) carry this task's id in their file name: "
+        f"`<date>-{sid}-<name>.<kind>.md`, for example `{example}`. The current one of a kind is the "
+        f"file matching `*-{sid}-*.<kind>.md` whose name sorts last. When the user changes direction, "
+        "write a new file with today's date (the older one stays as history); never rename these files, "
+        "and leave other tasks' files alone. Shared material (sources, sections, figures) is not a "
+        "constitution file and keeps ordinary names."
+    )

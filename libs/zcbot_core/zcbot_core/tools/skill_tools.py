@@ -1,0 +1,377 @@
+"""Host-side skill tools (seed 003 §3.5, §7.5 #6): load_skill, read_skill_file, save_skill, fork_skill.
+
+They run in the runner, not in the sandbox: loading is a lookup in the registry, and authoring
+writes `<user_root>/.skills/<name>/` directly (validated, atomic, never through a symlink), so it
+works the same whatever sandbox backend the executor uses.
+
+- `load_skill(name)`: the SKILL.md body plus the skill's files with their sandbox paths
+  (`{{skill_dir}}` and `{{rendering_dir}}` in the body are replaced by the sandbox paths). When a
+  built-in skill's frontmatter has `model: <profile>`, `on_model_switch(profile)` is called — the
+  single place a skill switches the model (the runner swaps the profile for the rest of the run and
+  persists it on the task). It may return False (or raise) to refuse, and the result then says the
+  model stays. A user skill's `model:` is ignored, and the result says so.
+- `read_skill_file(name, path)`: a reference (or script) of a skill, read on demand. References are
+  read through this tool rather than the sandbox `read` tool, because the sandbox fs tools only
+  reach `/workspace`, not the read-only skills mount.
+- `save_skill(name, content, path?)`: writes the user's `.skills/<name>/SKILL.md` (validated
+  frontmatter; the name must match) or a support file under references/, scripts/ or assets/.
+- `fork_skill(name, new_name?)`: copies a built-in skill (all its files) into the user's `.skills`,
+  as `new_name` when given (its frontmatter name is rewritten) — the user's copy then replaces the
+  built-in of the same name for this user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zcbot_core.paths import PathRejected, normalize_rel
+from zcbot_core.skills import (
+    MAX_SKILL_BYTES,
+    SKILL_FILE,
+    SUPPORT_DIRS,
+    USER_SKILLS_DIRNAME,
+    Skill,
+    SkillFormatError,
+    SkillRegistry,
+    parse_skill_md,
+    read_text_safely,
+    sandbox_rendering_dir,
+    validate_skill_name,
+)
+from zcbot_core.tools.results import ToolOutcome
+
+ModelSwitch = Callable[[str], "Awaitable[bool | None] | bool | None"]
+HostHandler = Callable[[dict[str, Any]], Awaitable[ToolOutcome]]
+MAX_FORK_FILES = 500
+MAX_FORK_BYTES = 20 * 1024 * 1024
+
+
+@dataclass
+class SkillHostTool:
+    """Same shape as the runner's `HostTool` (schema + async handler); kept here so zcbot_core
+    does not import the runner."""
+
+    schema: dict[str, Any]
+    handler: HostHandler
+
+
+def _schema(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": properties, "required": required, "additionalProperties": False}}}
+
+
+SCHEMAS = {
+    "load_skill": _schema(
+        "load_skill",
+        "Load a skill's full instructions (and the list of its reference files and scripts) by name. "
+        "Call it before starting work that matches a skill's description.",
+        {"name": {"type": "string", "description": "the skill name, as listed under Skills"}}, ["name"]),
+    "read_skill_file": _schema(
+        "read_skill_file",
+        "Read one of a skill's files (e.g. references/outline_format.md) when its instructions point to it.",
+        {"name": {"type": "string", "description": "the skill name"},
+         "path": {"type": "string", "description": "path inside the skill folder, e.g. references/x.md"}}, ["name", "path"]),
+    "save_skill": _schema(
+        "save_skill",
+        "Create or replace one of the user's own skills: `content` is the whole SKILL.md (YAML frontmatter "
+        "with name and description, then the instructions). With `path`, saves a support file of that skill "
+        "instead (under references/, scripts/ or assets/). Only when the user asks for a skill to be created or changed.",
+        {"name": {"type": "string", "description": "skill name: lowercase letters, digits, '-' or '_'"},
+         "content": {"type": "string", "description": "the file's full text"},
+         "path": {"type": "string", "description": "optional: a support file path such as references/style.md (default SKILL.md)"}},
+        ["name", "content"]),
+    "fork_skill": _schema(
+        "fork_skill",
+        "Copy a built-in skill with all its files into the user's own skills so it can be changed with save_skill. "
+        "Without new_name the copy keeps the name and replaces the built-in skill for this user.",
+        {"name": {"type": "string", "description": "the built-in skill to copy"},
+         "new_name": {"type": "string", "description": "optional name for the copy"}}, ["name"]),
+}
+
+
+# ---- filesystem helpers (the user's folder is written by sandboxed code: trust nothing) --------
+
+def _owner_of(path: Path) -> tuple[int, int] | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_uid, st.st_gid
+
+
+def _chown(path: Path, owner: tuple[int, int] | None) -> None:
+    if owner is not None:
+        try:
+            os.chown(path, *owner, follow_symlinks=False)
+        except OSError:
+            pass
+
+
+def _safe_dir(root: Path, parts: list[str], owner: tuple[int, int] | None) -> Path:
+    """mkdir -p root/parts..., refusing any symlink on the way."""
+    current = root
+    if current.is_symlink():
+        raise SkillFormatError(f"{current.name} is a symlink; refusing to write through it")
+    current.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        current = current / part
+        if current.is_symlink():
+            raise SkillFormatError(f"{part} is a symlink; refusing to write through it")
+        if not current.exists():
+            current.mkdir()
+            _chown(current, owner)
+        elif not current.is_dir():
+            raise SkillFormatError(f"{part} exists and is not a folder")
+    return current
+
+
+def atomic_write(path: Path, data: bytes, owner: tuple[int, int] | None) -> None:
+    if path.is_symlink():
+        raise SkillFormatError(f"{path.name} is a symlink; refusing to overwrite it")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        _chown(Path(tmp), owner)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _support_path(path: str) -> str:
+    try:
+        rel = normalize_rel(path, allow_empty=False, allow_hidden=False)
+    except PathRejected as exc:
+        raise SkillFormatError(str(exc)) from None
+    if rel == SKILL_FILE:
+        return rel
+    if rel.split("/", 1)[0] not in SUPPORT_DIRS or "/" not in rel:
+        raise SkillFormatError(f"path must be SKILL.md or lie under {', '.join(d + '/' for d in SUPPORT_DIRS)}")
+    return rel
+
+
+def _rename_frontmatter(text: str, new_name: str) -> str:
+    head, sep, rest = text.partition("\n---")
+    head = re.sub(r"(?m)^name:.*$", f"name: {new_name}", head, count=1)
+    return head + sep + rest
+
+
+# ---- the tools -------------------------------------------------------------------------------
+
+class SkillTools:
+    def __init__(self, registry: SkillRegistry, user_root: Path, on_model_switch: ModelSwitch | None = None) -> None:
+        self.registry = registry
+        self.user_root = Path(user_root)
+        self.on_model_switch = on_model_switch
+
+    @property
+    def skills_root(self) -> Path:
+        return self.registry.user_root_dir or (self.user_root / USER_SKILLS_DIRNAME)
+
+    def _unknown(self, name: str) -> ToolOutcome:
+        names = ", ".join(s.name for s in self.registry.list()) or "(none)"
+        return ToolOutcome.failure(f"there is no skill named {name!r}; available skills: {names}")
+
+    @staticmethod
+    def _fill(text: str, skill: Skill) -> str:
+        return (text.replace("{{skill_dir}}", skill.sandbox_dir or str(skill.folder))
+                    .replace("{{rendering_dir}}", sandbox_rendering_dir()))
+
+    async def load_skill(self, args: dict[str, Any]) -> ToolOutcome:
+        name = str(args.get("name") or "").strip()
+        skill = self.registry.get(name)
+        if skill is None:
+            await asyncio.to_thread(self.registry.reload)  # a skill saved moments ago
+            skill = self.registry.get(name)
+        if skill is None:
+            return self._unknown(name)
+        origin = {"builtin": "built-in"}.get(skill.source, "the user's own")
+        if skill.overrides:
+            origin += ", replacing the built-in skill of the same name"
+        lines = [f"# Skill `{skill.name}` ({origin})"]
+        if skill.sandbox_dir:
+            ro = " (read-only)" if skill.source == "builtin" else ""
+            lines.append(f"Folder in the sandbox{ro}: {skill.sandbox_dir}")
+        files = await asyncio.to_thread(skill.files)
+        if files:
+            lines.append("Files (read references with `read_skill_file`; run scripts by their sandbox path):")
+            for rel in files:
+                shown = skill.sandbox_path(rel)
+                lines.append(f"- {rel}" + (f"  ->  {shown}" if shown and rel.startswith("scripts/") else ""))
+        lines.append(f"Document rendering (Markdown -> docx/pdf, office -> pdf): python {sandbox_rendering_dir()}/render.py --help")
+        requested = skill.meta.get("model")
+        if skill.model:
+            lines.append(await self._switch(skill.model))
+        elif requested and skill.source == "user":
+            lines.append("Note: this skill's `model:` line is ignored (only built-in skills choose a model).")
+        lines.append("")
+        lines.append(self._fill(skill.body, skill))
+        return ToolOutcome.make(True, "\n".join(lines))
+
+    async def _switch(self, profile: str) -> str:
+        if self.on_model_switch is None:
+            return f"Model: this skill prefers model profile `{profile}`, but switching is not available here; continuing with the current model."
+        try:
+            result = self.on_model_switch(profile)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:  # noqa: BLE001 - a failed switch degrades to the current model
+            return f"Model: switching to `{profile}` failed ({exc}); continuing with the current model."
+        if result is False:
+            return f"Model: this skill prefers `{profile}`, which is not available; continuing with the current model."
+        return f"Model: switched to profile `{profile}` for the rest of this task (this skill works best with it)."
+
+    async def read_skill_file(self, args: dict[str, Any]) -> ToolOutcome:
+        name = str(args.get("name") or "").strip()
+        skill = self.registry.get(name)
+        if skill is None:
+            return self._unknown(name)
+        try:
+            rel = _support_path(str(args.get("path") or ""))
+            target = skill.folder / rel
+            if not target.is_file():
+                files = ", ".join(skill.files()) or "(none)"
+                return ToolOutcome.failure(f"skill `{name}` has no file {rel!r}; its files: {files}")
+            text = await asyncio.to_thread(read_text_safely, target, skill.folder, 4 * MAX_SKILL_BYTES)
+        except SkillFormatError as exc:
+            return ToolOutcome.failure(f"{args.get('path')!r}: {exc}")
+        except OSError as exc:
+            return ToolOutcome.failure(f"cannot read {args.get('path')!r}: {exc.strerror or exc}")
+        return ToolOutcome.make(True, self._fill(text, skill))
+
+    async def save_skill(self, args: dict[str, Any]) -> ToolOutcome:
+        try:
+            name = validate_skill_name(str(args.get("name") or ""))
+            content = args.get("content")
+            if not isinstance(content, str) or not content.strip():
+                raise SkillFormatError("content must be the file's full text")
+            if len(content.encode("utf-8")) > MAX_SKILL_BYTES:
+                raise SkillFormatError(f"content is larger than {MAX_SKILL_BYTES // 1024} KB")
+            rel = _support_path(str(args.get("path") or SKILL_FILE))
+            if rel == SKILL_FILE:
+                meta, _ = parse_skill_md(content)
+                if meta["name"] != name:
+                    raise SkillFormatError(f"the frontmatter says `name: {meta['name']}` but the skill is saved as {name!r}; make them equal")
+            elif not (self.skills_root / name / SKILL_FILE).is_file():
+                raise SkillFormatError(f"save {name}'s SKILL.md first (or fork a built-in skill), then its support files")
+            await asyncio.to_thread(self._write, name, rel, content)
+        except SkillFormatError as exc:
+            return ToolOutcome.failure(f"skill not saved: {exc}")
+        except OSError as exc:
+            return ToolOutcome.failure(f"skill not saved: {exc.strerror or exc}")
+        await asyncio.to_thread(self.registry.reload)
+        skill = self.registry.get(name)
+        note = ""
+        if skill is not None and skill.overrides:
+            note = f" It replaces the built-in `{name}` skill for this user."
+        return ToolOutcome.make(True, f"saved {USER_SKILLS_DIRNAME}/{name}/{rel} (sandbox path /workspace/{USER_SKILLS_DIRNAME}/{name}/{rel}).{note}")
+
+    def _write(self, name: str, rel: str, content: str) -> None:
+        owner = _owner_of(self.user_root)
+        root = self.skills_root
+        if not root.exists():
+            root.mkdir(parents=True)
+            _chown(root, owner)
+        parts = [name, *rel.split("/")[:-1]]
+        folder = _safe_dir(root, parts, owner)
+        atomic_write(folder / rel.split("/")[-1], content.encode("utf-8"), owner)
+
+    async def fork_skill(self, args: dict[str, Any]) -> ToolOutcome:
+        try:
+            name = str(args.get("name") or "").strip()
+            new_name = validate_skill_name(str(args.get("new_name") or name))
+            source = self.registry.builtin(name)
+            if source is None:
+                current = self.registry.get(name)
+                if current is None:
+                    return self._unknown(name)
+                if new_name == name:
+                    raise SkillFormatError(f"`{name}` is already the user's own skill; give new_name to copy it")
+                source = current
+            dest = self.skills_root / new_name
+            if dest.exists() or dest.is_symlink():
+                raise SkillFormatError(f"{USER_SKILLS_DIRNAME}/{new_name} already exists; change it with save_skill or fork to another new_name")
+            count = await asyncio.to_thread(self._copy, source, new_name)
+        except SkillFormatError as exc:
+            return ToolOutcome.failure(f"skill not forked: {exc}")
+        except OSError as exc:
+            return ToolOutcome.failure(f"skill not forked: {exc.strerror or exc}")
+        await asyncio.to_thread(self.registry.reload)
+        skill = self.registry.get(new_name)
+        note = " It now replaces the built-in skill for this user." if skill is not None and skill.overrides else ""
+        return ToolOutcome.make(True, (
+            f"forked `{name}` to {USER_SKILLS_DIRNAME}/{new_name} ({count} files; sandbox path "
+            f"/workspace/{USER_SKILLS_DIRNAME}/{new_name}).{note} Change it with save_skill."))
+
+    def _copy(self, source: Skill, new_name: str) -> int:
+        owner = _owner_of(self.user_root)
+        root = self.skills_root
+        if root.is_symlink():
+            raise SkillFormatError(f"{USER_SKILLS_DIRNAME} is a symlink; refusing to write through it")
+        if not root.exists():
+            root.mkdir(parents=True)
+            _chown(root, owner)
+        staging = Path(tempfile.mkdtemp(prefix=f".fork-{new_name}-", dir=str(root)))
+        try:
+            count, total = 0, 0
+            for dirpath, dirnames, filenames in os.walk(source.folder, followlinks=False):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+                rel_dir = Path(dirpath).relative_to(source.folder)
+                (staging / rel_dir).mkdir(parents=True, exist_ok=True)
+                for fname in filenames:
+                    src = Path(dirpath) / fname
+                    if fname.startswith(".") or fname.endswith(".pyc") or src.is_symlink() or not src.is_file():
+                        continue
+                    count += 1
+                    total += src.stat().st_size
+                    if count > MAX_FORK_FILES or total > MAX_FORK_BYTES:
+                        raise SkillFormatError("the skill is too large to copy")
+                    shutil.copy2(src, staging / rel_dir / fname, follow_symlinks=False)
+            skill_md = staging / SKILL_FILE
+            if new_name != source.name:
+                skill_md.write_text(_rename_frontmatter(skill_md.read_text(encoding="utf-8"), new_name), encoding="utf-8")
+            for dirpath, dirnames, filenames in os.walk(staging):
+                os.chmod(dirpath, 0o755)
+                _chown(Path(dirpath), owner)
+                for fname in filenames:
+                    os.chmod(Path(dirpath) / fname, 0o755 if dirpath.endswith("scripts") else 0o644)
+                    _chown(Path(dirpath) / fname, owner)
+            os.rename(staging, root / new_name)
+            return count
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+
+def skill_host_tools(registry: SkillRegistry, user_root: Path, on_model_switch: ModelSwitch | None = None) -> list[SkillHostTool]:
+    tools = SkillTools(registry, user_root, on_model_switch)
+    return [
+        SkillHostTool(SCHEMAS["load_skill"], tools.load_skill),
+        SkillHostTool(SCHEMAS["read_skill_file"], tools.read_skill_file),
+        SkillHostTool(SCHEMAS["save_skill"], tools.save_skill),
+        SkillHostTool(SCHEMAS["fork_skill"], tools.fork_skill),
+    ]
+
+
+def register_skill_tools(toolbox: Any, registry: SkillRegistry, user_root: Path,
+                         on_model_switch: ModelSwitch | None = None) -> list[SkillHostTool]:
+    """Add the four skill tools to a `RunnerToolBox` (anything with `add_host_tool(tool)`)."""
+    tools = skill_host_tools(registry, user_root, on_model_switch)
+    for tool in tools:
+        toolbox.add_host_tool(tool)
+    return tools

@@ -1,0 +1,167 @@
+"""Usage and cost: the one writer of `usage_events` rows and the aggregate queries over them.
+
+Every LLM call is one `usage_events` row (`units`: prompt_tokens, completion_tokens, cached_tokens;
+`cost` in USD from the profile's pricing, else LiteLLM's local cost map — `llm.client.compute_cost`)
+and is added to the task's running totals (`tasks.tokens_in/out/cached`, `cost_usd`) in the same
+transaction, so the two always agree. `kind` tells chat steps (`chat`) from context folds (`fold`).
+
+The aggregates return plain dicts (JSON-ready: ints and floats) for the admin routes, the CLI and
+tests. `since`/`until` bound `created_at` (`since` inclusive, `until` exclusive); `None` = unbounded.
+Days are UTC calendar days.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import BigInteger, Date, cast, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
+
+from zcbot_core.db.models import Task, UsageEvent
+
+UNIT_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+
+
+def to_cost(cost_usd: float | Decimal) -> Decimal:
+    """USD as stored (Numeric(14, 6))."""
+    return cost_usd if isinstance(cost_usd, Decimal) else Decimal(str(round(float(cost_usd), 6)))
+
+
+async def record_usage(session: AsyncSession, *, user_id: str, task_id: str | None, run_id: str | None,
+                       model_profile: str | None, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
+                       cost_usd: float | Decimal, kind: str = "chat") -> Decimal:
+    """Insert one usage event and add it to the task's totals (inside the caller's transaction)."""
+    cost = to_cost(cost_usd)
+    session.add(UsageEvent(
+        user_id=user_id, task_id=task_id, run_id=run_id, kind=kind, model_profile=model_profile,
+        units={"prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens),
+               "cached_tokens": int(cached_tokens)},
+        cost=cost,
+    ))
+    if task_id is not None:
+        await session.execute(
+            update(Task).where(Task.task_id == task_id).values(
+                tokens_in=Task.tokens_in + int(prompt_tokens),
+                tokens_out=Task.tokens_out + int(completion_tokens),
+                tokens_cached=Task.tokens_cached + int(cached_tokens),
+                cost_usd=Task.cost_usd + cost,
+            )
+        )
+    return cost
+
+
+# ---- aggregates ------------------------------------------------------------------------------
+
+def _unit(key: str) -> ColumnElement[Any]:
+    return func.coalesce(func.sum(cast(UsageEvent.units[key].astext, BigInteger)), 0)
+
+
+def _measures() -> list[ColumnElement[Any]]:
+    return [
+        func.count(UsageEvent.id).label("calls"),
+        *(_unit(k).label(k) for k in UNIT_KEYS),
+        func.coalesce(func.sum(UsageEvent.cost), 0).label("cost_usd"),
+    ]
+
+
+def _row_dict(row: Any) -> dict[str, Any]:
+    out = {"calls": int(row.calls or 0)}
+    for key in UNIT_KEYS:
+        out[key] = int(getattr(row, key) or 0)
+    out["cost_usd"] = round(float(row.cost_usd or 0), 6)
+    return out
+
+
+def _bounded(stmt: Any, since: datetime | None, until: datetime | None, user_id: str | None = None,
+             task_id: str | None = None) -> Any:
+    if since is not None:
+        stmt = stmt.where(UsageEvent.created_at >= since)
+    if until is not None:
+        stmt = stmt.where(UsageEvent.created_at < until)
+    if user_id is not None:
+        stmt = stmt.where(UsageEvent.user_id == user_id)
+    if task_id is not None:
+        stmt = stmt.where(UsageEvent.task_id == task_id)
+    return stmt
+
+
+async def usage_totals(session: AsyncSession, since: datetime | None = None, until: datetime | None = None, *,
+                       user_id: str | None = None, task_id: str | None = None) -> dict[str, Any]:
+    """`{calls, prompt_tokens, completion_tokens, cached_tokens, cost_usd}` over the range."""
+    row = (await session.execute(_bounded(select(*_measures()), since, until, user_id, task_id))).one()
+    return _row_dict(row)
+
+
+async def usage_by_model(session: AsyncSession, since: datetime | None = None, until: datetime | None = None, *,
+                         user_id: str | None = None) -> list[dict[str, Any]]:
+    """One dict per model profile (`model_profile` may be None for unattributed rows), costliest first."""
+    stmt = _bounded(select(UsageEvent.model_profile, *_measures()), since, until, user_id)
+    rows = (await session.execute(stmt.group_by(UsageEvent.model_profile))).all()
+    out = [{"model_profile": r.model_profile, **_row_dict(r)} for r in rows]
+    return sorted(out, key=lambda d: (-d["cost_usd"], -d["calls"], d["model_profile"] or ""))
+
+
+async def usage_by_user(session: AsyncSession, since: datetime | None = None, until: datetime | None = None, *,
+                        limit: int | None = None) -> list[dict[str, Any]]:
+    """One dict per user (`user_id`), costliest first; `limit` keeps the top N."""
+    stmt = _bounded(select(UsageEvent.user_id, *_measures()), since, until)
+    rows = (await session.execute(stmt.group_by(UsageEvent.user_id))).all()
+    out = sorted(({"user_id": r.user_id, **_row_dict(r)} for r in rows),
+                 key=lambda d: (-d["cost_usd"], -d["calls"], d["user_id"]))
+    return out[:limit] if limit is not None else out
+
+
+async def usage_by_task(session: AsyncSession, since: datetime | None = None, until: datetime | None = None, *,
+                        user_id: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """One dict per task (`task_id`), costliest first."""
+    stmt = _bounded(select(UsageEvent.task_id, *_measures()), since, until, user_id)
+    rows = (await session.execute(stmt.group_by(UsageEvent.task_id))).all()
+    out = sorted(({"task_id": r.task_id, **_row_dict(r)} for r in rows),
+                 key=lambda d: (-d["cost_usd"], -d["calls"], d["task_id"] or ""))
+    return out[:limit] if limit is not None else out
+
+
+async def task_usage(session: AsyncSession, task_id: str) -> dict[str, Any]:
+    """A task's totals from its usage events, next to the running totals on the task row.
+
+    `consistent` is True when the two agree (they are written in one transaction).
+    """
+    events = await usage_totals(session, task_id=task_id)
+    task = (await session.execute(
+        select(Task.tokens_in, Task.tokens_out, Task.tokens_cached, Task.cost_usd).where(Task.task_id == task_id)
+    )).one_or_none()
+    row = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cost_usd": 0.0}
+    if task is not None:
+        row = {"prompt_tokens": int(task.tokens_in or 0), "completion_tokens": int(task.tokens_out or 0),
+               "cached_tokens": int(task.tokens_cached or 0), "cost_usd": round(float(task.cost_usd or 0), 6)}
+    consistent = all(events[k] == row[k] for k in UNIT_KEYS) and abs(events["cost_usd"] - row["cost_usd"]) < 1e-6
+    return {"task_id": task_id, **events, "task_row": row, "consistent": consistent}
+
+
+def _utc_today(now: datetime | None) -> date:
+    moment = now or datetime.now(timezone.utc)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).date()
+
+
+async def daily_trend(session: AsyncSession, days: int = 30, *, user_id: str | None = None,
+                      now: datetime | None = None) -> list[dict[str, Any]]:
+    """One dict per UTC day for the last `days` days (today included), oldest first, zero-filled:
+    `{day: "YYYY-MM-DD", calls, prompt_tokens, completion_tokens, cached_tokens, cost_usd}`."""
+    days = max(int(days), 1)
+    today = _utc_today(now)
+    first = today - timedelta(days=days - 1)
+    since = datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
+    day = cast(func.timezone("UTC", UsageEvent.created_at), Date).label("day")
+    stmt = _bounded(select(day, *_measures()), since, None, user_id).group_by(day)
+    found = {r.day: _row_dict(r) for r in (await session.execute(stmt)).all()}
+    empty = {"calls": 0, **{k: 0 for k in UNIT_KEYS}, "cost_usd": 0.0}
+    out = []
+    for offset in range(days):
+        current = first + timedelta(days=offset)
+        out.append({"day": current.isoformat(), **found.get(current, empty)})
+    return out

@@ -1,0 +1,126 @@
+"""Delivering a `PushRequest` (from `zcbot_core.push.send_to_user`) to the user's channels.
+
+`channel=None` tries every usable binding; a named channel is tried alone (no fallback). WeCom
+can always push (the app's message/send). iLink needs a context_token from the user's last
+message within `ilink_context_max_age` (~24 h server side); otherwise the push is refused with a
+message saying so. Each delivery is recorded in that channel's task as a `push` message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zcbot_core import paths
+from zcbot_core.bus import PushReply, PushRequest
+from zcbot_core.channels import bindings
+from zcbot_core.channels.conversation import record_push
+from zcbot_core.channels.ilink_api import ILinkError
+from zcbot_core.channels.wecom_api import WeComError
+
+if TYPE_CHECKING:
+    from zcbot_core.db.models import ChannelBinding
+
+    from zcbot_channels.service import ChannelsService
+
+log = logging.getLogger(__name__)
+
+CHANNEL_LABELS = {"wecom": "WeCom", "ilink": "personal WeChat"}
+
+
+def _resolve_file(svc: "ChannelsService", user_id: str, file_path: str) -> Path:
+    root = paths.user_root(svc.settings.storage_root, user_id)
+    path = paths.resolve_user_path(root, file_path, must_exist=True)
+    if not path.is_file():
+        raise paths.PathRejected(f"{file_path} is not a file")
+    return path
+
+
+def _ilink_window_error(svc: "ChannelsService", cfg: dict) -> str | None:
+    at = cfg.get("context_token_at")
+    has_token = bool((cfg.get("secrets") or {}).get("context_token"))
+    max_age = svc.cs.ilink_context_max_age
+    if not has_token or not at:
+        return ("personal WeChat only delivers to users who have written to the bot recently, and this user never "
+                "has; ask them to send the bot any message (or use WeCom)")
+    age = time.time() - float(at)
+    if age > max_age:
+        return (f"personal WeChat only delivers within ~24 h of the user's last message to the bot, and the last one "
+                f"was {age / 3600:.0f} h ago; ask them to send the bot any message (or use WeCom)")
+    return None
+
+
+async def _deliver_one(svc: "ChannelsService", binding: "ChannelBinding", req: PushRequest, file: Path | None) -> None:
+    cfg = binding.config or {}
+    if binding.channel == bindings.WECOM:
+        if not svc.cs.wecom_send_enabled:
+            raise WeComError("WeCom is not configured on this server")
+        userid = str(cfg["userid"])
+        if req.text.strip():
+            await svc.wecom.send_text(userid, req.text)
+        if file is not None:
+            await svc.wecom.send_file(userid, file)
+        return
+    if binding.channel == bindings.ILINK:
+        if svc.key is None:
+            raise ILinkError("personal WeChat is disabled on this server (ZCBOT_CHANNEL_SECRET_KEY is not set)")
+        problem = _ilink_window_error(svc, cfg)
+        if problem:
+            raise ILinkError(problem)
+        token = bindings.get_secret(svc.key, cfg, "bot_token")
+        ctx = bindings.get_secret(svc.key, cfg, "context_token")
+        to = cfg.get("peer") or cfg.get("ilink_user_id")
+        if not token or not to:
+            raise ILinkError("the WeChat binding is incomplete; log in again")
+        if req.text.strip():
+            await svc.ilink.send_text(str(to), req.text, token=token, context_token=ctx, base_url=cfg.get("baseurl"))
+        if file is not None:
+            await svc.ilink.send_file(str(to), file, token=token, context_token=ctx, base_url=cfg.get("baseurl"))
+        return
+    raise ValueError(f"unknown channel {binding.channel}")
+
+
+async def deliver(svc: "ChannelsService", req: PushRequest) -> PushReply:
+    reply = PushReply()
+    if req.channel not in (None, "", bindings.WECOM, bindings.ILINK):
+        reply.errors[str(req.channel)] = "unknown channel (use 'wecom' or 'ilink')"
+        return reply
+    if not req.text.strip() and not req.file_path:
+        reply.errors["request"] = "nothing to send (empty text and no file)"
+        return reply
+    targets = [b for b in await bindings.bindings_of(svc.sessions, req.user_id) if bindings.usable(b)]
+    if req.channel:
+        targets = [b for b in targets if b.channel == req.channel]
+        if not targets:
+            reply.errors[req.channel] = f"{CHANNEL_LABELS[req.channel]} is not linked for this user"
+            return reply
+    if not targets:
+        reply.errors["channels"] = "the user has no linked WeChat channel"
+        return reply
+    file = None
+    if req.file_path:
+        try:
+            file = _resolve_file(svc, req.user_id, req.file_path)
+        except paths.PathRejected as exc:
+            reply.errors["file"] = str(exc)
+            return reply
+    for binding in targets:
+        try:
+            await _deliver_one(svc, binding, req, file)
+        except (WeComError, ILinkError) as exc:
+            reply.errors[binding.channel] = str(exc)
+            continue
+        except Exception as exc:
+            log.exception("push delivery failed", extra={"channel": binding.channel})
+            reply.errors[binding.channel] = f"internal error ({exc.__class__.__name__})"
+            continue
+        reply.delivered.append(binding.channel)
+        try:
+            await record_push(svc.sessions, svc.settings, req.user_id, binding.channel, req.text, req.file_path)
+        except Exception:
+            log.exception("could not record the push in the channel task", extra={"channel": binding.channel})
+    log.info("push handled", extra={"user_id": req.user_id, "origin": req.origin, "delivered": reply.delivered,
+                                    "failed": sorted(reply.errors)})
+    return reply

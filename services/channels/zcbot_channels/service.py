@@ -1,0 +1,165 @@
+"""The channels service: push delivery (queue group on `push.*`) and iLink poll loops.
+
+- Push: `Topology.push_wildcard()` in queue group `<prefix>-channels`; each request is handled in
+  its own task and answered with a `PushReply`.
+- iLink: every `scan_interval` the active iLink bindings are listed; for each one without a local
+  loop the replica tries the lease `ilink-<binding id>` (`Lease.acquire` = `kv.create`), and on
+  success runs its loop, refreshing the lease (`kv.update` at our revision) until it stops or the
+  lease is lost. Two replicas therefore never poll one binding at the same time.
+- Drain: stop scanning and taking pushes, stop the loops (releasing their leases so another
+  replica takes over at its next scan), give in-flight conversations a grace period, close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Coroutine
+from typing import Any
+
+from zcbot_core.bus import BusDecodeError, PushReply, PushRequest, decode, encode
+from zcbot_core.channels import bindings
+from zcbot_core.channels.conversation import ConversationDeps
+from zcbot_core.channels.ilink_api import ILinkClient
+from zcbot_core.channels.settings import ChannelSettings
+from zcbot_core.channels.wecom_api import WeComClient
+from zcbot_core.channels_crypto import key_from_settings
+from zcbot_core.config import ConfigError
+from zcbot_core.service import Runtime
+
+from zcbot_channels.ilink_loop import ILinkPoller
+from zcbot_channels.leases import Lease
+from zcbot_channels.push_handler import deliver
+
+log = logging.getLogger(__name__)
+
+DRAIN_GRACE_SECONDS = 10.0
+
+
+def new_owner_id() -> str:
+    return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class ChannelsService:
+    def __init__(self, cs: ChannelSettings | None = None) -> None:
+        self._cs = cs
+        self.owner = new_owner_id()
+        self.pollers: dict[int, tuple[ILinkPoller, asyncio.Task[None]]] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._scan_task: asyncio.Task[None] | None = None
+        self._push_sub: Any = None
+        self._stop = asyncio.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    async def start(self, rt: Runtime) -> None:
+        if rt.sessions is None:
+            raise ConfigError("the channels service needs the database")
+        self.rt = rt
+        self.settings = rt.settings
+        self.sessions = rt.sessions
+        self.cs = self._cs or ChannelSettings.from_env()
+        try:
+            self.key: bytes | None = key_from_settings(rt.settings)
+        except ConfigError as exc:
+            self.key = None
+            log.warning("iLink disabled: %s", exc)
+        self.wecom = WeComClient(self.cs)
+        self.ilink = ILinkClient(self.cs)
+        self.conversation_deps = ConversationDeps(settings=rt.settings, sessions=rt.sessions, nc=rt.nc, js=rt.js,
+                                                  topo=rt.topo, reply_timeout=self.cs.reply_timeout)
+        self.kv = await rt.js.key_value(rt.topo.leases_bucket)
+        self._push_sub = await rt.nc.subscribe(rt.topo.push_wildcard(), queue=f"{rt.topo.prefix}-channels",
+                                               cb=self._on_push)
+        if self.key is not None:
+            self._scan_task = asyncio.create_task(self._scan_loop())
+        log.info("channels service started", extra={"owner": self.owner, "wecom": self.cs.wecom_send_enabled})
+
+    async def drain(self) -> None:
+        self._stop.set()
+        if self._push_sub is not None:
+            try:
+                await self._push_sub.unsubscribe()
+            except Exception:
+                pass
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            await asyncio.gather(self._scan_task, return_exceptions=True)
+        for poller, _task in list(self.pollers.values()):
+            poller.stopping.set()
+        running = [task for _, task in self.pollers.values()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)  # each releases its lease
+        self.pollers.clear()
+        if self.tasks:
+            _, pending = await asyncio.wait(set(self.tasks), timeout=DRAIN_GRACE_SECONDS)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=2.0)
+        await self.wecom.aclose()
+        await self.ilink.aclose()
+        log.info("channels service drained")
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    # ---- push ------------------------------------------------------------------------------------
+    async def _on_push(self, msg: Any) -> None:
+        self.spawn(self._handle_push(msg))
+
+    async def _handle_push(self, msg: Any) -> None:
+        try:
+            req = decode(msg.data, PushRequest)
+        except BusDecodeError as exc:
+            log.warning("undecodable push request dropped", extra={"error": str(exc)})
+            if msg.reply:
+                await msg.respond(encode(PushReply(errors={"request": "unreadable push request"})))
+            return
+        if msg.subject != self.rt.topo.push_subject(req.user_id):
+            reply = PushReply(errors={"request": "the subject does not match the user"})
+        else:
+            try:
+                reply = await deliver(self, req)
+            except Exception as exc:
+                log.exception("push failed")
+                reply = PushReply(errors={"service": f"internal error ({exc.__class__.__name__})"})
+        if msg.reply:
+            try:
+                await msg.respond(encode(reply))
+            except Exception:
+                log.warning("could not answer a push request")
+
+    # ---- iLink loops -----------------------------------------------------------------------------
+    async def _scan_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.scan_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("channel binding scan failed")
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=self.cs.scan_interval)
+            except asyncio.TimeoutError:
+                pass
+
+    async def scan_once(self) -> None:
+        for binding_id in [bid for bid, (_, task) in self.pollers.items() if task.done()]:
+            self.pollers.pop(binding_id, None)
+        for binding in await bindings.active_ilink_bindings(self.sessions):
+            if binding.id in self.pollers or self._stop.is_set():
+                continue
+            lease = Lease(self.kv, f"ilink-{binding.id}", self.owner)
+            if not await lease.acquire():
+                continue
+            poller = ILinkPoller(self, binding.id, lease)
+            self.pollers[binding.id] = (poller, asyncio.create_task(poller.run()))
+            log.info("ilink lease acquired", extra={"binding_id": binding.id, "owner": self.owner})

@@ -1,0 +1,3 @@
+from zcbot_executor.main import main
+
+main()

@@ -1,0 +1,17 @@
+"""Entrypoint: `python -m zcbot_executor` or `zcbot executor` (configured by env, see config.py)."""
+
+from __future__ import annotations
+
+from zcbot_core.config import get_settings
+from zcbot_core.service import main_entry, run_service
+from zcbot_executor.service import ExecutorService
+
+
+def main() -> None:
+    settings = get_settings()
+    main_entry(lambda: run_service("executor", settings, lambda: ExecutorService(settings),
+                                   port=settings.zcbot_executor_port, use_db=False))
+
+
+if __name__ == "__main__":
+    main()

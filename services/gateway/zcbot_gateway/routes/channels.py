@@ -1,0 +1,226 @@
+"""WeChat channels: the WeCom callback endpoint and the user's channel bindings (seed 003 §8.7).
+
+Callback (no bearer auth; WeCom signs every request):
+- `GET  /v1/channels/wecom/callback?msg_signature&timestamp&nonce&echostr`: URL verification;
+  answers the decrypted echostr as plain text.
+- `POST /v1/channels/wecom/callback?msg_signature&timestamp&nonce`: verified, decrypted and
+  de-duplicated at once, answered with an empty 200 (WeCom retries after 5 s); the run and the
+  reply (message/send) happen in a background task of this process (`zcbot_core.channels.wecom_inbound`).
+  Bad signature/ciphertext -> 403; WeCom not configured -> 503.
+
+Bindings (bearer auth; secrets never appear in responses):
+- `GET    /v1/channels`: the user's bindings.
+- `PUT    /v1/channels/wecom {"userid"}`: link WeCom by the member's UserID (409 if another
+  zcbot user has it).
+- `POST   /v1/channels/ilink/login`: start a personal-WeChat QR login -> `{qrcode_img_content}`.
+- `GET    /v1/channels/ilink/login?wait=25[&verify_code=]`: one long-poll of the login status
+  (`wait | scaned | confirmed | expired | need_verifycode | ...`); `confirmed` activates it.
+- `DELETE /v1/channels/{channel}`: unlink (the iLink poll loop stops at its next turn).
+
+`install(app)` registers a shutdown hook that lets in-flight WeCom replies finish (bounded) and
+closes the HTTP clients; include `router` and call `install(app)`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from zcbot_core.channels import bindings
+from zcbot_core.channels.conversation import ConversationDeps
+from zcbot_core.channels.ilink_api import ILinkClient, ILinkError
+from zcbot_core.channels.ilink_login import LoginError, poll_login, start_login
+from zcbot_core.channels.settings import ChannelSettings
+from zcbot_core.channels.wecom_crypto import WeComCryptoError
+from zcbot_core.channels.wecom_inbound import WeComInbound
+from zcbot_core.channels_crypto import key_from_settings
+from zcbot_core.config import ConfigError
+from zcbot_core.db.models import ChannelBinding
+from zcbot_core.service import Runtime
+
+from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
+from zcbot_gateway.errors import ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/channels", tags=["channels"])
+
+MAX_CALLBACK_BODY = 64 * 1024
+WECOM_USERID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+SHUTDOWN_GRACE = 8.0
+
+
+@dataclass
+class ChannelsState:
+    cs: ChannelSettings
+    ilink: ILinkClient
+    wecom: WeComInbound | None = None
+    wecom_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _state(app: FastAPI, rt: Runtime) -> ChannelsState:
+    state: ChannelsState | None = getattr(app.state, "channels", None)
+    if state is None:
+        cs = ChannelSettings.from_env()
+        state = ChannelsState(cs=cs, ilink=ILinkClient(cs))
+        if cs.wecom_callback_enabled:
+            assert rt.sessions is not None
+            deps = ConversationDeps(settings=rt.settings, sessions=rt.sessions, nc=rt.nc, js=rt.js, topo=rt.topo,
+                                    reply_timeout=cs.reply_timeout)
+            try:
+                state.wecom = WeComInbound(cs, deps)
+            except WeComCryptoError as exc:
+                state.wecom_error = str(exc)
+        else:
+            state.wecom_error = ("the WeCom callback is not configured (ZCBOT_WECOM_CORP_ID, ZCBOT_WECOM_AGENT_ID, "
+                                 "ZCBOT_WECOM_SECRET, ZCBOT_WECOM_TOKEN, ZCBOT_WECOM_AES_KEY)")
+        app.state.channels = state
+    return state
+
+
+async def _shutdown(app: FastAPI) -> None:
+    state: ChannelsState | None = getattr(app.state, "channels", None)
+    if state is None:
+        return
+    if state.wecom is not None:
+        await state.wecom.close(grace=SHUTDOWN_GRACE)
+    await state.ilink.aclose()
+    app.state.channels = None
+
+
+def install(app: FastAPI) -> None:
+    """Register the shutdown hook (in-flight WeCom replies get a bounded grace period)."""
+    on_shutdown = getattr(app.state, "on_shutdown", None)
+    if isinstance(on_shutdown, list):
+        on_shutdown.append(_shutdown)
+
+
+def _wecom(request: Request, rt: Runtime) -> WeComInbound:
+    state = _state(request.app, rt)
+    if state.wecom is None:
+        raise ServiceUnavailable(state.wecom_error or "WeCom is not configured")
+    return state.wecom
+
+
+# ---- WeCom callback ------------------------------------------------------------------------------
+@router.get("/wecom/callback", response_class=PlainTextResponse, include_in_schema=False)
+async def wecom_verify(request: Request, rt: RuntimeDep, msg_signature: str = "", timestamp: str = "",
+                       nonce: str = "", echostr: str = "") -> PlainTextResponse:
+    inbound = _wecom(request, rt)
+    try:
+        plain = inbound.verify_url(msg_signature, timestamp, nonce, echostr)
+    except WeComCryptoError:
+        log.warning("wecom callback verification rejected")
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="invalid signature") from None
+    return PlainTextResponse(plain)
+
+
+@router.post("/wecom/callback", include_in_schema=False)
+async def wecom_message(request: Request, rt: RuntimeDep, msg_signature: str = "", timestamp: str = "",
+                        nonce: str = "") -> Response:
+    inbound = _wecom(request, rt)
+    body = await request.body()
+    if len(body) > MAX_CALLBACK_BODY:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, detail="body too large")
+    try:
+        inbound.accept(body, msg_signature, timestamp, nonce)
+    except WeComCryptoError:
+        log.warning("wecom callback rejected")
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="invalid signature or message") from None
+    return Response(status_code=200, content=b"")
+
+
+# ---- bindings ------------------------------------------------------------------------------------
+class WeComBindIn(BaseModel):
+    userid: str = Field(min_length=1, max_length=64, description="The member's WeCom UserID")
+
+
+def _sealing_key(settings: Any) -> bytes:
+    try:
+        return key_from_settings(settings)
+    except ConfigError as exc:
+        raise ServiceUnavailable(str(exc)) from None
+
+
+@router.get("")
+async def list_bindings(user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
+    assert rt.sessions is not None
+    rows = await bindings.bindings_of(rt.sessions, user_id)
+    return {"channels": [bindings.public_view(b) for b in rows]}
+
+
+@router.put("/wecom")
+async def bind_wecom(body: WeComBindIn, user_id: CurrentUser, session: SessionDep) -> dict[str, Any]:
+    userid = body.userid.strip()
+    if not WECOM_USERID.match(userid):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST,
+                            detail="userid must be 1-64 characters of letters, digits, '_', '.', '@' or '-'")
+    taken = (await session.scalars(
+        select(ChannelBinding).where(ChannelBinding.channel == bindings.WECOM, ChannelBinding.user_id != user_id,
+                                     ChannelBinding.config["userid"].astext == userid)
+    )).first()
+    if taken is not None:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail="this WeCom user ID is linked to another zcbot account")
+    row = (await session.scalars(
+        select(ChannelBinding).where(ChannelBinding.user_id == user_id, ChannelBinding.channel == bindings.WECOM)
+        .with_for_update()
+    )).first()
+    if row is None:
+        row = ChannelBinding(user_id=user_id, channel=bindings.WECOM, status=bindings.ACTIVE, config={"userid": userid})
+        session.add(row)
+    else:
+        row.config = {**(row.config or {}), "userid": userid}
+        row.status = bindings.ACTIVE
+    await session.commit()
+    await session.refresh(row)
+    return bindings.public_view(row)
+
+
+@router.post("/ilink/login")
+async def ilink_login_start(request: Request, user_id: CurrentUser, rt: RuntimeDep, settings: SettingsDep) -> dict[str, Any]:
+    key = _sealing_key(settings)
+    state = _state(request.app, rt)
+    assert rt.sessions is not None
+    try:
+        return await start_login(rt.sessions, key, state.ilink, user_id)
+    except ILinkError as exc:
+        raise ServiceUnavailable(f"WeChat login is unavailable: {exc}") from None
+
+
+@router.get("/ilink/login")
+async def ilink_login_poll(
+    request: Request, user_id: CurrentUser, rt: RuntimeDep, settings: SettingsDep,
+    wait: Annotated[float, Query(ge=0, le=30)] = 25.0,
+    verify_code: Annotated[str | None, Query(max_length=32)] = None,
+) -> dict[str, Any]:
+    key = _sealing_key(settings)
+    state = _state(request.app, rt)
+    assert rt.sessions is not None
+    try:
+        return await poll_login(rt.sessions, key, state.ilink, user_id, wait=wait, verify_code=verify_code)
+    except LoginError as exc:
+        raise HTTPException(exc.status_code, detail=str(exc)) from None
+    except ILinkError as exc:
+        raise ServiceUnavailable(f"WeChat login is unavailable: {exc}") from None
+
+
+@router.delete("/{channel}", status_code=status.HTTP_204_NO_CONTENT)
+async def unbind(channel: str, user_id: CurrentUser, session: SessionDep) -> Response:
+    if channel not in (bindings.WECOM, bindings.ILINK):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail="unknown channel (wecom or ilink)")
+    row = (await session.scalars(
+        select(ChannelBinding).where(ChannelBinding.user_id == user_id, ChannelBinding.channel == channel)
+    )).first()
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"{channel} is not linked")
+    await session.delete(row)
+    await session.commit()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,9 @@
+"""Routers of the files, memory, shortcuts, export and admin APIs (included by `app.create_app`)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from zcbot_gateway.routes import admin, export, files, memory, shortcuts
+
+ROUTERS: list[APIRouter] = [files.router, memory.router, shortcuts.router, export.router, admin.router]

@@ -1,0 +1,19 @@
+"""`zcbot scheduler`: cron jobs -> run requests (safe to run several replicas)."""
+
+from __future__ import annotations
+
+from zcbot_core.config import get_settings
+from zcbot_core.service import main_entry, run_service
+from zcbot_scheduler.config import SchedulerConfig
+from zcbot_scheduler.service import SchedulerService
+
+
+def main() -> None:
+    settings = get_settings()
+    config = SchedulerConfig.from_env()  # fail fast on a bad knob, before connecting
+    main_entry(lambda: run_service("scheduler", settings, lambda: SchedulerService(config=config),
+                                   port=settings.zcbot_scheduler_port))
+
+
+if __name__ == "__main__":
+    main()

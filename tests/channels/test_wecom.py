@@ -1,0 +1,104 @@
+"""WeCom end to end: callback -> run -> reply (text + file) via the fake WeCom API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.channels.conftest import ChannelStack, assert_no_secrets
+from zcbot_core.push import send_to_user
+
+
+def db_rows(url: str, sql: str, **params: object) -> list[tuple]:
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params)]
+    finally:
+        engine.dispose()
+
+
+REPORT = "Quarterly numbers: 42 widgets.\n" * 3
+LONG_ANSWER = "这是一个很长的回答。" * 260  # ~7.8 KB of UTF-8: four messages of <= 2048 bytes
+
+
+async def test_wecom_message_runs_and_replies_with_text_and_file(chan: ChannelStack,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    fake = chan.wecom
+    chan.stack.fake.script("KEY-wecom-report", [
+        {"tool_calls": [{"name": "make_file", "arguments": {"name": "report.txt", "content": REPORT}}]},
+        {"text": "Here is your report."},
+    ])
+    chan.stack.fake.script("KEY-wecom-slow", [{"text": LONG_ANSWER, "first_delay": 1.5}])
+    headers = await chan.user_headers("alice")
+    async with chan.client(headers) as c:
+        r = await c.put("/v1/channels/wecom", json={"userid": "alice_w"})
+        assert r.status_code == 200, r.text
+        assert r.json()["userid"] == "alice_w" and r.json()["status"] == "active"
+        # Another zcbot user cannot claim the same WeCom member.
+        other = await chan.user_headers("mallory")
+        r = await c.put("/v1/channels/wecom", json={"userid": "alice_w"}, headers=other)
+        assert r.status_code == 409
+
+        # URL verification (GET): the decrypted echostr, as is.
+        query, plain = fake.verify_query()
+        r = await c.get("/v1/channels/wecom/callback", params=query)
+        assert r.status_code == 200 and r.text == plain
+        bad = {**query, "msg_signature": "0" * 40}
+        assert (await c.get("/v1/channels/wecom/callback", params=bad)).status_code == 403
+
+        # A message: answered at once with an empty 200, replied to later.
+        query, body = fake.text_callback("alice_w", "KEY-wecom-report please write the report", 1001)
+        started = time.monotonic()
+        r = await c.post("/v1/channels/wecom/callback", params=query, content=body)
+        assert r.status_code == 200 and r.content == b""
+        assert time.monotonic() - started < 1.0
+        # WeCom retries (same MsgId): dropped.
+        r = await c.post("/v1/channels/wecom/callback", params=query, content=body)
+        assert r.status_code == 200 and r.content == b""
+        # A forged body is refused.
+        r = await c.post("/v1/channels/wecom/callback", params={**query, "nonce": "1"}, content=body)
+        assert r.status_code == 403
+
+        await fake.wait_sent(lambda: fake.files_to("alice_w"))
+        assert fake.texts_to("alice_w") == ["Here is your report."]
+        [sent_file] = fake.files_to("alice_w")
+        assert sent_file.filename == "report.txt" and sent_file.data == REPORT.encode()
+
+        # Busy: a message while a run is active gets the short "still working" reply.
+        q1, b1 = fake.text_callback("alice_w", "KEY-wecom-slow tell me everything", 1002)
+        assert (await c.post("/v1/channels/wecom/callback", params=q1, content=b1)).status_code == 200
+        await asyncio.sleep(0.5)
+        q2, b2 = fake.text_callback("alice_w", "and another thing", 1003)
+        assert (await c.post("/v1/channels/wecom/callback", params=q2, content=b2)).status_code == 200
+        await fake.wait_sent(lambda: any("still working" in t for t in fake.texts_to("alice_w")))
+        await fake.wait_sent(lambda: "".join(fake.texts_to("alice_w")).count("这是一个很长的回答。") == 260)
+        long_parts = [t for t in fake.texts_to("alice_w") if "很长的回答" in t]
+        assert len(long_parts) == 4 and all(len(t.encode()) <= 2048 for t in long_parts)
+        assert "".join(long_parts) == LONG_ANSWER
+
+    url = chan.settings.zcbot_db_url
+    tasks = db_rows(url, "select task_id, working_dir, name from tasks where user_id='alice' and channel='wecom'")
+    assert len(tasks) == 1 and tasks[0][1] == "wecom"
+    users = db_rows(url, "select payload->>'content' from messages where task_id=:t and payload->>'role'='user' "
+                         "order by idx", t=tasks[0][0])
+    assert [u[0] for u in users] == ["KEY-wecom-report please write the report", "KEY-wecom-slow tell me everything"]
+
+    # Push (the scheduler's notify path), then token refresh: an expired token (42001) is refetched
+    # and the call retried once.
+    await chan.start_channels()
+    rt = chan.stack.runners[0][1]
+    reply = await send_to_user(rt.nc, rt.topo, "alice", "Your nightly brief is ready.", origin="scheduler")
+    assert reply.delivered == ["wecom"] and not reply.errors
+    assert fake.texts_to("alice_w")[-1] == "Your nightly brief is ready."
+    fake.expire_tokens()
+    calls = fake.gettoken_calls
+    reply = await send_to_user(rt.nc, rt.topo, "alice", "Second brief.", channel="wecom")
+    assert reply.delivered == ["wecom"] and not reply.errors
+    assert fake.gettoken_calls == calls + 1 and 42001 in fake.errors
+    assert fake.texts_to("alice_w")[-1] == "Second brief."
+    assert not fake.violations
+    assert_no_secrets(caplog, [fake.secret, fake.token, fake.aes_key, *fake.issued])

@@ -1,0 +1,133 @@
+"""What code inside a bwrap sandbox can and cannot reach — asserted from inside real tool calls
+through the NATS executor service — and how abusive commands are contained and cleaned up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from urllib.parse import urlparse
+
+import psutil
+
+from zcbot_executor.config import Limits
+
+from conftest import Stack, sandbox_processes, wait_no_processes
+
+
+async def test_other_users_and_host_files_are_invisible(one: Stack) -> None:
+    other = one.storage / "u2"
+    other.mkdir(parents=True)
+    (other / "secret.txt").write_text("u2-private-data")
+    r = await one.shell(
+        f"cat ../u2/secret.txt /workspace/../u2/secret.txt {other}/secret.txt; "
+        "cat /etc/shadow; ls /work /root/.ssh /home; test -e /work/main/pyproject.toml && echo PROJECT_VISIBLE; "
+        "grep -rs u2-private-data /workspace /opt /etc /var 2>/dev/null | head -3; "
+        "ls /; echo done")
+    assert r.output.rstrip().endswith("done"), r.output
+    assert "u2-private-data" not in r.output
+    assert "PROJECT_VISIBLE" not in r.output
+    assert "/etc/shadow: No such file" in r.output
+    assert "/work': No such file" in r.output
+    top = set(r.output.split("done")[0].split()) & {"work", "home", "mnt", "srv", "boot", "farm"}
+    assert not top, top
+    r = await one.call("read", {"path": "/workspace/../u2/secret.txt"})
+    assert not r.ok and "outside /workspace" in r.error
+    # nothing is writable but the user's own root and /tmp
+    r = await one.shell("for d in /usr /etc /opt/zcbot /bin /tmp/venv; do touch $d/x 2>/dev/null && echo WROTE $d; done; "
+                        "touch /workspace/ok /tmp/ok && echo writable")
+    assert "WROTE" not in r.output and "writable" in r.output
+
+
+async def test_only_sandbox_processes_are_visible(one: Stack) -> None:
+    r = await one.shell("ps -eo pid,comm --no-headers")
+    assert r.ok, r.error
+    comms = [line.split(None, 1)[1] for line in r.output.strip().splitlines()]
+    assert set(comms) <= {"bwrap", "python", "python3", "bash", "ps"}, comms
+    assert len(comms) <= 5
+    r = await one.shell("kill -0 1 && echo pid1; ls /proc | grep -c '^[0-9]'")
+    assert int(r.output.split()[-1]) <= 6
+
+
+async def test_no_network_at_all(one: Stack, nats_server_url: str) -> None:
+    nats_port = urlparse(nats_server_url).port
+    host_ips = sorted({a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                       if a.family.name == "AF_INET" and not a.address.startswith("127.")})
+    targets = [("127.0.0.1", nats_port), ("::1", nats_port), ("8.8.8.8", 53), ("169.254.169.254", 80)]
+    targets += [(ip, nats_port) for ip in host_ips]
+    code = (
+        "import json, socket\nres = {}\n"
+        f"for host, port in {targets!r}:\n"
+        "    try:\n        socket.create_connection((host, port), timeout=2).close(); res[f'{host}:{port}'] = 'CONNECTED'\n"
+        "    except OSError as e:\n        res[f'{host}:{port}'] = str(e)\n"
+        "try:\n    socket.getaddrinfo('example.com', 443); res['dns'] = 'RESOLVED'\n"
+        "except OSError as e:\n    res['dns'] = str(e)\n"
+        "print(json.dumps(res))\n")
+    r = await one.call("run_python", {"code": code})
+    assert r.ok, r.error
+    res = json.loads(r.output)
+    assert len(res) == len(targets) + 1
+    assert "CONNECTED" not in res.values() and "RESOLVED" not in res.values(), res
+
+
+async def test_service_environment_does_not_leak(stack: Stack, monkeypatch) -> None:
+    monkeypatch.setenv("ZCBOT_FAKE_SECRET", "s3cr3t-value-should-not-leak")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-key-should-not-leak")
+    await stack.executor("h1")
+    r = await stack.shell("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; echo end")
+    assert r.ok, r.error
+    assert "s3cr3t-value" not in r.output and "sk-fake-key" not in r.output
+    assert "ZCBOT" not in r.output and "NATS" not in r.output
+    assert "HOME=/workspace" in r.output
+
+
+async def test_fork_bomb_is_contained(one: Stack) -> None:
+    peak = 0
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, len(sandbox_processes()))
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.create_task(sample())
+    r = await one.shell(":(){ :|:& };:; sleep 2; echo leader-done", timeout=4)
+    done.set()
+    await sampler
+    assert peak > 50, peak  # the bomb did go off ...
+    assert peak <= 256 + 5, peak  # ... and stopped at the sandbox's process budget (RLIMIT_NPROC)
+    assert "Resource temporarily unavailable" in r.output or "retry" in r.output or not r.ok, r
+    assert await wait_no_processes() == []
+    r = await one.shell("echo still-serving")
+    assert r.ok and r.output.strip() == "still-serving"
+
+
+async def test_memory_hog_is_contained(stack: Stack) -> None:
+    await stack.executor("h1", limits=Limits(memory_mb=512))  # the default is 2048; smaller keeps the test fast
+    one = stack
+    r = await one.call("run_python", {"code": "chunks = []\nwhile True:\n    chunks.append(bytearray(200 * 1024 * 1024))\n"})
+    assert not r.ok and "MemoryError" in r.output, (r.error, r.output[-500:])
+    r = await one.shell("python3 -c 'x = bytearray(8 * 1024**3)'")
+    assert not r.ok and "MemoryError" in r.output
+
+
+async def test_output_flood_is_cut(one: Stack) -> None:
+    r = await one.shell("yes flood-line")
+    assert not r.ok and "output exceeded" in r.error
+    assert len(r.output) <= 16_000 and r.meta["truncated"] is True
+    assert r.meta["output_bytes"] > 10 * 1024 * 1024
+    assert await wait_no_processes(lambda c: "yes" in c) == []
+
+
+async def test_infinite_loop_is_killed(one: Stack) -> None:
+    r = await one.call("run_python", {"code": "while True:\n    pass\n"}, timeout=1.5)
+    assert not r.ok and "timed out after 1.5 s" in r.error and r.meta["timed_out"] is True
+    assert await wait_no_processes(lambda c: "zcbot-run-" in c) == []
+
+
+async def test_no_process_outlives_its_call(one: Stack) -> None:
+    r = await one.shell("nohup sleep 1000 >/dev/null 2>&1 & setsid sleep 999 >/dev/null 2>&1 & "
+                        "(setsid sh -c 'sleep 998' &) ; sleep 997 & echo started")
+    assert r.ok and "started" in r.output, r.error
+    leftovers = await wait_no_processes(lambda c: c.startswith(("sleep 99", "sleep 1000", "sh -c sleep 998")))
+    assert leftovers == []

@@ -1,0 +1,154 @@
+"""The executor as a NATS service: cancel, crash, lease affinity, bad input, drain, latency."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import pytest
+from nats.js.errors import KeyNotFoundError
+
+from zcbot_core.bus import ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
+from zcbot_core.tools.executor_client import ExecutorClient
+
+from conftest import ExecutorProcess, Stack, drain, wait_no_processes, wait_processes
+
+
+async def test_cancel_kills_the_call_process_group(one: Stack) -> None:
+    task = asyncio.create_task(one.shell("sleep 31 & sleep 32; echo never"))
+    await wait_processes(lambda c: c == "sleep 32")
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await wait_no_processes(lambda c: c.startswith("sleep 3"), timeout=3) == []
+    assert time.monotonic() - started < 1.5
+    # an explicit ToolCancel: the call answers "cancelled"
+    task = asyncio.create_task(one.shell("sleep 33", call_id="cancel-me"))
+    await wait_processes(lambda c: c == "sleep 33")
+    await one.client.cancel("cancel-me", "h1")
+    r = await asyncio.wait_for(task, 3)
+    assert not r.ok and "cancelled" in r.error and r.meta.get("cancelled") is True
+    assert await wait_no_processes(lambda c: c == "sleep 33", timeout=3) == []
+
+
+async def test_executor_crash_mid_call(stack: Stack) -> None:
+    secret = "jwt-like-secret-value-of-the-executor"
+    proc = ExecutorProcess(stack.url, stack.topo, stack.root, "hx", {"ZCBOT_FAKE_SECRET": secret, "JWT_SECRET": secret})
+    try:
+        await proc.wait_ready(stack.nc)
+        r = await stack.shell("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; echo end")
+        assert r.ok and r.host == "hx", r
+        assert secret not in r.output and "ZCBOT_" not in r.output
+        task = asyncio.create_task(stack.shell("sleep 60", timeout=120))
+        await wait_processes(lambda c: c == "sleep 60")
+        proc.kill()
+        started = time.monotonic()
+        r = await asyncio.wait_for(task, 15)
+        assert not r.ok and "stopped during the call" in r.error, r
+        assert time.monotonic() - started < 5
+        assert await wait_no_processes(lambda c: c == "sleep 60", timeout=5) == []  # sandbox died with it
+        r = await stack.shell("echo anyone")
+        assert not r.ok and "executor unavailable" in r.error
+    finally:
+        proc.kill()
+
+
+async def test_lease_affinity_and_failover(stack: Stack) -> None:
+    await stack.lease_bucket(ttl=2.0)
+    kv = await stack.nc.jetstream().key_value(stack.topo.sandbox_leases_bucket)
+    a = await stack.executor("hA", lease_refresh_seconds=0.4)
+    assert (await stack.shell("echo 1", user="u7")).host == "hA"
+    assert (await stack.shell("echo 1", user="u8")).host == "hA"
+    await stack.executor("hB", lease_refresh_seconds=0.4)
+    for _ in range(4):
+        assert (await stack.shell("echo x", user="u7")).host == "hA"
+    # calls on the unassigned subject while hA lives never move the lease
+    hosts = set()
+    for i in range(8):
+        req = ToolCallRequest(call_id=f"any{i}", user_id="u7", task_id="t", run_id="r", tool="glob",
+                              args={"pattern": "*"}, cwd="task", timeout=5)
+        msg = await stack.nc.request(stack.topo.exec_any_subject(), encode(req), timeout=10)
+        hosts.add(decode(msg.data, ToolCallReply).host)
+    assert (await kv.get("u7")).value == b"hA"
+    await asyncio.sleep(2.5)  # longer than the TTL: refreshes keep the lease
+    assert (await kv.get("u7")).value == b"hA"
+    await stack.crash(a)
+    # u8 calls at once: hA has no responders, hB takes the call and the dead host's lease
+    r = await stack.shell("echo moved", user="u8")
+    assert r.ok and r.host == "hB"
+    assert (await kv.get("u8")).value == b"hB"
+    # u7 stays idle: its lease expires after the TTL, then the user lands on hB
+    deadline = time.monotonic() + 6
+    while True:
+        try:
+            await kv.get("u7")
+        except KeyNotFoundError:
+            break
+        assert time.monotonic() < deadline, "lease of the dead executor did not expire"
+        await asyncio.sleep(0.2)
+    r = await stack.shell("echo moved", user="u7")
+    assert r.ok and r.host == "hB"
+    assert (await kv.get("u7")).value == b"hB"
+
+
+async def test_garbage_gets_an_error_reply_and_service_keeps_serving(one: Stack) -> None:
+    nc, topo = one.nc, one.topo
+    for subject in (topo.exec_any_subject(), topo.exec_call_subject("h1"), topo.exec_cancel_subject("h1")):
+        for payload in (b"\x00\xffgarbage", b"", encode(ToolCancel(call_id="x")) if "call" in subject else b"\xc1"):
+            msg = await nc.request(subject, payload, timeout=5)
+            reply = decode(msg.data, ToolCallReply)
+            assert not reply.ok and reply.error.startswith("bad request"), (subject, payload, reply)
+    r = await one.call("glob", {"pattern": "*"})
+    assert r.ok
+
+
+async def test_drain_finishes_short_calls_and_kills_the_rest(stack: Stack) -> None:
+    svc = await stack.executor("h1", drain_grace_seconds=1.5)
+    short = asyncio.create_task(stack.shell("sleep 0.7; echo finished"))
+    long = asyncio.create_task(stack.shell("sleep 40", user="u2"))
+    await wait_processes(lambda c: c in ("sleep 0.7", "sleep 40"), count=2)
+    await drain(stack, svc)
+    r = await short
+    assert r.ok and r.output.strip() == "finished"
+    r = await long
+    assert not r.ok and "shutting down" in r.error
+    assert await wait_no_processes(lambda c: c.startswith("sleep"), timeout=3) == []
+    r = await stack.shell("echo after")
+    assert not r.ok and "executor unavailable" in r.error
+    kv = await stack.nc.jetstream().key_value(stack.topo.sandbox_leases_bucket)
+    with pytest.raises(KeyNotFoundError):
+        await kv.get("u1")  # released on drain: the user may go anywhere at once
+
+
+async def test_latency_cold_and_warm(one: Stack, record_property) -> None:
+    colds = []
+    for i in range(3):
+        started = time.perf_counter()
+        r = await one.call("glob", {"pattern": "*"}, user=f"cold{i}")
+        colds.append(time.perf_counter() - started)
+        assert r.ok
+    warm = []
+    for _ in range(100):
+        started = time.perf_counter()
+        r = await one.call("read", {"path": "f.txt"} if warm else {"path": "f.txt"}, user="cold0")
+        warm.append(time.perf_counter() - started)
+    p50 = statistics.median(warm)
+    record_property("cold_ms", [round(c * 1000, 1) for c in colds])
+    record_property("warm_p50_ms", round(p50 * 1000, 3))
+    print(f"\ncold first call (through NATS): {[round(c * 1000, 1) for c in colds]} ms; warm fs p50: {p50 * 1000:.2f} ms")
+    assert min(colds) < 0.25
+    assert p50 < 0.005
+
+
+async def test_client_timeout_and_metrics(one: Stack) -> None:
+    client = ExecutorClient(one.nc, one.topo, margin=0.5, probe_interval=0.3)
+    req = ToolCallRequest(call_id="slow", user_id="u1", task_id="t", run_id="r", tool="shell",
+                          args={"command": "sleep 3"}, cwd="task", timeout=0.5)
+    r = await client.call(req)
+    assert not r.ok and "timed out" in r.error  # the executor's own limit answers first
+    from prometheus_client import REGISTRY
+
+    assert REGISTRY.get_sample_value("zcbot_tool_calls_total", {"tool": "shell", "outcome": "timeout"}) >= 1
+    assert REGISTRY.get_sample_value("zcbot_executor_sandboxes") >= 1
