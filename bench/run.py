@@ -222,6 +222,14 @@ async def fanout(stack: BenchStack, client: Client, sizes: list[int]) -> dict[st
     return out
 
 
+def _run_owner(db_url: str, task_id: str) -> str:
+    import psycopg
+
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("select run_owner from tasks where task_id = %s", (task_id,)).fetchone()
+    return (row[0] if row else None) or ""
+
+
 async def recovery(stack: BenchStack, client: Client, iters: int) -> dict[str, Any]:
     headers = await client.login("recover")
     await push_script(stack.fake_url, "BENCH-LONG", [{"chunks": ["r "] * 100, "chunk_delay": 0.05}])
@@ -243,8 +251,7 @@ async def recovery(stack: BenchStack, client: Client, iters: int) -> dict[str, A
         while not starts:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)
-        r = await client.http.get(f"/v1/tasks/{task_id}", headers=headers)
-        owner = r.json().get("run_owner") or ""
+        owner = await asyncio.to_thread(_run_owner, stack.env["ZCBOT_DB_URL"], task_id)
         victim = next((p for p in runners if f"-{p.popen.pid}-" in owner), None)
         if victim is None:
             await reader

@@ -124,6 +124,10 @@ async def test_login_chat_stream_tool_card_and_cancel(stack: Stack, page: Page, 
     await expect(page.locator(tid("run-status"))).to_contain_text("ok")
     await expect(page.locator(tid("cancel-run"))).to_be_hidden()
     await page.locator(tid("chat-pane")).screenshot(path=str(artifacts_dir / "browser-chat-pane.png"))
+    token = await stack.login("carol")
+    if await card.get_attribute("data-ok") == "true" and await files_api_available(stack, token):
+        # The files pane shows the task's folder and refreshes when the run ends.
+        await expect(page.locator(f'{tid("file-entry")}[data-name="hello.txt"]')).to_be_visible()
 
     # Reloading renders the stored history: both texts and the tool card with its result.
     await page.reload()
@@ -227,3 +231,34 @@ async def test_admin_page_for_admin_and_refusal_for_others(stack: Stack, page: P
         await expect(page.locator(tid(section))).not_to_contain_text("Loading")
     await page.locator(tid("usage-range")).select_option("30d")
     await expect(page.locator(tid("usage-models"))).not_to_contain_text("Loading")
+
+
+async def test_schedules_list_disable_and_delete(stack: Stack, page: Page) -> None:
+    token = await stack.login("gina")
+    async with stack.client(token) as c:
+        listed = await c.get("/v1/schedules")
+    if listed.status_code == 404:
+        await login_with_key(page, stack, "gina")
+        await expect(page.locator(tid("task-list"))).to_be_visible()
+        await expect(page.locator(tid("schedules-section"))).to_be_hidden()
+        return
+    for job_id, name in (("jobmorning", "Morning digest"), ("jobweekly", "Weekly report")):
+        sql(stack.settings.zcbot_db_url,
+            "insert into scheduled_jobs (job_id, user_id, name, cron, prompt, working_dir) "
+            "values (:j, 'gina', :n, '0 8 * * *', 'summarize the news', 'digest')", j=job_id, n=name)
+    await login_with_key(page, stack, "gina")
+    section = page.locator(tid("schedules-section"))
+    await expect(section).to_be_visible()
+    items = section.locator(tid("schedule-item"))
+    await expect(items).to_have_count(2)
+    morning = section.locator(f'{tid("schedule-item")}[data-job-id="jobmorning"]')
+    await expect(morning).to_contain_text("0 8 * * *")
+    await morning.locator(tid("schedule-disable")).click()
+    await expect(morning).to_contain_text("disabled")
+    await expect(morning.locator(tid("schedule-disable"))).to_have_count(0)
+    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+    await section.locator(f'{tid("schedule-item")}[data-job-id="jobweekly"]').locator(tid("schedule-delete")).click()
+    await expect(items).to_have_count(1)
+    async with stack.client(token) as c:
+        jobs = (await c.get("/v1/schedules")).json()
+    assert [(j["job_id"], j["enabled"]) for j in jobs] == [("jobmorning", False)]

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
 # Kinds without a namespace (the ones a zcbot overlay could plausibly contain).
@@ -72,7 +74,7 @@ def _kustomization_file(directory: Path) -> Path:
 
 def _load_docs(path: Path) -> list[dict[str, Any]]:
     with path.open() as fh:
-        return [doc for doc in yaml.safe_load_all(fh) if doc]
+        return [doc for doc in yaml.load_all(fh, Loader=Loader) if doc]
 
 
 def _gvk_name(doc: dict[str, Any]) -> tuple[str, str, str]:
@@ -235,7 +237,7 @@ def _patches(spec: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
     for entry in spec:
         if set(entry) - {"path", "patch"}:
             raise Unsupported(f"patch options {sorted(set(entry) - {'path', 'patch'})} (targets)")
-        docs = _load_docs(root / entry["path"]) if "path" in entry else [d for d in yaml.safe_load_all(entry["patch"]) if d]
+        docs = _load_docs(root / entry["path"]) if "path" in entry else [d for d in yaml.load_all(entry["patch"], Loader=Loader) if d]
         if any(not isinstance(d, dict) or "kind" not in d for d in docs):
             raise Unsupported("JSON 6902 patches")
         out.extend(docs)
@@ -254,7 +256,7 @@ def _apply(kust: dict[str, Any], root: Path, resources: list[dict[str, Any]], *,
         resources.extend(build(path) if path.is_dir() else _load_docs(path))
     for entry in kust.get("components") or []:
         path = (root / entry).resolve()
-        comp = yaml.safe_load(_kustomization_file(path).read_text())
+        comp = yaml.load(_kustomization_file(path).read_text(), Loader=Loader)
         resources = _apply(comp, path, resources, component=True)
     for spec in kust.get("configMapGenerator") or []:
         resources.append(_generate(spec, "ConfigMap", root))
@@ -277,7 +279,7 @@ def _apply(kust: dict[str, Any], root: Path, resources: list[dict[str, Any]], *,
 def build(directory: str | Path) -> list[dict[str, Any]]:
     """Render the kustomization in `directory` to a list of resource documents."""
     root = Path(directory).resolve()
-    kust = yaml.safe_load(_kustomization_file(root).read_text())
+    kust = yaml.load(_kustomization_file(root).read_text(), Loader=Loader)
     resources = _apply(kust, root, [], component=False)
     seen: set[tuple[str, str, str, str | None]] = set()
     for res in resources:

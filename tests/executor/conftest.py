@@ -125,14 +125,25 @@ async def one(stack: Stack) -> Stack:
 
 
 def sandbox_processes(predicate: Callable[[str], bool] | None = None) -> list[psutil.Process]:
-    """Host processes running as the sandbox uid, other than the warm runners themselves."""
-    out = []
-    for p in psutil.process_iter(["uids", "cmdline"]):
+    """Host processes running as the sandbox uid, other than the warm runners themselves.
+
+    Without a predicate only this test process's descendants count (other test sessions on the
+    machine may run sandboxes too); with one, every process (background sandboxes are detached).
+    """
+    if predicate is None:
         try:
-            if p.info["uids"] is None or p.info["uids"].real != SANDBOX_UID:
+            candidates = psutil.Process(os.getpid()).children(recursive=True)
+        except psutil.Error:
+            candidates = []
+    else:
+        candidates = list(psutil.process_iter())
+    out = []
+    for p in candidates:
+        try:
+            if p.uids().real != SANDBOX_UID:
                 continue
-            cmd = " ".join(p.info["cmdline"] or [])
-            if "tool_runner.py serve" in cmd:
+            cmd = " ".join(p.cmdline())
+            if "import tool_runner" in cmd and " serve " in cmd:
                 continue
             if predicate is None or predicate(cmd):
                 out.append(p)

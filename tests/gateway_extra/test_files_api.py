@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from extra_helpers import create_task, db, get_task_row, set_task, user_dir
 from zcbot_core.config import Settings
-from zcbot_core.db.models import ScheduledJob, Task
+from zcbot_core.db.models import ScheduledJob
 
 pytestmark = pytest.mark.asyncio
 
@@ -294,6 +294,14 @@ async def test_rename_task_folder_rewrites_tasks_and_jobs(app_client: httpx.Asyn
     assert (root / "customer/site/index.html").exists()
     folders = (await app_client.get("/v1/folders", headers=h)).json()
     assert {f["working_dir"] for f in folders} == {"Project 2026", "customer/site", "clientele"}
+
+    # Through a symlink inside the root, the folder is still recognized as the task's folder.
+    os.symlink(root / "customer", root / "alias")
+    assert (await post(app_client, h, "delete", path="alias/site")).status_code == 409
+    resp = await post(app_client, h, "rename", path="alias/site", new_name="site2")
+    assert resp.status_code == 200 and resp.json()["tasks_moved"] == 1
+    assert (await get_task_row(app_client, deep["task_id"])).working_dir == "customer/site2"
+    assert (root / "customer/site2/index.html").exists()
 
 
 async def test_rename_refused_while_a_run_is_active(app_client: httpx.AsyncClient, settings: Settings,

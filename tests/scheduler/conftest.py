@@ -229,5 +229,6 @@ async def live(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tm
         await svc.drain()
         await close_runtime(rt)
         await runner.drain()
+        await runner_rt.nc.close()  # a drain would wait ~5 s on the runner's pull subscription
         await close_runtime(runner_rt)
         await fake.stop()

@@ -318,3 +318,22 @@ async def test_default_clock_and_unscheduled_jobs(harness: Harness) -> None:
         nxt = (await s.execute(select(ScheduledJob.next_run_at).where(ScheduledJob.user_id == user))).scalar_one()
     assert before < nxt <= before + timedelta(minutes=5)
     assert T0 < before
+
+
+async def test_service_process_ticks_on_its_own_and_drains(harness: Harness, start_service: Any) -> None:
+    """`zcbot scheduler` (main -> run_service) as a real process: its loop fires a due job; SIGTERM drains."""
+    h = harness
+    user = await h.user("proc")
+    async with h.rt.sessions() as s, s.begin():
+        s.add(ScheduledJob(user_id=user, name="proc", cron="0 0 1 1 *", timezone="UTC", prompt="hello",
+                           working_dir="proc", enabled=True,
+                           next_run_at=datetime.now(timezone.utc) - timedelta(seconds=1)))
+    proc = start_service("scheduler", {"ZCBOT_SCHEDULER_TICK_SECONDS": "0.2"}, wait=False)
+    await proc.wait_healthy_async(timeout=40)
+    async with h.rt.sessions() as s:
+        job_id = (await s.execute(select(ScheduledJob.job_id).where(ScheduledJob.user_id == user))).scalar_one()
+    await h.settle(lambda: _status(h, job_id, "running"), timeout=20)
+    assert len(await h.tasks_of(job_id)) == 1
+    row = await h.job(job_id)
+    assert row.next_run_at.year == datetime.now(timezone.utc).year + 1
+    assert await asyncio.to_thread(proc.terminate, 15) == 0, proc.log_tail()

@@ -13,8 +13,9 @@ Layout under each user root (the agent sees the user root as `/workspace`):
 - The web API is read-only (`GET /v1/memory*`); changes go through the conversation.
 - This module is where memory file names are checked: extended files must match
   `[A-Za-z0-9_-]+\\.md` (`validate_extended_name`); everything is read through
-  `paths.resolve_user_path` (symlinks must stay inside the user root), only regular files are read
-  (a FIFO cannot hang the caller) and reads are size-capped.
+  `paths.resolve_user_path` (symlinks must stay inside the user root) and re-checked after opening
+  (`/proc/self/fd`, so a folder swapped for a symlink by the sandbox meanwhile is refused); only
+  regular files are read (a FIFO cannot hang the caller) and reads are size-capped.
 """
 
 from __future__ import annotations
@@ -67,6 +68,19 @@ def _rel(*parts: str) -> str:
     return "/".join((MEMORY_DIR, *parts))
 
 
+def _opened_inside(user_root: Path, fd: int) -> bool:
+    """Re-check where an opened file really is: a folder swapped for a symlink meanwhile is refused."""
+    try:
+        actual = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no procfs: the path check done before opening stands alone
+        return True
+    try:
+        paths.resolve_user_path(user_root, os.path.relpath(actual, os.path.realpath(user_root)))
+    except paths.PathRejected:
+        return False
+    return True
+
+
 def read_memory_file(user_root: Path, rel: str, max_bytes: int = MAX_FILE_BYTES) -> str | None:
     """Text of `rel` (relative to the user root) or None when absent, not a regular file, or escaping.
 
@@ -83,7 +97,7 @@ def read_memory_file(user_root: Path, rel: str, max_bytes: int = MAX_FILE_BYTES)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not _opened_inside(user_root, fd):
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(max_bytes)

@@ -53,7 +53,6 @@ _ALIASES = {
 }
 _DST_SLACK = timedelta(hours=3)  # larger than any DST shift in the tz database
 _MAX_CANDIDATES = 5000
-_UNSET: Any = object()
 
 
 class ScheduleError(ValueError):
@@ -328,13 +327,15 @@ async def create_schedule(
         select(func.count()).select_from(ScheduledJob).where(ScheduledJob.user_id == user_id)
     )).scalar_one()
     if count >= MAX_JOBS_PER_USER:
-        raise ScheduleError(f"you already have {count} scheduled jobs (the limit is {MAX_JOBS_PER_USER}); delete one first")
+        raise ScheduleError(f"you already have {count} scheduled jobs (the limit is {MAX_JOBS_PER_USER}); "
+                            "delete one first")
     bound: str | None = None
     if clean_mode == "persistent":
         if task_id is None:
             raise ScheduleError("persistent mode needs task_id: the task whose conversation each run continues")
         task = await _owned_task(session, user_id, task_id)
-        if working_dir is not None and str(working_dir).strip() and validate_working_dir(working_dir) != task.working_dir:
+        wd_given = isinstance(working_dir, str) and working_dir.strip()
+        if wd_given and validate_working_dir(working_dir) != task.working_dir:
             raise ScheduleError(f"a persistent job works in its task's folder {task.working_dir!r}")
         wd, bound = task.working_dir, task.task_id
     else:

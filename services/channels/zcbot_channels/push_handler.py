@@ -43,8 +43,8 @@ def _ilink_window_error(svc: "ChannelsService", cfg: dict) -> str | None:
     has_token = bool((cfg.get("secrets") or {}).get("context_token"))
     max_age = svc.cs.ilink_context_max_age
     if not has_token or not at:
-        return ("personal WeChat only delivers to users who have written to the bot recently, and this user never "
-                "has; ask them to send the bot any message (or use WeCom)")
+        return ("personal WeChat only delivers within ~24 h of the user's last message to the bot, and this user "
+                "has not written to it yet; ask them to send the bot any message (or use WeCom)")
     age = time.time() - float(at)
     if age > max_age:
         return (f"personal WeChat only delivers within ~24 h of the user's last message to the bot, and the last one "

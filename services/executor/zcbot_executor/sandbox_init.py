@@ -18,7 +18,6 @@ steps 3 and the rlimits apply.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
 
@@ -28,15 +27,9 @@ PR_SET_NO_NEW_PRIVS = 38
 _CAP_V3 = 0x20080522
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
 def _libc():
+    import ctypes  # only root executors need it (privilege drop): not imported on the fast path
+
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -46,6 +39,14 @@ def _write(path: str, text: str) -> None:
 
 
 def clear_capabilities() -> None:
+    import ctypes
+
+    class _CapHeader(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class _CapData(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
     libc = _libc()
     header = _CapHeader(_CAP_V3, 0)
     data = (_CapData * 2)()
@@ -58,6 +59,8 @@ def no_new_privs() -> None:
 
 
 def drop_privileges(uid: int, gid: int, userns: bool = True, inner_uid: int = 1000, inner_gid: int = 1000) -> None:
+    import ctypes
+
     libc = _libc()
     os.setgroups([])
     os.setresgid(gid, gid, gid)
@@ -104,7 +107,7 @@ def setup(config: dict) -> None:
     drop = config.get("drop")
     if drop and os.geteuid() == 0:
         drop_privileges(int(drop[0]), int(drop[1]), userns=bool(config.get("userns", True)))
-    else:
+    elif not config.get("nnp_set"):
         no_new_privs()
     apply_limits(config.get("limits") or {})
     os.umask(0o022)

@@ -43,6 +43,7 @@ from zcbot_executor.sandbox.base import Sandbox, SandboxBackend, SandboxError, S
 
 log = logging.getLogger(__name__)
 
+PREPARED_SECONDS = 10.0  # a user root / task folder checked this recently is not re-checked
 SHUTDOWN_ERROR = "the executor is shutting down; the call was killed (it may have partly run)"
 
 
@@ -64,6 +65,7 @@ class ExecutorService:
         self.tasks: set[asyncio.Task[None]] = set()
         self.draining = False
         self._background: list[asyncio.Task[None]] = []
+        self._prepared: dict[tuple[str, str], float] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self, rt: Runtime) -> None:
@@ -205,10 +207,15 @@ class ExecutorService:
         except PathRejected as exc:
             return ToolResult(False, error=f"bad request: {exc}")
         user_root = self.config.storage_root / req.user_id
-        try:
-            await asyncio.to_thread(self._prepare_root, user_root, cwd_rel)
-        except OSError as exc:
-            return ToolResult(False, error=f"working folder {req.cwd!r} is not usable: {exc}")
+        key = (req.user_id, cwd_rel)
+        if time.monotonic() - self._prepared.get(key, -1e9) > PREPARED_SECONDS:
+            try:
+                await asyncio.to_thread(self._prepare_root, user_root, cwd_rel)
+            except OSError as exc:
+                return ToolResult(False, error=f"working folder {req.cwd!r} is not usable: {exc}")
+            if len(self._prepared) > 50_000:
+                self._prepared.clear()
+            self._prepared[key] = time.monotonic()
         await self.leases.claim(req.user_id)
         async with self.sem:
             if entry.cancelled:

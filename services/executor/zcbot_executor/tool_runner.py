@@ -20,18 +20,20 @@ max_file_mb, max_open_files}, sweep, python, shell, tmp, calls_dir, fs_workers.
 
 from __future__ import annotations
 
-import json
+import _thread
 import os
-import queue
 import sys
-import threading
 import time
+from _queue import SimpleQueue
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import sandbox_init  # noqa: E402
 import tools_exec  # noqa: E402
 import tools_fs  # noqa: E402
+import wire  # noqa: E402
+
+# Imports are kept to C modules and these siblings: the first call on a cold sandbox waits for them.
 
 EXEC_TOOLS = ("shell", "run_python")
 
@@ -51,11 +53,18 @@ class Runner:
             sweep=bool(config.get("sweep")),
             calls_dir=config.get("calls_dir"),
         )
-        self.exec_thread = threading.Thread(target=self.exec.run, name="exec", daemon=True)
-        self.exec_thread.start()
-        self.fs_queue: queue.SimpleQueue = queue.SimpleQueue()
-        for i in range(int(config.get("fs_workers", 4))):
-            threading.Thread(target=self._fs_worker, name=f"fs{i}", daemon=True).start()
+        self.exec_done = _thread.allocate_lock()
+        self.exec_done.acquire()
+        _thread.start_new_thread(self._exec_main, ())
+        self.fs_queue: SimpleQueue = SimpleQueue()
+        for _ in range(int(config.get("fs_workers", 4))):
+            _thread.start_new_thread(self._fs_worker, ())
+
+    def _exec_main(self) -> None:
+        try:
+            self.exec.run()
+        finally:
+            self.exec_done.release()
 
     def reply(self, call_id, ok, output, error, meta) -> None:
         self.write({"id": call_id, "ok": ok, "output": output, "error": error, "meta": meta or {}})
@@ -108,11 +117,11 @@ def run_fs(ws: tools_fs.Workspace, tool: str, args: dict, cwd: str):
 
 
 def _stdout_writer():
-    lock = threading.Lock()
+    lock = _thread.allocate_lock()
     out = sys.stdout.buffer
 
     def write(obj: dict) -> None:
-        data = json.dumps(obj, ensure_ascii=False).encode("utf-8", errors="replace") + b"\n"
+        data = wire.dumps(obj).encode("utf-8", errors="replace") + b"\n"
         with lock:
             out.write(data)
             out.flush()
@@ -124,34 +133,35 @@ def serve(config: dict) -> int:
     runner = Runner(config, _stdout_writer())
     for line in sys.stdin.buffer:
         try:
-            msg = json.loads(line)
+            msg = wire.loads(line)
         except ValueError:
             continue
         if isinstance(msg, dict):
             runner.handle(msg)
     runner.exec.stop()  # stdin closed: the executor is done with this sandbox
-    runner.exec_thread.join(timeout=2)
+    runner.exec_done.acquire(timeout=2)
     return 0
 
 
 def once(config: dict, request_path: str) -> int:
     with open(request_path, encoding="utf-8") as fh:
-        msg = json.load(fh)
+        msg = wire.loads(fh.read())
     try:
         os.unlink(request_path)
     except OSError:
         pass
-    done = threading.Event()
+    done = _thread.allocate_lock()
+    done.acquire()
     result: dict = {}
     base = _stdout_writer()
 
     def write(obj: dict) -> None:
         result.update(obj)
-        done.set()
+        done.release()
 
     runner = Runner(config, write)
     runner.handle(msg)
-    done.wait()
+    done.acquire()
     base(result)
     runner.exec.stop()
     return 0
@@ -161,7 +171,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3:
         sys.stderr.write(__doc__ or "")
         return 2
-    mode, config = argv[1], json.loads(argv[2])
+    mode, config = argv[1], wire.loads(argv[2])
     arg = argv[3] if len(argv) > 3 else ""
     if mode == "kill":
         return 0 if tools_exec.kill_call(config.get("calls_dir") or "/tmp/.zcbot-calls", arg) else 1

@@ -14,12 +14,12 @@ Nothing survives a call; long jobs go through `background=true` (a sandbox of th
 from __future__ import annotations
 
 import os
-import queue
-import selectors
-import signal
-import subprocess
-import tempfile
+import select
 import time
+from _queue import Empty, SimpleQueue  # `queue`, `subprocess`, `selectors`, `signal`, `tempfile` cost tens of ms to import
+
+SIGKILL = 9
+_SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ"}
 
 OUTPUT_HEAD = 48 * 1024
 OUTPUT_TAIL = 16 * 1024
@@ -33,7 +33,7 @@ def kill_group(pgid: int) -> None:
     is belt and braces."""
     for _ in range(2):
         try:
-            os.killpg(pgid, signal.SIGKILL)
+            os.killpg(pgid, SIGKILL)
         except (ProcessLookupError, PermissionError):
             return
 
@@ -57,7 +57,7 @@ def sweep_strays(keep_sessions: set[int]) -> int:
         if session in keep_sessions:
             continue
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, SIGKILL)
             killed += 1
         except OSError:
             pass
@@ -65,10 +65,9 @@ def sweep_strays(keep_sessions: set[int]) -> int:
 
 
 class Call:
-    def __init__(self, call_id: str, proc: subprocess.Popen, timeout: float, tmpfile: str | None) -> None:
+    def __init__(self, call_id: str, pid: int, out_fd: int, timeout: float, tmpfile: str | None) -> None:
         self.id = call_id
-        self.proc = proc
-        self.pid = proc.pid
+        self.pid = pid
         self.started = time.monotonic()
         self.deadline = self.started + timeout
         self.timeout = timeout
@@ -76,7 +75,7 @@ class Call:
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
-        self.fd: int | None = proc.stdout.fileno() if proc.stdout else None
+        self.fd: int | None = out_fd
         self.pidfd: int | None = None
         self.exited = False
         self.reason: str | None = None  # timeout | cancelled | flood
@@ -114,11 +113,23 @@ class ExecLoop:
         self.cpu_margin = cpu_margin
         self.calls_dir = calls_dir  # single-shot mode: pgid files for `tool_runner.py kill`
         self.calls: dict[str, Call] = {}
-        self.commands: queue.SimpleQueue = queue.SimpleQueue()
-        self.sel = selectors.DefaultSelector()
+        self.commands: SimpleQueue = SimpleQueue()
+        self.poll = select.epoll()
+        self.fds: dict[int, tuple[str, Call | None]] = {}
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
-        self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
+        self._watch(self.wake_r, "wake", None)
+
+    def _watch(self, fd: int, kind: str, call: Call | None) -> None:
+        self.fds[fd] = (kind, call)
+        self.poll.register(fd, select.EPOLLIN)
+
+    def _unwatch(self, fd: int) -> None:
+        if self.fds.pop(fd, None) is not None:
+            try:
+                self.poll.unregister(fd)
+            except (OSError, ValueError):
+                pass
 
     # ---- called from other threads ---------------------------------------------------------
     def submit(self, call_id: str, tool: str, args: dict, cwd: str, timeout: float) -> None:
@@ -145,8 +156,8 @@ class ExecLoop:
                 timeout = 0.05  # killed calls: their exit arrives through the pidfd in a moment
             if any(c.pidfd is None for c in self.calls.values()):
                 timeout = 0.02 if timeout is None else min(timeout, 0.02)
-            for key, _ in self.sel.select(timeout):
-                kind, call = key.data
+            for fd, _ in self.poll.poll(-1 if timeout is None else timeout):
+                kind, call = self.fds.get(fd, ("gone", None))
                 if kind == "wake":
                     try:
                         os.read(self.wake_r, 4096)
@@ -172,7 +183,7 @@ class ExecLoop:
         while True:
             try:
                 cmd = self.commands.get_nowait()
-            except queue.Empty:
+            except Empty:
                 return False
             if cmd[0] == "start":
                 self._start(*cmd[1:])
@@ -198,37 +209,45 @@ class ExecLoop:
                 code = args.get("code")
                 if not isinstance(code, str) or not code.strip():
                     raise ValueError("argument 'code' must be a non-empty string")
-                fd, tmpfile = tempfile.mkstemp(prefix="zcbot-run-", suffix=".py", dir=self.tmp_dir)
+                tmpfile = os.path.join(self.tmp_dir, f"zcbot-run-{os.urandom(6).hex()}.py")
+                fd = os.open(tmpfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     fh.write(code)
                 argv = [self.python, tmpfile]
         except (ValueError, OSError) as exc:
             self.reply(call_id, False, "", str(exc), {})
             return
+        out_r, out_w = os.pipe()
+        devnull = os.open(os.devnull, os.O_RDONLY)
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            os.chdir(cwd)  # only this thread spawns; fs tools never use the process cwd
+            pid = os.posix_spawn(argv[0], argv, self.env, setsid=True, file_actions=[
+                (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2)])
         except OSError as exc:
+            os.close(out_r)
             _unlink(tmpfile)
             msg = "the sandbox's process limit is reached; wait for running commands to end" \
                 if exc.errno == 11 else f"could not start the command: {exc}"
             self.reply(call_id, False, "", msg, {})
             return
-        call = Call(call_id, proc, timeout, tmpfile)
+        finally:
+            os.close(out_w)
+            os.close(devnull)
+        call = Call(call_id, pid, out_r, timeout, tmpfile)
         try:  # CPU-time backstop per call; the wall-clock deadline is the real limit
             import resource
 
             cpu = int(timeout + self.cpu_margin)
-            resource.prlimit(proc.pid, resource.RLIMIT_CPU, (cpu, cpu + 1))
+            resource.prlimit(pid, resource.RLIMIT_CPU, (cpu, cpu + 1))
         except (OSError, ValueError):
             pass
         if self.calls_dir:
-            _write_pgid(self.calls_dir, call_id, proc.pid)
-        os.set_blocking(call.fd, False)
-        self.sel.register(call.fd, selectors.EVENT_READ, ("out", call))
+            _write_pgid(self.calls_dir, call_id, pid)
+        os.set_blocking(out_r, False)
+        self._watch(out_r, "out", call)
         try:
-            call.pidfd = os.pidfd_open(proc.pid)
-            self.sel.register(call.pidfd, selectors.EVENT_READ, ("exit", call))
+            call.pidfd = os.pidfd_open(pid)
+            self._watch(call.pidfd, "exit", call)
         except (AttributeError, OSError):
             call.pidfd = None
         self.calls[call_id] = call
@@ -250,11 +269,8 @@ class ExecLoop:
 
     def _close_out(self, call: Call) -> None:
         if call.fd is not None:
-            try:
-                self.sel.unregister(call.fd)
-            except (KeyError, ValueError):
-                pass
-            call.proc.stdout.close()
+            self._unwatch(call.fd)
+            os.close(call.fd)
             call.fd = None
 
     def _finish(self, call: Call) -> None:
@@ -275,9 +291,9 @@ class ExecLoop:
             call.feed(data)
         self._close_out(call)
         if call.pidfd is not None:
-            self.sel.unregister(call.pidfd)
+            self._unwatch(call.pidfd)
             os.close(call.pidfd)
-        code = call.proc.wait()
+        code = _reap(call.pid)
         del self.calls[call.id]
         _unlink(call.tmpfile)
         if self.calls_dir:
@@ -297,7 +313,7 @@ class ExecLoop:
         elif code == 0:
             self.reply(call.id, True, text, None, meta)
         elif code < 0:
-            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            name = _SIGNAL_NAMES.get(-code, f"signal {-code}")
             self.reply(call.id, False, text, f"the command was killed by {name}", meta)
         else:
             self.reply(call.id, False, text, f"exit code {code}", meta)
@@ -309,6 +325,14 @@ def _exited(pid: int) -> bool:
     except ChildProcessError:
         return True
     return info is not None
+
+
+def _reap(pid: int) -> int:
+    try:
+        _pid, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return -SIGKILL
+    return os.waitstatus_to_exitcode(status)
 
 
 def _unlink(path: str | None) -> None:

@@ -13,11 +13,10 @@ anything else for bad input.
 
 from __future__ import annotations
 
-import fnmatch
 import os
-import re
 import stat
-import tempfile
+
+# `re`, `fnmatch` and `tempfile` are imported where needed: a cold runner starts faster without them.
 
 READ_DEFAULT_LIMIT = 2000
 READ_MAX_LIMIT = 20000
@@ -154,7 +153,8 @@ def atomic_write(path: str, data: bytes) -> None:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         mode = None
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path)[:60] + ".", suffix=".zcbot-tmp", dir=directory)
+    tmp = os.path.join(directory, f".{os.path.basename(path)[:60]}.{os.urandom(6).hex()}.zcbot-tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -289,8 +289,10 @@ def tool_edit(ws: Workspace, args: dict, cwd: str) -> tuple[str, dict]:
     return f"edited {shown}: replaced {what} (first at line {first})", {"path": shown, "replacements": count if replace_all else 1}
 
 
-def glob_regex(pattern: str) -> re.Pattern:
+def glob_regex(pattern: str):
     """Translate a glob (`*`, `?`, `[...]`, `{a,b}`, `**`) to a regex over '/'-separated paths."""
+    import re
+
     out: list[str] = []
     i, n = 0, len(pattern)
     while i < n:
@@ -377,6 +379,9 @@ def tool_glob(ws: Workspace, args: dict, cwd: str) -> tuple[str, dict]:
 
 
 def tool_grep(ws: Workspace, args: dict, cwd: str) -> tuple[str, dict]:
+    import fnmatch
+    import re
+
     pattern = _str_arg(args, "pattern")
     flags = re.IGNORECASE if args.get("case_insensitive") or args.get("ignore_case") else 0
     try:

@@ -23,6 +23,7 @@ from zcbot_core.llm.profiles import get_profile
 from zcbot_core.runs import finish_run, now, publish_run
 from zcbot_core.service import Runtime
 from zcbot_runner import metrics
+from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
 from zcbot_runner.store import DbStepStore
 from zcbot_runner.toolbox import RunnerToolBox
@@ -154,7 +155,7 @@ class RunExecutor:
                 await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=str(exc), code="config"))
                 result = LoopResult(status="error", error=str(exc))
             else:
-                loop = self._build_loop(req, task, profile, sink, active.token)
+                loop = await self._build_loop(req, task, profile, sink, active.token)
                 result = await loop.run(claim.history)
         except Exception as exc:  # a bug: the run must still end, never stay `running`
             log.exception("run crashed", extra={"task_id": task.task_id, "run_id": req.run_id})
@@ -177,17 +178,21 @@ class RunExecutor:
         await self._finish(req, result, timings, sink)
         await active.msg.ack()
 
-    def _build_loop(self, req: RunRequest, task: Task, profile: Any, sink: BusEventSink, token: CancelToken) -> AgentLoop:
+    async def _build_loop(self, req: RunRequest, task: Task, profile: Any, sink: BusEventSink,
+                          token: CancelToken) -> AgentLoop:
         assert self.rt.sessions is not None
         toolbox = RunnerToolBox(executor=self.executor_client, sandbox_schemas=self.sandbox_schemas,
                                 user_id=task.user_id, task_id=task.task_id, run_id=req.run_id, cwd=task.working_dir)
         prompt_ctx = PromptContext(working_dir=task.working_dir, task_name=task.name)
+        switcher = ModelSwitcher(self.rt, task.task_id, req.run_id, sink.emit)
         if self.extend_toolbox is not None:
-            self.extend_toolbox(toolbox, task, req, prompt_ctx)
+            await self.extend_toolbox(self.rt, toolbox, task, req, prompt_ctx, switcher)
         store = DbStepStore(self.rt.sessions, task_id=task.task_id, user_id=task.user_id, run_id=req.run_id,
                             profile=profile.name)
-        return AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
+        loop = AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
                          tools=toolbox, sink=sink, store=store, cancel=token, prepare=prepare_messages)
+        switcher.loop = loop
+        return loop
 
     async def _finish(self, req: RunRequest, result: LoopResult, timings: dict[str, float], sink: BusEventSink) -> None:
         assert self.rt.sessions is not None

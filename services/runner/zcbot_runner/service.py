@@ -123,4 +123,6 @@ def _default_sandbox_schemas() -> list[dict[str, Any]]:
 
 
 def _default_extend_toolbox(rt: Runtime) -> Any:
-    return None
+    from zcbot_runner.host_tools import extend_run
+
+    return extend_run

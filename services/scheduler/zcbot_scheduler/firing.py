@@ -82,7 +82,8 @@ async def _create_run_task(rt: Runtime, job: ScheduledJob, slot: datetime) -> st
             raise FireFailed(f"the job's folder {job.working_dir!r} nests with the folder {nested!r} of another task; "
                              "change the job's working_dir")
         try:
-            await asyncio.to_thread(schedules.ensure_user_folder, rt.settings.storage_root, job.user_id, job.working_dir)
+            await asyncio.to_thread(schedules.ensure_user_folder, rt.settings.storage_root, job.user_id,
+                                    job.working_dir)
         except (PathRejected, OSError) as exc:
             raise FireFailed(f"cannot prepare the folder {job.working_dir!r}: {exc}") from None
         task = Task(user_id=job.user_id, name=schedules.firing_task_name(job.name, slot, job.timezone),

@@ -275,7 +275,8 @@ async def check_inflight(rt: Runtime, cfg: SchedulerConfig, now: datetime, infli
             elif job.cancel_requested_at is None and now >= job.run_deadline_at:
                 if await _mark_cancel(rt, job.job_id, job.last_run_id, now):
                     report.timed_out += 1
-                    log.info("scheduled run timed out; cancelling", extra={"job_id": job.job_id, "run_id": job.last_run_id})
+                    log.info("scheduled run timed out; cancelling",
+                             extra={"job_id": job.job_id, "run_id": job.last_run_id})
                     try:
                         await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=job.user_id,
                                                   task_id=job.last_task_id, reason="timeout")
@@ -283,9 +284,10 @@ async def check_inflight(rt: Runtime, cfg: SchedulerConfig, now: datetime, infli
                         pass  # it ended meanwhile: the next check records it (as a timeout)
             elif job.cancel_requested_at is not None and now >= job.cancel_requested_at + timedelta(
                     seconds=cfg.cancel_grace_seconds):
-                seconds = int(cfg.cancel_grace_seconds)
+                grace = int(cfg.cancel_grace_seconds)
+                message = f"timed out: the run did not stop within {grace} s of its timeout cancel"
                 if await record_outcome(rt, cfg, job_id=job.job_id, run_id=job.last_run_id, status="error",
-                                        error=f"timed out: the run did not stop within {seconds} s of its timeout cancel"):
+                                        error=message):
                     report.finished += 1
         except Exception:
             log.exception("in-flight check failed", extra={"job_id": job.job_id})

@@ -612,6 +612,9 @@ class Deck:
         os.close(fd)
         try:
             self.prs.save(tmp)
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; the deck gets normal permissions
             os.replace(tmp, out)
         finally:
             if os.path.exists(tmp):

@@ -249,16 +249,39 @@ def compress_old_results(messages: list[dict[str, Any]], keep_turns: int = KEEP_
     return out
 
 
+_KEY_ORDER = {key: i for i, key in enumerate(("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"))}
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def canonical_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A plain-dict copy with a fixed key order (nested dicts sorted).
+
+    Needed for byte-stable requests: a message the loop built in memory and the same message read
+    back from PostgreSQL (JSONB reorders keys) must serialise identically, or every new run would
+    miss the provider's prefix cache from the first tool message on.
+    """
+    keys = sorted(message, key=lambda k: (_KEY_ORDER.get(k, len(_KEY_ORDER)), k))
+    return {k: _canonical(message[k]) for k in keys}
+
+
 def prepare_messages(messages: list[dict[str, Any]], profile: Any) -> list[dict[str, Any]]:
     """The request body for one LLM call: `[system, *history]` -> what is sent.
 
-    Pure and deterministic. Returns new plain dicts (the caller's list and dicts are not mutated).
+    Pure and deterministic. Returns new plain dicts in a canonical key order (the caller's list
+    and dicts are not mutated).
     """
     thinking = bool(getattr(profile, "thinking", False))
     body = strip_old_reasoning(messages, keep_tool_turns=thinking)
     if under_pressure(messages, profile):
         body = compress_old_results(body)
-    return [dict(m) for m in body]
+    return [canonical_message(m) for m in body]
 
 
 def check_protocol(messages: Sequence[dict[str, Any]]) -> list[str]:

@@ -12,13 +12,13 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> AsyncEngine:
+def make_engine(url: str, pool_size: int = 10, max_overflow: int = 40) -> AsyncEngine:
     return create_async_engine(
         normalize_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_pre_ping=True,
-        pool_timeout=10,
+        pool_timeout=30,
     )
 
 

@@ -338,8 +338,23 @@ def atomic_save(document, out: Path) -> Path:
     os.close(fd)
     try:
         document.save(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; deliverables get normal permissions
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return out
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where possible (os.umask is process-wide)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -230,7 +230,7 @@ class DocxWriter:
         for bit in subtitle_bits:
             sub = self.doc.add_paragraph()
             common.add_spans(sub, bit, size=self.style.size)
-            sub.alignment = para.alignment
+            sub.alignment = WD_ALIGN_PARAGRAPH.LEFT if self.style.title_rule else WD_ALIGN_PARAGRAPH.CENTER
             sub.paragraph_format.first_line_indent = Pt(0)
             for run in sub.runs:
                 run.font.color.rgb = RGBColor.from_string("555555")
@@ -245,7 +245,7 @@ class DocxWriter:
         para = self.doc.add_paragraph()
         body = REF_PREFIX.sub("", text)
         para.add_run(f"[{self.report.references}] ")
-        common.add_spans(para, body, chem=False, size=None)
+        common.add_spans(para, body)
         pf = para.paragraph_format
         pf.left_indent = Pt(self.style.size * 2)
         pf.first_line_indent = Pt(-self.style.size * 2)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 import nats.errors
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 PROBE_TOOL = "__probe__"
 DEFAULT_MARGIN = 10.0
+LEASE_CACHE_SECONDS = 1.0
 
 
 def _fail(req: ToolCallRequest, error: str, host: str = "") -> ToolCallReply:
@@ -77,6 +79,21 @@ class ExecutorClient:
         self.probe_interval = probe_interval
         self.probe_strikes = probe_strikes
         self._kv = None
+        self._lease_cache: dict[str, tuple[float, str]] = {}
+
+    async def _route(self, user_id: str) -> str | None:
+        """Where to send a call: the lease, remembered for a moment (a stale answer only costs a
+        no-responders round trip, after which the unassigned subject is used)."""
+        now = time.monotonic()
+        hit = self._lease_cache.get(user_id)
+        if hit is not None and now - hit[0] < LEASE_CACHE_SECONDS:
+            return hit[1]
+        host = await self.lease_of(user_id)
+        if host:
+            if len(self._lease_cache) > 10_000:
+                self._lease_cache.clear()
+            self._lease_cache[user_id] = (now, host)
+        return host
 
     async def lease_of(self, user_id: str) -> str | None:
         """The host holding `user_id`'s sandbox lease, if any."""
@@ -97,12 +114,13 @@ class ExecutorClient:
         if len(data) > self.nc.max_payload:
             return _fail(req, f"tool call too large ({len(data)} bytes; the bus carries at most {self.nc.max_payload}): "
                               "split the content into smaller writes")
-        attempt = _Attempt(host=await self.lease_of(req.user_id), direct=True)
+        attempt = _Attempt(host=await self._route(req.user_id), direct=True)
         try:
             if attempt.host:
                 try:
                     return await self._request(self.topo.exec_call_subject(attempt.host), data, req, wait, attempt)
                 except nats.errors.NoRespondersError:
+                    self._lease_cache.pop(req.user_id, None)
                     log.info("leased executor not serving; trying any", extra={"host": attempt.host, "user_id": req.user_id})
             attempt.host, attempt.direct = None, False
             try:

@@ -49,7 +49,8 @@ _JOB_FIELDS: dict[str, Any] = {
     "working_dir": {"type": "string", "description": "Folder (relative to the user's root) the runs work in; "
                     "defaults to this task's folder. Persistent jobs always use this task's folder."},
     "notify": {"type": "string", "description": "Push a summary after every run: a channel name (e.g. "
-               "'wecom' or 'ilink'), 'all' for every connected channel, or 'none' (results always stay in the run's task)."},
+               "'wecom' or 'ilink'), 'all' for every connected channel, or 'none' (results always stay in the "
+               "run's task)."},
     "timeout_seconds": {"type": "integer", "description": f"Per-run time limit (default "
                         f"{schedules.DEFAULT_TIMEOUT_SECONDS}); a run hitting it is cancelled and counts as a "
                         "failure."},

@@ -79,6 +79,7 @@ class BwrapBackend(SandboxBackend):
             "root": policy.WORKSPACE, "virtual": policy.WORKSPACE,
             "drop": [cfg.sandbox_uid, cfg.sandbox_gid] if cfg.drops_privileges else None, "userns": True,
             "limits": cfg.limits.runner_limits(), "sweep": sweep, "python": cfg.python, "tmp": "/tmp",
+            "nnp_set": True,  # bwrap always sets no_new_privs
         }
 
     def argv(self, user_root: Path, command: list[str], *, die_with_parent: bool = True) -> list[str]:
@@ -119,8 +120,7 @@ class BwrapBackend(SandboxBackend):
         return a + ["--"] + command
 
     def runner_command(self, mode: str, config: dict[str, Any], arg: str | None = None) -> list[str]:
-        cmd = [self.config.python, "-S", "-B", f"{policy.RUNNER_MOUNT}/tool_runner.py", mode, json.dumps(config)]
-        return cmd + ([arg] if arg else [])
+        return policy.runner_command(self.config.python, policy.RUNNER_MOUNT, mode, json.dumps(config), arg)
 
     # ---- sandboxes ---------------------------------------------------------------------------
     async def open(self, user_id: str, user_root: Path) -> Sandbox:

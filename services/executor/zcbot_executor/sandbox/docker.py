@@ -88,7 +88,8 @@ class DockerBackend(SandboxBackend):
 
     def runner_config(self) -> dict[str, Any]:
         return {"root": policy.WORKSPACE, "virtual": policy.WORKSPACE, "drop": None, "limits": self.config.limits.runner_limits(),
-                "sweep": False, "python": CONTAINER_PYTHON, "tmp": "/tmp", "calls_dir": CALLS_DIR}
+                "sweep": False, "python": CONTAINER_PYTHON, "tmp": "/tmp", "calls_dir": CALLS_DIR,
+                "nnp_set": True}  # security_opt no-new-privileges
 
     def _run_kwargs(self, user_id: str, user_root: Path, product: str) -> dict[str, Any]:
         import docker
@@ -132,8 +133,8 @@ class DockerBackend(SandboxBackend):
 
     async def start_background(self, spec: BackgroundSpec) -> dict[str, Any]:
         name = f"zcbot-proc-{spec.proc_id}"
-        cmd = [CONTAINER_PYTHON, "-S", "-B", f"{policy.RUNNER_MOUNT}/tool_runner.py", "proc", json.dumps(self.runner_config()),
-               spec.proc_dir_virtual]
+        cmd = policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, "proc", json.dumps(self.runner_config()),
+                                    spec.proc_dir_virtual)
         kwargs = self._run_kwargs(spec.user_id, spec.user_root, "proc")
         kwargs["auto_remove"] = True
         await asyncio.to_thread(self.client.containers.run, self.config.docker_image, cmd, name=name, **kwargs)
@@ -180,8 +181,8 @@ class DockerSandbox(Sandbox):
         path = tmp / name
         request = {"id": call_id, "op": "call", "tool": tool, "args": args, "cwd": cwd, "timeout": timeout}
         policy.safe_write(path, json.dumps(request), owner or (os.getuid(), os.getgid()))
-        cmd = [CONTAINER_PYTHON, "-S", "-B", f"{policy.RUNNER_MOUNT}/tool_runner.py", "once",
-               json.dumps(self.backend.runner_config()), f"{policy.WORKSPACE}/.zcbot_tmp/{name}"]
+        cmd = policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, "once", json.dumps(self.backend.runner_config()),
+                                    f"{policy.WORKSPACE}/.zcbot_tmp/{name}")
         try:
             code, out, err = self._exec(cmd)
         finally:
@@ -218,8 +219,7 @@ class DockerSandbox(Sandbox):
             return False
 
     async def cancel(self, call_id: str) -> None:
-        cmd = [CONTAINER_PYTHON, "-S", "-B", f"{policy.RUNNER_MOUNT}/tool_runner.py", "kill",
-               json.dumps({"calls_dir": CALLS_DIR}), call_id]
+        cmd = policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, "kill", json.dumps({"calls_dir": CALLS_DIR}), call_id)
         try:
             await asyncio.to_thread(self._exec, cmd)
         except Exception:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
-RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_exec.py", "proc_wrapper.py", "sandbox_init.py")
+RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_exec.py", "proc_wrapper.py", "sandbox_init.py", "wire.py")
 RUNNER_MOUNT = "/opt/zcbot"
 WORKSPACE = "/workspace"
 INNER_UID = 1000
@@ -69,6 +69,7 @@ def stage_runner(state_dir: Path) -> Path:
     for name, text in _synthetic_etc().items():
         (tmp / "etc" / name).write_text(text)
         (tmp / "etc" / name).chmod(0o644)
+    _compile(tmp)
     (tmp / ".complete").write_text("ok\n")
     for path in (tmp.parent, tmp.parent.parent):
         path.chmod(path.stat().st_mode | stat.S_IXOTH | stat.S_IROTH)
@@ -81,7 +82,30 @@ def stage_runner(state_dir: Path) -> Path:
     return dest
 
 
-_ETC_VERSION = b"etc-v1"
+_ETC_VERSION = b"stage-v2"
+
+
+def runner_command(python: str, folder: str, mode: str, config_json: str, arg: str | None = None) -> list[str]:
+    """The runner's command line. `-c` imports tool_runner as a module so its compiled bytecode
+    (staged next to it) is used: a cold sandbox then compiles nothing."""
+    code = f"import sys; sys.path.insert(0, {folder!r}); import tool_runner; sys.exit(tool_runner.main(sys.argv))"
+    return [python, "-S", "-B", "-c", code, mode, config_json] + ([arg] if arg else [])
+
+
+def _compile(folder: Path) -> None:
+    """Byte-compile the staged files for this interpreter (others just compile in memory)."""
+    import py_compile
+
+    for name in RUNNER_FILES:
+        try:
+            py_compile.compile(str(folder / name), doraise=True)
+        except py_compile.PyCompileError:
+            pass
+    cache = folder / "__pycache__"
+    if cache.is_dir():
+        cache.chmod(0o755)
+        for item in cache.iterdir():
+            item.chmod(0o644)
 
 
 def _synthetic_etc() -> dict[str, str]:

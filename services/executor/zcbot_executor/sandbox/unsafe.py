@@ -41,7 +41,7 @@ class UnsafeBackend(SandboxBackend):
         self.stage = await asyncio.to_thread(policy.stage_runner, self.config.state_dir)
 
     def _config(self, user_root: Path) -> dict[str, Any]:
-        policy.make_dirs_owned(user_root, ".zcbot_tmp", None)
+        tmp = policy.make_dirs_owned(user_root, ".zcbot_tmp", None)
         return {"root": str(user_root), "virtual": policy.WORKSPACE, "drop": None,
                 "limits": self.config.limits.runner_limits(), "sweep": False, "python": self.config.python,
                 "tmp": str(tmp)}
@@ -54,8 +54,7 @@ class UnsafeBackend(SandboxBackend):
         assert self.stage is not None
         import json
 
-        cmd = [self.config.python, "-S", "-B", str(self.stage / "tool_runner.py"), mode, json.dumps(self._config(user_root))]
-        return cmd + ([arg] if arg else [])
+        return policy.runner_command(self.config.python, str(self.stage), mode, json.dumps(self._config(user_root)), arg)
 
     async def open(self, user_id: str, user_root: Path) -> Sandbox:
         log.warning("starting an UNSANDBOXED tool runner", extra={"user_id": user_id})

@@ -141,7 +141,8 @@ async def overview(admin: AdminUser, session: SessionDep) -> dict[str, Any]:
 
 
 async def _usage_table(session: AsyncSession, key: Any, range_: str, sort: str, page: int,
-                       page_size: int) -> tuple[int, list[Any]]:
+                       page_size: int) -> tuple[dict[str, Any], list[Any]]:
+    """(`{page, page_size, count, range, sort}`, rows of `key` + usage columns) for one page."""
     since = _since(range_)
     if sort not in SORTS:
         raise bad_request(f"sort must be one of {', '.join(SORTS)}")
@@ -153,25 +154,23 @@ async def _usage_table(session: AsyncSession, key: Any, range_: str, sort: str, 
     tokens = TOKENS_IN + TOKENS_OUT
     order = [COST.desc(), tokens.desc()] if sort == "cost" else [tokens.desc(), COST.desc()]
     stmt = stmt.order_by(*order, key.asc().nulls_last()).offset((page - 1) * page_size).limit(page_size)
-    return count, (await session.execute(stmt)).all()
+    meta = {"page": page, "page_size": page_size, "count": count, "range": range_, "sort": sort}
+    return meta, list((await session.execute(stmt)).all())
 
 
 @router.get("/usage/models")
 async def usage_by_model(admin: AdminUser, session: SessionDep, range_: Range = "all", sort: Sort = "cost",
                          page: Page = 1, page_size: PageSize = DEFAULT_PAGE_SIZE) -> dict[str, Any]:
     """Usage per model profile."""
-    count, rows = await _usage_table(session, UsageEvent.model_profile, range_, sort, page, page_size)
-    page, page_size = _page(page, page_size)
-    results = [{"model_profile": row.key, **_usage_json(row)} for row in rows]
-    return {"page": page, "page_size": page_size, "count": count, "range": range_, "sort": sort, "results": results}
+    meta, rows = await _usage_table(session, UsageEvent.model_profile, range_, sort, page, page_size)
+    return {**meta, "results": [{"model_profile": row.key, **_usage_json(row)} for row in rows]}
 
 
 @router.get("/usage/users")
 async def usage_by_user(admin: AdminUser, session: SessionDep, range_: Range = "all", sort: Sort = "cost",
                         page: Page = 1, page_size: PageSize = DEFAULT_PAGE_SIZE) -> dict[str, Any]:
     """Usage per user (with the user's email and name when the user still exists)."""
-    count, rows = await _usage_table(session, UsageEvent.user_id, range_, sort, page, page_size)
-    page, page_size = _page(page, page_size)
+    meta, rows = await _usage_table(session, UsageEvent.user_id, range_, sort, page, page_size)
     ids = [row.key for row in rows]
     people = {u.user_id: u for u in (await session.scalars(select(User).where(User.user_id.in_(ids)))).all()} if ids else {}
     results = []
@@ -179,7 +178,7 @@ async def usage_by_user(admin: AdminUser, session: SessionDep, range_: Range = "
         person = people.get(row.key)
         results.append({"user_id": row.key, "email": person.email if person else None,
                         "name": person.name if person else None, **_usage_json(row)})
-    return {"page": page, "page_size": page_size, "count": count, "range": range_, "sort": sort, "results": results}
+    return {**meta, "results": results}
 
 
 # ---- storage ---------------------------------------------------------------------------------

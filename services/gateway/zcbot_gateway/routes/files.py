@@ -145,6 +145,7 @@ class Target:
     dfd: int
     name: str
     st: os.stat_result | None  # lstat of the final name, None when missing
+    canon: str  # `rel` with symlinks in its parent resolved (how task working dirs name it)
 
     def close(self) -> None:
         os.close(self.dfd)
@@ -153,6 +154,8 @@ class Target:
 def open_target(root: Path, rel: str) -> Target:
     paths.resolve_user_path(root, rel)  # the whole path, symlinks followed, must stay inside
     parent, name = posixpath.split(rel)
+    parent_real = os.path.relpath(os.path.realpath(paths.resolve_user_path(root, parent)), os.path.realpath(root))
+    canon = name if parent_real == "." else posixpath.join(parent_real, name)
     try:
         dfd = open_dir(root, parent)
     except (FileNotFoundError, NotADirectoryError):
@@ -161,7 +164,10 @@ def open_target(root: Path, rel: str) -> Target:
         st: os.stat_result | None = os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
         st = None
-    return Target(rel, dfd, name, st)
+    except BaseException:
+        os.close(dfd)
+        raise
+    return Target(rel, dfd, name, st, canon)
 
 
 # ---- list ------------------------------------------------------------------------------------
@@ -321,7 +327,13 @@ def _write_uploads(root: Path, rel_dir: str, files: list[tuple[str, UploadFile]]
         os.close(dfd)
 
 
-@router.post("/upload", status_code=status.HTTP_201_CREATED)
+_UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"],
+    "properties": {"file": {"type": "array", "items": {"type": "string", "format": "binary"}}},
+}}}}}
+
+
+@router.post("/upload", status_code=status.HTTP_201_CREATED, openapi_extra=_UPLOAD_BODY)
 async def upload_files(request: Request, user: CurrentUser, settings: SettingsDep, path: PathQuery = "") -> dict[str, Any]:
     """Upload files (multipart field `file`, repeatable) into a folder, creating it if needed."""
     limit = settings.zcbot_upload_max_bytes
@@ -387,13 +399,24 @@ def _task_folder_filter(user_id: str, rel: str) -> Any:
     return (Task.user_id == user_id) & or_(Task.working_dir == rel, Task.working_dir.startswith(rel + "/", autoescape=True))
 
 
+def _canon_dir(root: Path, rel: str) -> str | None:
+    """The canonical path of `rel` when it is a folder (not a symlink), else None; 404 when missing."""
+    target = open_target(root, rel)
+    try:
+        if target.st is None:
+            raise not_found()
+        return target.canon if stat.S_ISDIR(target.st.st_mode) else None
+    finally:
+        target.close()
+
+
 def _delete(root: Path, rel: str, check_dir: Any) -> None:
     target = open_target(root, rel)
     try:
         if target.st is None:
             raise not_found()
         if stat.S_ISDIR(target.st.st_mode):
-            check_dir()
+            check_dir(target.canon)
             try:
                 os.rmdir(target.name, dir_fd=target.dfd)
             except OSError as exc:
@@ -412,16 +435,21 @@ async def delete_path(body: PathIn, user: CurrentUser, session: SessionDep, sett
     rel = clean_rel(body.path)
     if not rel:
         raise bad_request("your root folder cannot be deleted")
+    root = user_root(settings, user)
     await lock_user_folders(session, user)  # no task can be created in it meanwhile
-    live = (await session.scalars(
-        select(Task.working_dir).where(_task_folder_filter(user, rel), Task.deleted_at.is_(None)).limit(1)
-    )).first()
+    canon = await asyncio.to_thread(_canon_dir, root, rel)
+    live = None
+    if canon is not None:
+        live = (await session.scalars(
+            select(Task.working_dir).where(_task_folder_filter(user, canon), Task.deleted_at.is_(None)).limit(1)
+        )).first()
 
-    def check_dir() -> None:
-        if live is not None:
-            raise conflict(f"folder is used by a task (working_dir {live!r}); delete or move that task first")
+    def check_dir(now_canon: str) -> None:
+        if live is not None or now_canon != canon:
+            raise conflict(f"folder is used by a task (working_dir {live!r}); delete or move that task first"
+                           if live is not None else "folder changed during the request; retry")
 
-    await asyncio.to_thread(_delete, user_root(settings, user), rel, check_dir)
+    await asyncio.to_thread(_delete, root, rel, check_dir)
     await session.commit()
     return {"ok": True, "path": rel}
 
@@ -429,15 +457,15 @@ async def delete_path(body: PathIn, user: CurrentUser, session: SessionDep, sett
 # ---- rename ----------------------------------------------------------------------------------
 
 
-def _stat_source(root: Path, rel: str, new_name: str) -> bool:
-    """True when `rel` is a folder; 404 missing, 409 when the new sibling name exists."""
+def _stat_source(root: Path, rel: str, new_name: str) -> str | None:
+    """The canonical path when `rel` is a folder (else None); 404 missing, 409 when the new name exists."""
     target = open_target(root, rel)
     try:
         if target.st is None:
             raise not_found()
         if _lexists_at(target.dfd, new_name):
             raise conflict(f"{new_name!r} already exists in this folder")
-        return stat.S_ISDIR(target.st.st_mode)
+        return target.canon if stat.S_ISDIR(target.st.st_mode) else None
     finally:
         target.close()
 
@@ -521,11 +549,11 @@ async def rename_path(body: RenameIn, user: CurrentUser, session: SessionDep, se
     root = user_root(settings, user)
     if new_name == old_name:
         raise bad_request("new_name is the current name")
-    is_dir = await asyncio.to_thread(_stat_source, root, rel, new_name)
+    canon = await asyncio.to_thread(_stat_source, root, rel, new_name)
     tasks_moved = 0
-    if is_dir:
+    if canon is not None:  # a folder: task working dirs in it move with it
         await lock_user_folders(session, user)
-        tasks_moved = await _rewrite_working_dirs(session, user, rel, new_rel)
+        tasks_moved = await _rewrite_working_dirs(session, user, canon, posixpath.join(posixpath.dirname(canon), new_name))
     try:
         entry = await asyncio.to_thread(_rename, root, rel, new_name)
     except BaseException as exc:

@@ -1,0 +1,80 @@
+"""Everything a run gets besides the sandbox tools: host tools, prompt blocks and after-call hooks.
+
+Assembled per run from `zcbot_core` modules (skills, memory, schedules, push, pptx guard) so the
+runner stays wiring: each concept lives once in the core.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy import update
+
+from zcbot_core.agent.prompt import PromptContext
+from zcbot_core.bus import RunRequest
+from zcbot_core.bus import events as ev
+from zcbot_core.channels.bindings import user_has_channel
+from zcbot_core.config import ConfigError
+from zcbot_core.db.models import Task
+from zcbot_core.llm.profiles import get_profile
+from zcbot_core.memory import memory_block
+from zcbot_core.paths import resolve_user_path, user_root
+from zcbot_core.pptx_guard import make_pptx_guard_hook
+from zcbot_core.service import Runtime
+from zcbot_core.skills import discovery_block, registry_for_user
+from zcbot_core.tools.push_tool import register_push_tool
+from zcbot_core.tools.schedule_tools import register_schedule_tools
+from zcbot_core.tools.skill_tools import register_skill_tools
+from zcbot_runner.toolbox import RunnerToolBox
+
+log = logging.getLogger(__name__)
+
+
+class ModelSwitcher:
+    """`load_skill` of a built-in skill with `model:` switches the run's model (seed 003 §3.5).
+
+    The switch takes effect at the next LLM call (the loop reads `loop.profile` each step) and is
+    persisted on the task; an unknown profile keeps the current model and says so.
+    """
+
+    def __init__(self, rt: Runtime, task_id: str, run_id: str, emit: Callable[[ev.RunEvent], Awaitable[None]]) -> None:
+        self.rt = rt
+        self.task_id = task_id
+        self.run_id = run_id
+        self.emit = emit
+        self.loop: Any = None
+
+    async def __call__(self, profile_name: str) -> bool:
+        if self.loop is None or profile_name == self.loop.profile.name:
+            return False
+        try:
+            profile = get_profile(self.rt.settings, profile_name)
+        except ConfigError as exc:
+            await self.emit(ev.Warn(run_id=self.run_id, msg=f"model switch skipped: {exc}"))
+            return False
+        previous = self.loop.profile.name
+        self.loop.profile = profile
+        assert self.rt.sessions is not None
+        async with self.rt.sessions() as session, session.begin():
+            await session.execute(update(Task).where(Task.task_id == self.task_id).values(model_profile=profile.name))
+        await self.emit(ev.ModelSwitch(run_id=self.run_id, from_profile=previous, to_profile=profile.name,
+                                       reason="skill"))
+        return True
+
+
+async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Task, req: RunRequest, prompt: PromptContext,
+                     switcher: ModelSwitcher) -> None:
+    settings = rt.settings
+    root = user_root(settings.storage_root, task.user_id)
+    root.mkdir(parents=True, exist_ok=True)
+    registry = registry_for_user(root)
+    prompt.skills_block = discovery_block(registry)
+    prompt.memory_block = memory_block(root)
+    register_skill_tools(toolbox, registry, root, on_model_switch=switcher)
+    assert rt.sessions is not None
+    register_schedule_tools(toolbox, rt.sessions, task.user_id, task, in_scheduled_run=task.scheduled_job_id is not None)
+    if await user_has_channel(rt.sessions, task.user_id):
+        register_push_tool(toolbox, rt.nc, rt.topo, task.user_id)
+    toolbox.after_hooks.append(make_pptx_guard_hook(resolve_user_path(root, task.working_dir)))

@@ -1,0 +1,284 @@
+"""Context governance through the real stack (gateway -> runner -> fake LLM), issue 9.
+
+The runner wiring of the fold/soft reset (`prepare_run_context` at run start) is simulated by
+patching the loop class the runner builds, with exactly the call the runner is meant to make.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from tests.e2e.conftest import Stack, write_fake_profile
+from zcbot_core.agent.context import COMPRESSED_TAG, SUMMARY_PREFIX, check_protocol
+from zcbot_core.agent.fold import FOLD_MARKER, SUMMARY_HEADINGS, prepare_run_context
+from zcbot_core.agent.loop import AgentLoop
+from zcbot_core.db.engine import make_engine, make_sessionmaker
+from zcbot_core.db.models import Message, Task, UsageEvent
+from zcbot_core.runs import append_message
+from zcbot_core.usage import daily_trend, task_usage, usage_by_model, usage_by_user, usage_totals
+
+SMALL = dict(reliable_context=6000, max_context=32000)  # compress from ~3000 tokens, fold from ~5100
+BIG_RESULT = "".join(f"{i:04d} | sample row with a measurement of {i * 3.25:.2f} units\n" for i in range(70))  # ~3.5K chars
+
+
+class WiredLoop(AgentLoop):
+    """What `RunExecutor._run` does once wired: reset/fold at run start, then the reloaded window."""
+
+    async def run(self, history: list[dict[str, Any]]) -> Any:
+        store: Any = self.store
+        history = await prepare_run_context(store.sessions, store.task_id, self.profile, self.sink.emit,
+                                            system_prompt=self.system_prompt, tools=self.tools.schemas() or None,
+                                            run_id=self.run_id)
+        return await super().run(history)
+
+
+@pytest.fixture
+async def db(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    monkeypatch.setattr("zcbot_runner.execution.AgentLoop", WiredLoop)
+    write_fake_profile(Path(stack.env["ZCBOT_MODELS_DIR"]), stack.fake.base_url, name="small", **SMALL)
+    engine = make_engine(stack.settings.zcbot_db_url, pool_size=2, max_overflow=2)
+    yield make_sessionmaker(engine)
+    await engine.dispose()
+
+
+def history_turn(n: int, result: str = BIG_RESULT) -> list[dict[str, Any]]:
+    call_id = f"call_hist_{n}"
+    return [
+        {"role": "user", "content": f"turn {n}: summarise data/file{n}.csv"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "read", "arguments": json.dumps({"path": f"data/file{n}.csv"})}}]},
+        {"role": "tool", "tool_call_id": call_id, "name": "read", "content": f"[file{n}]\n{result}"},
+        {"role": "assistant", "content": f"file{n}.csv has 70 rows; the total is {n * 1000 + 7}."},
+    ]
+
+
+async def seed(db: async_sessionmaker[AsyncSession], task_id: str, payloads: list[dict[str, Any]],
+               age_hours: float = 0.0) -> None:
+    async with db() as session, session.begin():
+        for payload in payloads:
+            await append_message(session, task_id, payload)
+        if age_hours:
+            await session.execute(text("update messages set created_at = now() - make_interval(secs => :s) "
+                                       "where task_id = :t"), {"s": age_hours * 3600, "t": task_id})
+
+
+async def run(stack: Stack, token: str, task_id: str, content: str) -> list[dict[str, Any]]:
+    r = await stack.post(token, task_id, content)
+    assert r.status_code == 202, r.text
+    events = await stack.events(token, r.json()["events_url"])
+    assert events[-1]["event"] == "done" and events[-1]["data"]["status"] == "ok", events[-3:]
+    return events
+
+
+async def task_row(db: async_sessionmaker[AsyncSession], task_id: str) -> Task:
+    async with db() as session:
+        return (await session.execute(select(Task).where(Task.task_id == task_id))).scalar_one()
+
+
+def chat_requests(stack: Stack, since: int) -> list[dict[str, Any]]:
+    return [r for r in stack.fake.requests[since:] if FOLD_MARKER not in str(r["messages"][-1].get("content"))]
+
+
+def as_json(messages: list[dict[str, Any]]) -> str:
+    return json.dumps(messages, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------
+
+async def test_requests_below_threshold_are_byte_identical_run_to_run(stack: Stack, db: Any) -> None:
+    stack.fake.script("KEY-alpha", [
+        {"tool_calls": [{"id": "call_fixed_1", "name": "lookup_notes", "arguments": {"topic": "budget"}}]},
+        {"text": "The budget notes are not available."},
+    ])
+    stack.fake.script("KEY-beta", [{"text": "Noted."}])
+    bodies = []
+    for user in ("alice", "bob"):
+        token = await stack.login(user)
+        task = await stack.create_task(token, "Same name")
+        start = len(stack.fake.requests)
+        await run(stack, token, task["task_id"], "KEY-alpha what do my budget notes say?")
+        await run(stack, token, task["task_id"], "KEY-beta thanks, remember that")
+        bodies.append([r["messages"] for r in stack.fake.requests[start:]])
+    first, second = bodies
+    assert len(first) == 3
+    assert [as_json(m) for m in first] == [as_json(m) for m in second]  # same conversation, same bytes
+    # prefix-cache friendly: each request starts with the previous one's exact bytes
+    for before, after in zip(first, first[1:]):
+        assert as_json(after[: len(before)]) == as_json(before)
+    assert COMPRESSED_TAG not in as_json(first[-1])
+
+
+async def test_compression_above_half_keeps_newest_turns_users_and_protocol(stack: Stack, db: Any) -> None:
+    token = await stack.login("carol")
+    task = await stack.create_task(token, "Compress", model_profile="small")
+    stored = [m for n in range(3) for m in history_turn(n)]
+    await seed(db, task["task_id"], stored)
+    stack.fake.script("KEY-compress", [
+        {"tool_calls": [{"id": "call_new_1", "name": "lookup_notes", "arguments": {"topic": "totals"}}]},
+        {"text": "Totals: 7, 1007, 2007."},
+    ])
+    start = len(stack.fake.requests)
+    events = await run(stack, token, task["task_id"], "KEY-compress add up the totals")
+    assert "context_fold" not in {e["event"] for e in events}  # under 85%: no fold
+    first, second = [r["messages"] for r in chat_requests(stack, start)]
+    sent_history = first[1:1 + len(stored)]
+    for idx, (orig, sent) in enumerate(zip(stored, sent_history)):
+        assert sent["role"] == orig["role"]
+        if orig["role"] == "user" or idx >= 8:  # users always; the newest stored turn (idx 8..11) intact
+            assert sent == orig, idx
+        elif orig["role"] == "assistant":
+            assert sent.get("tool_calls") == orig.get("tool_calls") and sent["content"] == orig["content"]
+        else:
+            assert sent["tool_call_id"] == orig["tool_call_id"] and sent["name"] == orig["name"]
+            assert COMPRESSED_TAG in sent["content"] and f"message idx {idx}" in sent["content"]
+            assert sent["content"].startswith(orig["content"][:200])
+    assert first[-1] == {"role": "user", "content": "KEY-compress add up the totals"}
+    assert check_protocol(first) == [] and check_protocol(second) == []
+    # stable: the second call of the run starts with the first call's exact bytes
+    assert as_json(second[: len(first)]) == as_json(first)
+    # the stored history itself is untouched
+    async with db() as session:
+        rows = (await session.execute(select(Message.payload).where(Message.task_id == task["task_id"])
+                                      .order_by(Message.idx))).scalars().all()
+    assert rows[: len(stored)] == stored
+
+
+async def test_long_conversation_folds_once_and_the_next_request_carries_the_summary(stack: Stack, db: Any) -> None:
+    token = await stack.login("dave")
+    task = await stack.create_task(token, "Fold", model_profile="small")
+    task_id = task["task_id"]
+    stored = [m for n in range(8) for m in history_turn(n)]  # ~8K tokens > 85% of 6000
+    await seed(db, task_id, stored)
+    summary = ("## Goal\nSum the totals of data/file0.csv .. file7.csv\n## Constraints & decisions\nCSV only\n"
+               "## Progress\nfile0..file5 read\n## Open items\nfiles 6 and 7\n## Verbatim facts\n- data/file3.csv total 3007")
+    stack.fake.script(FOLD_MARKER, [{"text": summary}])
+    stack.fake.script("KEY-after-fold", [{"text": "Continuing with files 6 and 7."}])
+    stack.fake.script("KEY-again", [{"text": "Still here."}])
+    start = len(stack.fake.requests)
+    events = await run(stack, token, task_id, "KEY-after-fold go on")
+    names = [e["event"] for e in events]
+    phases = [e["data"]["phase"] for e in events if e["event"] == "context_fold"]
+    assert phases == ["start", "done"] and names.index("context_fold") < names.index("llm_start")
+    fold_reqs = [r for r in stack.fake.requests[start:] if FOLD_MARKER in str(r["messages"][-1].get("content"))]
+    assert len(fold_reqs) == 1
+    fold_msgs = fold_reqs[0]["messages"]
+    chat = chat_requests(stack, start)
+    assert len(chat) == 1
+    chat_msgs = chat[0]["messages"]
+    # the summary call reuses the chat prefix: same system prompt, the stored history in order
+    assert fold_msgs[0] == chat_msgs[0] and fold_msgs[0]["role"] == "system"
+    assert [m["content"] for m in fold_msgs[1:-1] if m["role"] == "user"] == \
+        [m["content"] for m in stored[: len(fold_msgs) - 2] if m["role"] == "user"]
+    assert check_protocol(fold_msgs[:-1]) == [] and fold_msgs[-1]["content"].startswith(FOLD_MARKER)
+    # stored: summary + base advanced to a user message that the summary call did not cover
+    row = await task_row(db, task_id)
+    assert row.context_summary == summary and row.context_base_idx == len(fold_msgs) - 2
+    assert stored[row.context_base_idx]["role"] == "user" and row.context_base_idx > 0
+    for heading in SUMMARY_HEADINGS:
+        assert f"## {heading}" in row.context_summary
+    # the next request carries the summary first, then the window from the base on
+    assert chat_msgs[1] == {"role": "user", "content": SUMMARY_PREFIX + summary}
+    assert chat_msgs[2:-1] == stored[row.context_base_idx:]
+    assert chat_msgs[-1]["content"] == "KEY-after-fold go on"
+    assert COMPRESSED_TAG not in as_json(chat_msgs)  # back under 50%: compression is off
+    # one more run: no second fold, and the window's bytes are stable
+    start2 = len(stack.fake.requests)
+    events2 = await run(stack, token, task_id, "KEY-again and now?")
+    assert "context_fold" not in {e["event"] for e in events2}
+    again = chat_requests(stack, start2)[0]["messages"]
+    assert as_json(again[: len(chat_msgs)]) == as_json(chat_msgs)
+    # the fold call is billed like any other
+    async with db() as session:
+        kinds = (await session.execute(select(UsageEvent.kind).where(UsageEvent.task_id == task_id)
+                                       .order_by(UsageEvent.id))).scalars().all()
+        usage = await task_usage(session, task_id)
+    assert kinds == ["fold", "chat", "chat"] and usage["consistent"] and usage["calls"] == 3
+
+
+async def test_failed_fold_warns_and_the_run_continues(stack: Stack, db: Any) -> None:
+    token = await stack.login("erin")
+    task = await stack.create_task(token, "Fold fails", model_profile="small")
+    await seed(db, task["task_id"], [m for n in range(8) for m in history_turn(n)])
+    stack.fake.script(FOLD_MARKER, [{"error": {"status": 500, "message": "summary backend down"}}])
+    stack.fake.script("KEY-nofold", [{"text": "Answered anyway."}])
+    events = await run(stack, token, task["task_id"], "KEY-nofold go on")
+    phases = [e["data"]["phase"] for e in events if e["event"] == "context_fold"]
+    assert phases == ["start", "failed"]
+    assert any(e["event"] == "warn" and "summarise" in e["data"]["msg"] for e in events)
+    row = await task_row(db, task["task_id"])
+    assert row.context_base_idx == 0 and row.context_summary is None
+
+
+async def test_a_gap_resets_the_window_and_new_topic_starts_fresh(stack: Stack, db: Any) -> None:
+    token = await stack.login("frank")
+    task = await stack.create_task(token, "Gap")
+    task_id = task["task_id"]
+    stored = [m for n in range(3) for m in history_turn(n, result="small result")]
+    await seed(db, task_id, stored, age_hours=7)
+    start = len(stack.fake.requests)
+    await run(stack, token, task_id, "good morning, where were we?")
+    row = await task_row(db, task_id)
+    assert row.context_base_idx == 8  # the last turn before the gap is the anchor
+    msgs = stack.fake.requests[start]["messages"]
+    assert msgs[1:-1] == stored[8:] and msgs[-1]["content"] == "good morning, where were we?"
+    # a new-topic command moves the base to itself and clears the summary
+    async with db() as session, session.begin():
+        await session.execute(text("update tasks set context_summary = 'old' where task_id = :t"), {"t": task_id})
+    start = len(stack.fake.requests)
+    await run(stack, token, task_id, "新话题")
+    row = await task_row(db, task_id)
+    assert row.context_base_idx == 14 and row.context_summary is None
+    assert [m["role"] for m in stack.fake.requests[start]["messages"]] == ["system", "user"]
+    assert stack.fake.requests[start]["messages"][1]["content"] == "新话题"
+
+
+async def test_costs_add_up_across_usage_events_tasks_and_aggregates(stack: Stack, db: Any) -> None:
+    stack.fake.script("KEY-cost", [
+        {"tool_calls": [{"name": "lookup_notes", "arguments": {"q": 1}}], "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "cached_tokens": 400}},
+        {"text": "done", "usage": {"prompt_tokens": 1200, "completion_tokens": 80, "cached_tokens": 1000}},
+    ])
+    tasks = []
+    for user, profile in (("gina", None), ("hank", "small")):
+        token = await stack.login(user)
+        task = await stack.create_task(token, "Costs", **({"model_profile": profile} if profile else {}))
+        await run(stack, token, task["task_id"], "KEY-cost count")
+        await run(stack, token, task["task_id"], "another unscripted question")
+        tasks.append(task["task_id"])
+    async with db() as session:
+        raw = (await session.execute(text(
+            "select count(*), coalesce(sum(cost), 0), coalesce(sum((units->>'prompt_tokens')::bigint), 0), "
+            "coalesce(sum((units->>'cached_tokens')::bigint), 0) from usage_events where task_id = any(:t)"),
+            {"t": tasks})).one()
+        task_sums = (await session.execute(text(
+            "select coalesce(sum(cost_usd), 0), coalesce(sum(tokens_in), 0), coalesce(sum(tokens_cached), 0) "
+            "from tasks where task_id = any(:t)"), {"t": tasks})).one()
+        totals = await usage_totals(session)
+        by_model = await usage_by_model(session)
+        by_user = await usage_by_user(session)
+        trend = await daily_trend(session, 7)
+        per_task = [await task_usage(session, t) for t in tasks]
+    assert raw[0] == 6  # 2 + 1 calls per task
+    assert float(raw[1]) == pytest.approx(float(task_sums[0]), abs=1e-9)
+    assert (int(raw[2]), int(raw[3])) == (int(task_sums[1]), int(task_sums[2]))
+    # the database holds only this test's rows, so the aggregates must match exactly
+    assert totals["calls"] == 6 and totals["cost_usd"] == pytest.approx(float(raw[1]), abs=1e-6)
+    assert totals["prompt_tokens"] == int(raw[2]) and totals["cached_tokens"] == int(raw[3])
+    for breakdown in (by_model, by_user, trend):
+        assert sum(d["calls"] for d in breakdown) == totals["calls"]
+        assert sum(d["cost_usd"] for d in breakdown) == pytest.approx(totals["cost_usd"], abs=1e-6)
+        assert sum(d["prompt_tokens"] for d in breakdown) == totals["prompt_tokens"]
+    assert {d["model_profile"] for d in by_model} == {"fake", "small"}
+    assert {d["user_id"] for d in by_user} == {"gina", "hank"}
+    assert len(trend) == 7 and trend[-1]["calls"] == 6
+    assert all(t["consistent"] for t in per_task)
+    # pricing (1.0 / 2.0 / cached 0.5 per Mtok) applied to the scripted usage
+    scripted = ((1000 - 400) * 1.0 + 400 * 0.5 + 50 * 2.0 + (1200 - 1000) * 1.0 + 1000 * 0.5 + 80 * 2.0) / 1e6
+    assert per_task[0]["cost_usd"] > scripted  # plus the unscripted second run
+    assert json.dumps([totals, by_model, by_user, trend])  # plain JSON-ready values

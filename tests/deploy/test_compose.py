@@ -1,0 +1,237 @@
+"""docker-compose.yml: valid Compose, and the stack docs/operations.md describes.
+
+Validated as far as a machine without a Docker engine allows: Compose's own interpolation is
+reproduced (compose_checks), the result is parsed by a strict Compose Specification parser (the
+`compose-spec` package) and `docker compose config` runs where the compose plugin exists.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import compose_checks as cc
+
+ZCBOT_SERVICES = {"gateway": 8765, "runner": 8766, "executor": 8767, "scheduler": 8768, "channels": 8769}
+SECRETS = {"JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY", "POSTGRES_PASSWORD"}
+ENV = {
+    "JWT_SECRET": "j" * 64,
+    "PLATFORM_KEY": "p" * 64,
+    "ZCBOT_CHANNEL_SECRET_KEY": "ab" * 32,
+    "POSTGRES_PASSWORD": "0123456789abcdef",
+}
+
+
+@pytest.fixture(scope="module")
+def compose_file(repo: Path) -> Path:
+    return repo / "docker-compose.yml"
+
+
+@pytest.fixture(scope="module")
+def project(compose_file: Path) -> dict[str, Any]:
+    return cc.load(compose_file, ENV)
+
+
+@pytest.fixture(scope="module")
+def services(project: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return project["services"]
+
+
+def test_compose_spec_parser_accepts_the_file(project: dict[str, Any]) -> None:
+    pytest.importorskip("compose_spec", reason="the compose-spec parser is a test dependency (pyproject [test])")
+    assert cc.spec_errors(project) == []
+
+
+def test_compose_spec_parser_is_strict(project: dict[str, Any]) -> None:
+    pytest.importorskip("compose_spec")
+    import copy
+
+    broken = copy.deepcopy(project)
+    broken["services"]["gateway"]["healthcheck"]["intervall"] = "10s"
+    assert cc.spec_errors(broken)
+    broken = copy.deepcopy(project)
+    broken["services"]["gateway"]["depends_on"]["migrate"]["condition"] = "service_finished"
+    assert cc.spec_errors(broken)
+
+
+def test_docker_compose_config(compose_file: Path, tmp_path: Path) -> None:
+    if not shutil.which("docker"):
+        pytest.skip("no docker CLI")
+    probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("the docker compose plugin is not installed here")
+    env_file = tmp_path / "test.env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in ENV.items()))
+    out = subprocess.run(["docker", "compose", "-f", str(compose_file), "--env-file", str(env_file), "config", "-q"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_secrets_are_required_not_defaulted(compose_file: Path) -> None:
+    refs = cc.references(cc.raw(compose_file))
+    required = {name for name, op in refs if op == ":?"}
+    assert SECRETS <= required
+    for name, op in refs:
+        if name in SECRETS:
+            assert op == ":?", f"{name} must be ${{{name}:?...}} everywhere"
+        if name.endswith(("_API_KEY",)):
+            assert op == ":-", name
+    for missing in sorted(SECRETS):
+        env = {k: v for k, v in ENV.items() if k != missing}
+        with pytest.raises(cc.MissingVariable, match=missing):
+            cc.load(compose_file, env)
+
+
+def test_interpolation_follows_compose_rules() -> None:
+    env = {"SET": "x", "EMPTY": ""}
+    assert cc.interpolate_string("$$HOME ${SET} $SET ${UNSET:-d} ${EMPTY:-d} ${EMPTY-d} ${SET:+a}", env) == "$HOME x x d d  a"
+    with pytest.raises(cc.MissingVariable, match="EMPTY"):
+        cc.interpolate_string("${EMPTY:?must be set}", env)
+    assert cc.interpolate_string("${EMPTY?must be set}", env) == ""
+
+
+def test_stack_services(services: dict[str, dict[str, Any]]) -> None:
+    assert set(services) == {"nats", "postgres", "migrate", *ZCBOT_SERVICES}
+
+
+def test_nats_runs_jetstream_on_a_volume(project: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    nats = services["nats"]
+    command = nats["command"]
+    assert "-js" in command and command[command.index("-sd") + 1] == "/data"
+    assert "nats-data:/data" in nats["volumes"]
+    assert "nats-data" in project["volumes"]
+
+
+def test_postgres_16_with_a_volume_and_pg_isready(project: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    pg = services["postgres"]
+    assert re.match(r"^postgres:16(\.|-|$)", pg["image"])
+    assert "pg-data:/var/lib/postgresql/data" in pg["volumes"]
+    assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
+    assert cc.environment(pg)["POSTGRES_PASSWORD"] == ENV["POSTGRES_PASSWORD"]
+    assert "pg-data" in project["volumes"]
+
+
+def test_migration_is_one_shot_after_postgres(services: dict[str, dict[str, Any]]) -> None:
+    migrate = services["migrate"]
+    assert migrate["command"] == ["db", "upgrade"]
+    assert migrate["restart"] == "no"
+    assert migrate["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    url = cc.environment(migrate)["ZCBOT_DB_URL"]
+    assert url == f"postgresql://zcbot:{ENV['POSTGRES_PASSWORD']}@postgres:5432/zcbot"
+
+
+def test_services_start_after_migrations_and_nats(services: dict[str, dict[str, Any]]) -> None:
+    for name in ZCBOT_SERVICES:
+        deps = services[name]["depends_on"]
+        assert deps["nats"] == {"condition": "service_started"}, name
+        if name != "executor":  # the executor never touches the database
+            assert deps["migrate"] == {"condition": "service_completed_successfully"}, name
+
+
+def test_one_image_runs_every_service(services: dict[str, dict[str, Any]]) -> None:
+    images = {services[name]["image"] for name in (*ZCBOT_SERVICES, "migrate")}
+    assert len(images) == 1
+    for name in (*ZCBOT_SERVICES, "migrate"):
+        assert services[name]["build"] == {"context": ".", "dockerfile": "Dockerfile"}, name
+    for name in ZCBOT_SERVICES:
+        assert services[name]["command"] == [name]
+        assert services[name]["restart"] == "unless-stopped"
+
+
+def test_healthchecks_probe_healthz_with_python(services: dict[str, dict[str, Any]]) -> None:
+    for name, port in ZCBOT_SERVICES.items():
+        test = services[name]["healthcheck"]["test"]
+        assert test[:3] == ["CMD", "python", "-c"], name
+        assert f"http://127.0.0.1:{port}/healthz" in test[3] and "urllib.request" in test[3], name
+        compile(test[3], f"{name}-healthcheck", "exec")
+        env = cc.environment(services[name])
+        assert env["ZCBOT_HTTP_HOST"] == "0.0.0.0", name
+
+
+def test_ports_match_settings(services: dict[str, dict[str, Any]]) -> None:
+    from zcbot_core.config import Settings
+
+    fields = Settings.model_fields
+    aliases = {"gateway": "zcbot_http_port", "runner": "zcbot_runner_port", "executor": "zcbot_executor_port",
+               "scheduler": "zcbot_scheduler_port", "channels": "zcbot_channels_port"}
+    for name, port in ZCBOT_SERVICES.items():
+        field = fields[aliases[name]]
+        assert field.default == port
+        assert cc.environment(services[name])[field.alias] == str(port)
+    assert services["gateway"]["ports"] == ["127.0.0.1:8765:8765"]
+
+
+def test_user_roots_shared_at_one_path(project: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    assert "users" in project["volumes"]
+    for name in ("gateway", "runner", "executor", "channels"):
+        assert "users:/data/users" in services[name]["volumes"], name
+        assert cc.environment(services[name])["ZCBOT_STORAGE_ROOT"] == "/data/users", name
+    assert "volumes" not in services["scheduler"]
+
+
+def test_production_settings_and_secrets(services: dict[str, dict[str, Any]]) -> None:
+    from zcbot_core.config import Settings
+
+    for name in ZCBOT_SERVICES:
+        env = cc.environment(services[name])
+        assert env["ZCBOT_ENV"] == "production", name
+        assert env["ZCBOT_NATS_URL"] == "nats://nats:4222", name
+        assert env["JWT_SECRET"] == ENV["JWT_SECRET"] and env["PLATFORM_KEY"] == ENV["PLATFORM_KEY"], name
+        settings = Settings(**{k: v for k, v in env.items() if k.startswith(("ZCBOT_", "JWT_", "PLATFORM_"))})
+        settings.require_secrets()  # what each service checks at start-up
+        settings.require_urls()
+        model_keys = {k for k in env if k.endswith("_API_KEY")}
+        assert bool(model_keys) == (name == "runner"), name
+    assert "POSTGRES_PASSWORD" not in cc.environment(services["executor"])
+    assert ENV["POSTGRES_PASSWORD"] not in cc.environment(services["executor"])["ZCBOT_DB_URL"]
+
+
+def test_env_names_are_known_settings(services: dict[str, dict[str, Any]]) -> None:
+    from zcbot_core.config import Settings
+
+    known = {f.alias for f in Settings.model_fields.values() if f.alias}
+    for name in ZCBOT_SERVICES:
+        unknown = {k for k in cc.environment(services[name]) if k.startswith("ZCBOT_") and k not in known}
+        assert not unknown, name
+
+
+def test_executor_sandbox_choice(services: dict[str, dict[str, Any]]) -> None:
+    """bwrap in the executor container: namespaces need SYS_ADMIN/NET_ADMIN and no seccomp/AppArmor."""
+    executor = services["executor"]
+    env = cc.environment(executor)
+    assert env["ZCBOT_SANDBOX"] == "bwrap"
+    assert executor["user"] == "0:0"
+    assert set(executor["cap_add"]) == {"SYS_ADMIN", "NET_ADMIN"}
+    assert set(executor["security_opt"]) == {"seccomp=unconfined", "apparmor=unconfined"}
+    assert not executor.get("privileged")
+    assert "/var/run/docker.sock" not in " ".join(executor.get("volumes") or [])
+    assert env["ZCBOT_EXECUTOR_HOST"] == executor["hostname"]
+    for name in set(ZCBOT_SERVICES) - {"executor"}:
+        for key in ("user", "cap_add", "security_opt", "privileged"):
+            assert key not in services[name], (name, key)
+
+
+def test_graceful_stop_periods(services: dict[str, dict[str, Any]]) -> None:
+    assert services["runner"]["stop_grace_period"] == "60s"
+    assert services["gateway"]["stop_grace_period"] == "30s"
+
+
+def test_depends_on_and_volumes_resolve(project: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in services.items():
+        for dep in svc.get("depends_on") or {}:
+            assert dep in services, (name, dep)
+        for volume in svc.get("volumes") or []:
+            source = volume.split(":", 1)[0]
+            assert source in project["volumes"], (name, volume)
+
+
+def test_env_example_lists_every_required_variable(repo: Path, compose_file: Path) -> None:
+    example = (repo / "deploy" / "compose" / "env.example").read_text()
+    names = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.M))
+    referenced = {name for name, _ in cc.references(cc.raw(compose_file))}
+    assert referenced <= names, referenced - names

@@ -1,0 +1,153 @@
+"""The Docker backend's own logic against a stand-in engine (the real engine is covered by the
+`docker` parameter of test_backends.py, which needs a Docker engine).
+
+The stand-in records what a container is created with (the hardening) and runs each `docker
+exec` as a local process, translating the container paths, so the request-file protocol, the
+reply parsing and cancel are exercised for real.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zcbot_executor.config import ExecutorConfig
+from zcbot_executor.sandbox import policy
+from zcbot_executor.sandbox.docker import DockerBackend
+
+
+class FakeContainer:
+    def __init__(self, name: str, kwargs: dict[str, Any]) -> None:
+        self.id = f"id-{name}"
+        self.name = name
+        self.kwargs = kwargs
+        self.status = "running"
+        self.removed = False
+
+    def remove(self, force: bool = False) -> None:
+        self.removed = True
+
+    def reload(self) -> None:
+        pass
+
+
+class FakeAPI:
+    def __init__(self, engine: "FakeEngine") -> None:
+        self.engine = engine
+        self.execs: dict[str, dict[str, Any]] = {}
+
+    def exec_create(self, container_id: str, cmd: list[str], **kw: Any) -> dict[str, str]:
+        exec_id = f"e{len(self.execs)}"
+        self.execs[exec_id] = {"container": container_id, "cmd": cmd, **kw}
+        return {"Id": exec_id}
+
+    def exec_start(self, exec_id: str, demux: bool = False) -> tuple[bytes, bytes]:
+        spec = self.execs[exec_id]
+        container = next(c for c in self.engine.containers.created if c.id == spec["container"])
+        volumes = container.kwargs["volumes"]
+        host_of = {v["bind"]: k for k, v in volumes.items()}
+        cmd = list(spec["cmd"])
+        cmd[0] = "python3"
+        cmd[4] = cmd[4].replace(policy.RUNNER_MOUNT, host_of[policy.RUNNER_MOUNT])
+        config = json.loads(cmd[6])
+        if "root" in config:
+            config["root"] = host_of[policy.WORKSPACE]
+            config["tmp"] = str(self.engine.tmp)
+        config["calls_dir"] = str(self.engine.tmp / "calls")
+        cmd[6] = json.dumps(config)
+        if len(cmd) > 7 and cmd[7].startswith(policy.WORKSPACE):
+            cmd[7] = host_of[policy.WORKSPACE] + cmd[7][len(policy.WORKSPACE):]
+        proc = subprocess.run(cmd, capture_output=True, timeout=60, env=spec["environment"])
+        spec["exit"] = proc.returncode
+        return proc.stdout, proc.stderr
+
+    def exec_inspect(self, exec_id: str) -> dict[str, Any]:
+        return {"ExitCode": self.execs[exec_id].get("exit")}
+
+
+class FakeContainers:
+    def __init__(self) -> None:
+        self.created: list[FakeContainer] = []
+
+    def run(self, image: str, command: list[str], name: str, **kwargs: Any) -> FakeContainer:
+        c = FakeContainer(name, {"image": image, "command": command, **kwargs})
+        self.created.append(c)
+        return c
+
+    def get(self, name: str) -> FakeContainer:
+        import docker
+
+        for c in self.created:
+            if c.name == name and not c.removed:
+                return c
+        raise docker.errors.NotFound(name)
+
+    def list(self, all: bool = False, filters: dict | None = None) -> list[FakeContainer]:
+        return []
+
+
+class FakeEngine:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.containers = FakeContainers()
+        self.api = FakeAPI(self)
+
+    def ping(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+async def docker_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    engine = FakeEngine(tmp_path)
+    monkeypatch.setattr("zcbot_executor.sandbox.docker.docker_client", lambda timeout=10.0: engine)
+    config = ExecutorConfig(host="hd", storage_root=tmp_path / "users", state_dir=tmp_path / "state", backend="docker",
+                            docker_runtime="runsc")
+    backend = DockerBackend(config)
+    await backend.start()
+    yield backend, engine, config
+    await backend.close()
+
+
+async def test_container_is_hardened(docker_backend) -> None:
+    backend, engine, config = docker_backend
+    root = config.storage_root / "u1"
+    (root / "task").mkdir(parents=True)
+    box = await backend.open("u1", root)
+    kw = engine.containers.created[0].kwargs
+    assert engine.containers.created[0].name == "zcbot-sbx-hd-u1"
+    assert kw["cap_drop"] == ["ALL"] and kw["security_opt"] == ["no-new-privileges:true"]
+    assert kw["read_only"] is True and kw["network_mode"] == "none" and kw["runtime"] == "runsc"
+    assert kw["pids_limit"] == config.limits.max_procs and kw["mem_limit"] == f"{config.limits.memory_mb}m"
+    assert kw["nano_cpus"] > 0 and "/tmp" in kw["tmpfs"] and kw["init"] is True
+    assert not kw["user"].startswith("0:") and kw["user"] != "root"
+    assert kw["labels"] == {"zcbot.product": "sandbox", "zcbot.user": "u1", "zcbot.instance": "hd"}
+    assert kw["volumes"][str(root)] == {"bind": "/workspace", "mode": "rw"}
+    assert kw["volumes"][str(backend.stage)]["mode"] == "ro"
+    assert not any(policy.SECRET_NAME.search(k) for k in kw["environment"])
+    await box.close()
+    assert engine.containers.created[0].removed
+
+
+async def test_exec_per_call_round_trip(docker_backend) -> None:
+    backend, engine, config = docker_backend
+    root = config.storage_root / "u1"
+    (root / "task").mkdir(parents=True)
+    box = await backend.open("u1", root)
+    r = await box.call("c1", "write", {"path": "a.txt", "content": "hello"}, "/workspace/task", 10)
+    assert r.ok, r.error
+    r = await box.call("c2", "shell", {"command": "cat a.txt; exit 2"}, "/workspace/task", 10)
+    assert not r.ok and r.output == "hello" and r.error == "exit code 2"
+    r = await box.call("c3", "read", {"path": "../../x"}, "/workspace/task", 10)
+    assert not r.ok and "outside /workspace" in r.error
+    assert list((root / ".zcbot_tmp").iterdir()) == []  # request files are consumed
+    cmds = [e["cmd"] for e in engine.api.execs.values()]
+    assert all(c[0] == "python3" and c[5] == "once" for c in cmds)
+    assert all(e["user"] == backend.user and e["workdir"] == "/workspace" for e in engine.api.execs.values())
+    await box.close()
