@@ -92,16 +92,22 @@ def as_json(messages: list[dict[str, Any]]) -> str:
 
 # ---------------------------------------------------------------------------------------------
 
-async def test_requests_below_threshold_are_byte_identical_run_to_run(stack: Stack, db: Any) -> None:
-    stack.fake.script("KEY-alpha", [
-        {"tool_calls": [{"id": "call_fixed_1", "name": "lookup_notes", "arguments": {"topic": "budget"}}]},
-        {"text": "The budget notes are not available."},
-    ])
+COST_SCRIPT = [
+    {"tool_calls": [{"id": "call_fixed_1", "name": "lookup_notes", "arguments": {"topic": "budget"}}],
+     "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "cached_tokens": 400}},
+    {"text": "The budget notes are not available.",
+     "usage": {"prompt_tokens": 1200, "completion_tokens": 80, "cached_tokens": 1000}},
+]
+
+
+async def test_byte_identical_requests_below_threshold_and_costs_add_up(stack: Stack, db: Any) -> None:
+    stack.fake.script("KEY-alpha", COST_SCRIPT)
     stack.fake.script("KEY-beta", [{"text": "Noted."}])
-    bodies = []
+    bodies, tasks = [], []
     for user in ("alice", "bob"):
         token = await stack.login(user)
         task = await stack.create_task(token, "Same name")
+        tasks.append(task["task_id"])
         start = len(stack.fake.requests)
         await run(stack, token, task["task_id"], "KEY-alpha what do my budget notes say?")
         await run(stack, token, task["task_id"], "KEY-beta thanks, remember that")
@@ -109,29 +115,75 @@ async def test_requests_below_threshold_are_byte_identical_run_to_run(stack: Sta
     first, second = bodies
     assert len(first) == 3
     assert [as_json(m) for m in first] == [as_json(m) for m in second]  # same conversation, same bytes
-    # prefix-cache friendly: each request starts with the previous one's exact bytes
+    # prefix-cache friendly: each request starts with the previous one's exact bytes, also across
+    # runs (the second run reads the first run's messages back from PostgreSQL)
     for before, after in zip(first, first[1:]):
         assert as_json(after[: len(before)]) == as_json(before)
     assert COMPRESSED_TAG not in as_json(first[-1])
 
+    # ---- costs: usage_events == task rows == usage.py aggregates -----------------------------
+    token = await stack.login("hank")
+    task = await stack.create_task(token, "Costs", model_profile="small")
+    tasks.append(task["task_id"])
+    await run(stack, token, task["task_id"], "KEY-alpha once more")
+    async with db() as session:
+        raw = (await session.execute(text(
+            "select count(*), coalesce(sum(cost), 0), coalesce(sum((units->>'prompt_tokens')::bigint), 0), "
+            "coalesce(sum((units->>'cached_tokens')::bigint), 0) from usage_events where task_id = any(:t)"),
+            {"t": tasks})).one()
+        task_sums = (await session.execute(text(
+            "select coalesce(sum(cost_usd), 0), coalesce(sum(tokens_in), 0), coalesce(sum(tokens_cached), 0) "
+            "from tasks where task_id = any(:t)"), {"t": tasks})).one()
+        totals = await usage_totals(session)
+        by_model = await usage_by_model(session)
+        by_user = await usage_by_user(session)
+        trend = await daily_trend(session, 7)
+        per_task = [await task_usage(session, t) for t in tasks]
+    assert raw[0] == 3 + 3 + 2
+    assert float(raw[1]) == pytest.approx(float(task_sums[0]), abs=1e-9)
+    assert (int(raw[2]), int(raw[3])) == (int(task_sums[1]), int(task_sums[2]))
+    # the test database holds only this test's rows, so the aggregates must match exactly
+    assert totals["calls"] == raw[0] and totals["cost_usd"] == pytest.approx(float(raw[1]), abs=1e-6)
+    assert totals["prompt_tokens"] == int(raw[2]) and totals["cached_tokens"] == int(raw[3])
+    for breakdown in (by_model, by_user, trend):
+        assert sum(d["calls"] for d in breakdown) == totals["calls"]
+        assert sum(d["cost_usd"] for d in breakdown) == pytest.approx(totals["cost_usd"], abs=1e-6)
+        assert sum(d["prompt_tokens"] for d in breakdown) == totals["prompt_tokens"]
+    assert {d["model_profile"]: d["calls"] for d in by_model} == {"fake": 6, "small": 2}
+    assert {d["user_id"]: d["calls"] for d in by_user} == {"alice": 3, "bob": 3, "hank": 2}
+    assert len(trend) == 7 and trend[-1]["calls"] == totals["calls"]
+    assert all(t["consistent"] for t in per_task)
+    # the profile's pricing (1.0 / 2.0 / cached 0.5 per Mtok) applied to the scripted usage
+    scripted = ((1000 - 400) * 1.0 + 400 * 0.5 + 50 * 2.0 + (1200 - 1000) * 1.0 + 1000 * 0.5 + 80 * 2.0) / 1e6
+    assert per_task[2]["cost_usd"] == pytest.approx(scripted, abs=1e-6)
+    assert json.dumps([totals, by_model, by_user, trend])  # plain JSON-ready values
 
-async def test_compression_above_half_keeps_newest_turns_users_and_protocol(stack: Stack, db: Any) -> None:
+
+async def test_compression_then_a_failed_fold_then_a_fold(stack: Stack, db: Any) -> None:
     token = await stack.login("carol")
-    task = await stack.create_task(token, "Compress", model_profile="small")
-    stored = [m for n in range(3) for m in history_turn(n)]
-    await seed(db, task["task_id"], stored)
+    task = await stack.create_task(token, "Fold", model_profile="small")
+    task_id = task["task_id"]
+    stored = [m for n in range(8) for m in history_turn(n)]  # ~8K tokens > 85% of 6000
+    await seed(db, task_id, stored)
+
+    # ---- run 1: the summary call fails -> warn, and the run goes on with the compressed window ----
+    stack.fake.script(FOLD_MARKER, [{"error": {"status": 400, "message": "summary backend down"}}])
     stack.fake.script("KEY-compress", [
         {"tool_calls": [{"id": "call_new_1", "name": "lookup_notes", "arguments": {"topic": "totals"}}]},
         {"text": "Totals: 7, 1007, 2007."},
     ])
     start = len(stack.fake.requests)
-    events = await run(stack, token, task["task_id"], "KEY-compress add up the totals")
-    assert "context_fold" not in {e["event"] for e in events}  # under 85%: no fold
+    events = await run(stack, token, task_id, "KEY-compress add up the totals")
+    assert [e["data"]["phase"] for e in events if e["event"] == "context_fold"] == ["start", "failed"]
+    assert any(e["event"] == "warn" and "summarise" in e["data"]["msg"] for e in events)
+    row = await task_row(db, task_id)
+    assert row.context_base_idx == 0 and row.context_summary is None
     first, second = [r["messages"] for r in chat_requests(stack, start)]
+    newest = len(stored) - 4  # the newest stored turn (plus the new one) is never compressed
     sent_history = first[1:1 + len(stored)]
-    for idx, (orig, sent) in enumerate(zip(stored, sent_history)):
+    for idx, (orig, sent) in enumerate(zip(stored, sent_history, strict=True)):
         assert sent["role"] == orig["role"]
-        if orig["role"] == "user" or idx >= 8:  # users always; the newest stored turn (idx 8..11) intact
+        if orig["role"] == "user" or idx >= newest:
             assert sent == orig, idx
         elif orig["role"] == "assistant":
             assert sent.get("tool_calls") == orig.get("tool_calls") and sent["content"] == orig["content"]
@@ -141,79 +193,60 @@ async def test_compression_above_half_keeps_newest_turns_users_and_protocol(stac
             assert sent["content"].startswith(orig["content"][:200])
     assert first[-1] == {"role": "user", "content": "KEY-compress add up the totals"}
     assert check_protocol(first) == [] and check_protocol(second) == []
-    # stable: the second call of the run starts with the first call's exact bytes
-    assert as_json(second[: len(first)]) == as_json(first)
-    # the stored history itself is untouched
-    async with db() as session:
-        rows = (await session.execute(select(Message.payload).where(Message.task_id == task["task_id"])
+    assert as_json(second[: len(first)]) == as_json(first)  # compression is stable within the run
+    async with db() as session:  # the stored history itself is untouched
+        rows = (await session.execute(select(Message.payload).where(Message.task_id == task_id)
                                       .order_by(Message.idx))).scalars().all()
     assert rows[: len(stored)] == stored
+    full = stored + rows[len(stored):]
 
-
-async def test_long_conversation_folds_once_and_the_next_request_carries_the_summary(stack: Stack, db: Any) -> None:
-    token = await stack.login("dave")
-    task = await stack.create_task(token, "Fold", model_profile="small")
-    task_id = task["task_id"]
-    stored = [m for n in range(8) for m in history_turn(n)]  # ~8K tokens > 85% of 6000
-    await seed(db, task_id, stored)
+    # ---- run 2: the fold succeeds; the request carries the summary ----------------------------
     summary = ("## Goal\nSum the totals of data/file0.csv .. file7.csv\n## Constraints & decisions\nCSV only\n"
                "## Progress\nfile0..file5 read\n## Open items\nfiles 6 and 7\n## Verbatim facts\n- data/file3.csv total 3007")
     stack.fake.script(FOLD_MARKER, [{"text": summary}])
     stack.fake.script("KEY-after-fold", [{"text": "Continuing with files 6 and 7."}])
-    stack.fake.script("KEY-again", [{"text": "Still here."}])
     start = len(stack.fake.requests)
     events = await run(stack, token, task_id, "KEY-after-fold go on")
     names = [e["event"] for e in events]
-    phases = [e["data"]["phase"] for e in events if e["event"] == "context_fold"]
-    assert phases == ["start", "done"] and names.index("context_fold") < names.index("llm_start")
+    assert [e["data"]["phase"] for e in events if e["event"] == "context_fold"] == ["start", "done"]
+    assert names.index("context_fold") < names.index("llm_start")
     fold_reqs = [r for r in stack.fake.requests[start:] if FOLD_MARKER in str(r["messages"][-1].get("content"))]
     assert len(fold_reqs) == 1
     fold_msgs = fold_reqs[0]["messages"]
     chat = chat_requests(stack, start)
     assert len(chat) == 1
     chat_msgs = chat[0]["messages"]
-    # the summary call reuses the chat prefix: same system prompt, the stored history in order
-    assert fold_msgs[0] == chat_msgs[0] and fold_msgs[0]["role"] == "system"
-    assert [m["content"] for m in fold_msgs[1:-1] if m["role"] == "user"] == \
-        [m["content"] for m in stored[: len(fold_msgs) - 2] if m["role"] == "user"]
-    assert check_protocol(fold_msgs[:-1]) == [] and fold_msgs[-1]["content"].startswith(FOLD_MARKER)
-    # stored: summary + base advanced to a user message that the summary call did not cover
     row = await task_row(db, task_id)
-    assert row.context_summary == summary and row.context_base_idx == len(fold_msgs) - 2
-    assert stored[row.context_base_idx]["role"] == "user" and row.context_base_idx > 0
+    base = row.context_base_idx
+    # the summary call is the chat prefix up to the cut + the instruction
+    assert fold_msgs[0] == chat_msgs[0] and fold_msgs[0]["role"] == "system"
+    assert len(fold_msgs) == base + 2 and check_protocol(fold_msgs[:-1]) == []
+    assert [m["content"] for m in fold_msgs[1:-1] if m["role"] == "user"] == \
+        [m["content"] for m in full[:base] if m["role"] == "user"]
+    assert fold_msgs[-1]["role"] == "user" and fold_msgs[-1]["content"].startswith(FOLD_MARKER)
+    # stored: the summary, and the base advanced to a user message
+    assert row.context_summary == summary and 0 < base < len(full) and full[base]["role"] == "user"
     for heading in SUMMARY_HEADINGS:
         assert f"## {heading}" in row.context_summary
-    # the next request carries the summary first, then the window from the base on
+    # the next request: system, the summary, the window from the base on, the new message
     assert chat_msgs[1] == {"role": "user", "content": SUMMARY_PREFIX + summary}
-    assert chat_msgs[2:-1] == stored[row.context_base_idx:]
+    assert chat_msgs[2:-1] == full[base:]
     assert chat_msgs[-1]["content"] == "KEY-after-fold go on"
     assert COMPRESSED_TAG not in as_json(chat_msgs)  # back under 50%: compression is off
-    # one more run: no second fold, and the window's bytes are stable
-    start2 = len(stack.fake.requests)
-    events2 = await run(stack, token, task_id, "KEY-again and now?")
-    assert "context_fold" not in {e["event"] for e in events2}
-    again = chat_requests(stack, start2)[0]["messages"]
+
+    # ---- run 3: no second fold, and the folded window keeps its bytes --------------------------
+    stack.fake.script("KEY-again", [{"text": "Still here."}])
+    start = len(stack.fake.requests)
+    events = await run(stack, token, task_id, "KEY-again and now?")
+    assert "context_fold" not in {e["event"] for e in events}
+    again = chat_requests(stack, start)[0]["messages"]
     assert as_json(again[: len(chat_msgs)]) == as_json(chat_msgs)
-    # the fold call is billed like any other
     async with db() as session:
         kinds = (await session.execute(select(UsageEvent.kind).where(UsageEvent.task_id == task_id)
                                        .order_by(UsageEvent.id))).scalars().all()
         usage = await task_usage(session, task_id)
-    assert kinds == ["fold", "chat", "chat"] and usage["consistent"] and usage["calls"] == 3
-
-
-async def test_failed_fold_warns_and_the_run_continues(stack: Stack, db: Any) -> None:
-    token = await stack.login("erin")
-    task = await stack.create_task(token, "Fold fails", model_profile="small")
-    await seed(db, task["task_id"], [m for n in range(8) for m in history_turn(n)])
-    stack.fake.script(FOLD_MARKER, [{"error": {"status": 500, "message": "summary backend down"}}])
-    stack.fake.script("KEY-nofold", [{"text": "Answered anyway."}])
-    events = await run(stack, token, task["task_id"], "KEY-nofold go on")
-    phases = [e["data"]["phase"] for e in events if e["event"] == "context_fold"]
-    assert phases == ["start", "failed"]
-    assert any(e["event"] == "warn" and "summarise" in e["data"]["msg"] for e in events)
-    row = await task_row(db, task["task_id"])
-    assert row.context_base_idx == 0 and row.context_summary is None
+    # the failed call had no usage; the fold call is billed like any other
+    assert kinds == ["chat", "chat", "fold", "chat", "chat"] and usage["consistent"]
 
 
 async def test_a_gap_resets_the_window_and_new_topic_starts_fresh(stack: Stack, db: Any) -> None:
@@ -228,57 +261,15 @@ async def test_a_gap_resets_the_window_and_new_topic_starts_fresh(stack: Stack, 
     assert row.context_base_idx == 8  # the last turn before the gap is the anchor
     msgs = stack.fake.requests[start]["messages"]
     assert msgs[1:-1] == stored[8:] and msgs[-1]["content"] == "good morning, where were we?"
+    # no gap: the window stays
+    await run(stack, token, task_id, "and the second file?")
+    assert (await task_row(db, task_id)).context_base_idx == 8
     # a new-topic command moves the base to itself and clears the summary
     async with db() as session, session.begin():
         await session.execute(text("update tasks set context_summary = 'old' where task_id = :t"), {"t": task_id})
     start = len(stack.fake.requests)
     await run(stack, token, task_id, "新话题")
     row = await task_row(db, task_id)
-    assert row.context_base_idx == 14 and row.context_summary is None
+    assert row.context_base_idx == 16 and row.context_summary is None
     assert [m["role"] for m in stack.fake.requests[start]["messages"]] == ["system", "user"]
     assert stack.fake.requests[start]["messages"][1]["content"] == "新话题"
-
-
-async def test_costs_add_up_across_usage_events_tasks_and_aggregates(stack: Stack, db: Any) -> None:
-    stack.fake.script("KEY-cost", [
-        {"tool_calls": [{"name": "lookup_notes", "arguments": {"q": 1}}], "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "cached_tokens": 400}},
-        {"text": "done", "usage": {"prompt_tokens": 1200, "completion_tokens": 80, "cached_tokens": 1000}},
-    ])
-    tasks = []
-    for user, profile in (("gina", None), ("hank", "small")):
-        token = await stack.login(user)
-        task = await stack.create_task(token, "Costs", **({"model_profile": profile} if profile else {}))
-        await run(stack, token, task["task_id"], "KEY-cost count")
-        await run(stack, token, task["task_id"], "another unscripted question")
-        tasks.append(task["task_id"])
-    async with db() as session:
-        raw = (await session.execute(text(
-            "select count(*), coalesce(sum(cost), 0), coalesce(sum((units->>'prompt_tokens')::bigint), 0), "
-            "coalesce(sum((units->>'cached_tokens')::bigint), 0) from usage_events where task_id = any(:t)"),
-            {"t": tasks})).one()
-        task_sums = (await session.execute(text(
-            "select coalesce(sum(cost_usd), 0), coalesce(sum(tokens_in), 0), coalesce(sum(tokens_cached), 0) "
-            "from tasks where task_id = any(:t)"), {"t": tasks})).one()
-        totals = await usage_totals(session)
-        by_model = await usage_by_model(session)
-        by_user = await usage_by_user(session)
-        trend = await daily_trend(session, 7)
-        per_task = [await task_usage(session, t) for t in tasks]
-    assert raw[0] == 6  # 2 + 1 calls per task
-    assert float(raw[1]) == pytest.approx(float(task_sums[0]), abs=1e-9)
-    assert (int(raw[2]), int(raw[3])) == (int(task_sums[1]), int(task_sums[2]))
-    # the database holds only this test's rows, so the aggregates must match exactly
-    assert totals["calls"] == 6 and totals["cost_usd"] == pytest.approx(float(raw[1]), abs=1e-6)
-    assert totals["prompt_tokens"] == int(raw[2]) and totals["cached_tokens"] == int(raw[3])
-    for breakdown in (by_model, by_user, trend):
-        assert sum(d["calls"] for d in breakdown) == totals["calls"]
-        assert sum(d["cost_usd"] for d in breakdown) == pytest.approx(totals["cost_usd"], abs=1e-6)
-        assert sum(d["prompt_tokens"] for d in breakdown) == totals["prompt_tokens"]
-    assert {d["model_profile"] for d in by_model} == {"fake", "small"}
-    assert {d["user_id"] for d in by_user} == {"gina", "hank"}
-    assert len(trend) == 7 and trend[-1]["calls"] == 6
-    assert all(t["consistent"] for t in per_task)
-    # pricing (1.0 / 2.0 / cached 0.5 per Mtok) applied to the scripted usage
-    scripted = ((1000 - 400) * 1.0 + 400 * 0.5 + 50 * 2.0 + (1200 - 1000) * 1.0 + 1000 * 0.5 + 80 * 2.0) / 1e6
-    assert per_task[0]["cost_usd"] > scripted  # plus the unscripted second run
-    assert json.dumps([totals, by_model, by_user, trend])  # plain JSON-ready values

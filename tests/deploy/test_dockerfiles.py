@@ -125,12 +125,17 @@ def test_sandbox_image(repo: Path) -> None:
     assert final["WORKDIR"] == "/workspace"
     runs = " ".join(a for k, a in stage if k == "RUN")
     assert "useradd --uid 10001 --gid 10001" in runs
-    for tool in ("git", "ripgrep", "jq", "curl", "procps", "unzip", "tini"):
+    for tool in ("git", "ripgrep", "jq", "curl", "procps", "unzip"):
         assert re.search(rf"\b{tool}\b", runs), tool
     requirements = (repo / "deploy" / "sandbox" / "requirements.txt").read_text()
     pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", requirements, re.M))
     assert {"python-pptx", "python-docx"} <= set(pins)
     assert json.loads(final["CMD"]) == ["sleep", "infinity"]
+    assert "ENTRYPOINT" not in final  # the executor passes its own command and runs Docker's init
+    assert "/opt/zcbot" in runs  # where the executor mounts the tool runner (policy.RUNNER_MOUNT)
+    from zcbot_executor.sandbox import policy
+
+    assert policy.RUNNER_MOUNT == "/opt/zcbot" and policy.WORKSPACE == final["WORKDIR"]
 
 
 # ---- .dockerignore --------------------------------------------------------------------------

@@ -82,6 +82,14 @@ def test_expressions_use_known_metrics_and_labels(rules: list[dict[str, Any]]) -
             assert used <= allowed, (rule["alert"], used)
 
 
+def test_file_tool_names_are_sandbox_tools(rules: list[dict[str, Any]]) -> None:
+    from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES
+
+    for rule in rules:
+        for alternatives in re.findall(r'tool=~"([^"]+)"', rule["expr"]):
+            assert set(alternatives.split("|")) <= SANDBOX_TOOL_NAMES, rule["alert"]
+
+
 def test_every_metric_is_alerted_on(rules: list[dict[str, Any]]) -> None:
     used = {re.sub(r"_(bucket|sum|count)$", "", n) if n not in METRICS else n
             for rule in rules for n in re.findall(r"\bzcbot_[a-z_]+", rule["expr"])}

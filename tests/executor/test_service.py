@@ -152,3 +152,27 @@ async def test_client_timeout_and_metrics(one: Stack) -> None:
 
     assert REGISTRY.get_sample_value("zcbot_tool_calls_total", {"tool": "shell", "outcome": "timeout"}) >= 1
     assert REGISTRY.get_sample_value("zcbot_executor_sandboxes") >= 1
+
+
+async def test_real_process_metrics_and_sigterm_drain(stack: Stack) -> None:
+    import urllib.request
+
+    proc = ExecutorProcess(stack.url, stack.topo, stack.root, "hs", {})
+    try:
+        await proc.wait_ready(stack.nc)
+        assert (await stack.shell("echo hi")).ok
+        slow = asyncio.create_task(stack.shell("sleep 1; echo drained-ok"))
+        await wait_processes(lambda c: c == "sleep 1")
+        port = proc.env["ZCBOT_EXECUTOR_PORT"]
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+        assert 'zcbot_tool_calls_total{outcome="ok",tool="shell"} 1.0' in body
+        assert "zcbot_tool_call_seconds_bucket" in body and "zcbot_executor_sandboxes 1.0" in body
+        proc.proc.send_signal(15)  # SIGTERM: the in-flight call still finishes
+        r = await asyncio.wait_for(slow, 15)
+        assert r.ok and r.output.strip() == "drained-ok"
+        assert await asyncio.to_thread(proc.proc.wait, 20) == 0
+        kv = await stack.nc.jetstream().key_value(stack.topo.sandbox_leases_bucket)
+        with pytest.raises(KeyNotFoundError):
+            await kv.get("u1")
+    finally:
+        proc.kill()

@@ -6,11 +6,11 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from tests.scheduler.conftest import T0, Live
 from zcbot_core.bus import PushReply, PushRequest, decode, encode
-from zcbot_core.db.models import Message, Task
+from zcbot_core.db.models import Message, ScheduledJob, Task
 from zcbot_core.schedules import create_schedule
 
 
@@ -75,3 +75,25 @@ async def test_timeout_cancels_a_live_run_through_the_runner(live: Live) -> None
             break
         await asyncio.sleep(0.05)
     assert live.fake.active_responses == 0  # the LLM request was really abandoned
+
+
+async def test_schedule_create_is_refused_inside_a_scheduled_run(live: Live) -> None:
+    rt, svc, clock = live.rt, live.scheduler, live.clock
+    spawn = {"name": "Spawn", "cron": "* * * * *", "timezone": "UTC", "prompt": "spawn more"}
+    live.fake.script("KEY-spawn", [{"tool_calls": [{"name": "schedule_create", "arguments": spawn}]},
+                                   {"text": "I may not create jobs from a scheduled run."}])
+    user = await live.user("erin")
+    async with rt.sessions() as s, s.begin():
+        job = await create_schedule(s, user_id=user, name="Multiplier", cron="0 9 * * *", timezone="UTC",
+                                    prompt="KEY-spawn create another job", now=clock())
+    clock.set(T0 + timedelta(seconds=31))
+    [run] = (await svc.tick()).started
+    row = await live.wait_status(job.job_id, "ok", "error", "stopped")
+    assert row.last_status == "ok", row.last_error
+    async with rt.sessions() as s:
+        payloads = (await s.execute(select(Message.payload).where(Message.task_id == run.task_id)
+                                    .order_by(Message.idx))).scalars().all()
+        jobs = (await s.execute(select(func.count()).select_from(ScheduledJob))).scalar_one()
+    tool_results = [p for p in payloads if p.get("role") == "tool"]
+    assert len(tool_results) == 1 and "not allowed inside a scheduled run" in str(tool_results[0]["content"])
+    assert jobs == 1

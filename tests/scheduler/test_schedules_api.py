@@ -13,7 +13,7 @@ import pytest
 from tests.scheduler.conftest import T0, Harness
 from zcbot_core import schedules
 from zcbot_core.config import Settings
-from zcbot_core.db.models import ScheduledJob
+from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.tools.schedule_tools import SCHEDULE_TOOL_SCHEMAS, ScheduleTools, register_schedule_tools
 from zcbot_gateway.app import create_app
 from zcbot_gateway.routes import schedules as schedule_routes
@@ -84,6 +84,12 @@ async def test_scoping_update_disable_delete(harness: Harness) -> None:
         task = await h.make_task(alice, "Chat", working_dir="chat")
         pers = await schedules.update_schedule(s, alice, job.job_id, {"mode": "persistent", "task_id": task.task_id})
         assert (pers.mode, pers.task_id, pers.working_dir) == ("persistent", task.task_id, "chat")
+        async with h.rt.sessions() as other, other.begin():  # the bound task goes to the trash
+            (await other.get(Task, task.task_id)).deleted_at = T0
+        paused = await schedules.update_schedule(s, alice, job.job_id, {"enabled": False})
+        assert not paused.enabled and paused.task_id == task.task_id
+        with pytest.raises(schedules.ScheduleError):
+            await schedules.update_schedule(s, alice, job.job_id, {"task_id": task.task_id})
         back = await schedules.update_schedule(s, alice, job.job_id, {"mode": "isolated"})
         assert back.task_id is None
         await schedules.delete_schedule(s, alice, job.job_id)

@@ -401,7 +401,8 @@ async def update_schedule(
     if "timeout_seconds" in changes:
         job.timeout_seconds = validate_timeout(changes["timeout_seconds"])
     mode = validate_mode(changes["mode"]) if "mode" in changes else job.mode
-    if mode == "persistent":
+    rebinding = any(k in changes for k in ("mode", "task_id", "working_dir"))
+    if mode == "persistent" and rebinding:
         task_id = changes.get("task_id", job.task_id)
         if task_id is None:
             raise ScheduleError("persistent mode needs task_id: the task whose conversation each run continues")
@@ -410,7 +411,7 @@ async def update_schedule(
         if isinstance(wd_change, str) and wd_change.strip() and validate_working_dir(wd_change) != task.working_dir:
             raise ScheduleError(f"a persistent job works in its task's folder {task.working_dir!r}")
         job.task_id, job.working_dir = task.task_id, task.working_dir
-    else:
+    elif mode == "isolated" and rebinding:
         if changes.get("task_id") is not None:
             raise ScheduleError("task_id is only used by persistent mode")
         job.task_id = None

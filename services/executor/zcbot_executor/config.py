@@ -3,7 +3,9 @@
 Knobs that `zcbot_core.config.Settings` does not carry (all optional):
 - ZCBOT_SANDBOX_UID / ZCBOT_SANDBOX_GID   host uid/gid sandboxes run as when the executor is root
                                           (default 10001; user roots are chowned to it)
-- ZCBOT_SANDBOX_MEMORY_MB                 RLIMIT_AS per sandbox process (default 2048)
+- ZCBOT_SANDBOX_MEMORY_MB                 RLIMIT_DATA per sandbox process (default 2048)
+- ZCBOT_SANDBOX_ADDRESS_SPACE_MB          RLIMIT_AS per sandbox process, a backstop (16384)
+- ZCBOT_DOCKER_CPUS                       CPUs per sandbox container (default 1.0)
 - ZCBOT_SANDBOX_MAX_PROCS                 RLIMIT_NPROC, per sandbox (default 256)
 - ZCBOT_SANDBOX_MAX_FILE_MB               RLIMIT_FSIZE (default 1024)
 - ZCBOT_SANDBOX_TMP_MB                    size of the sandbox's tmpfs /tmp (default 512)
@@ -49,15 +51,16 @@ def _env_int(name: str, default: int) -> int:
 
 @dataclass(frozen=True)
 class Limits:
-    memory_mb: int = 2048
+    memory_mb: int = 2048  # per process (RLIMIT_DATA); docker: the container's memory limit
+    address_space_mb: int = 16384  # per process (RLIMIT_AS), a backstop only (see sandbox_init.py)
     max_procs: int = 256
     max_file_mb: int = 1024
     max_open_files: int = 1024
     tmp_mb: int = 512
 
     def runner_limits(self) -> dict[str, int]:
-        return {"memory_mb": self.memory_mb, "max_procs": self.max_procs, "max_file_mb": self.max_file_mb,
-                "max_open_files": self.max_open_files}
+        return {"data_mb": self.memory_mb, "address_space_mb": max(self.address_space_mb, self.memory_mb),
+                "max_procs": self.max_procs, "max_file_mb": self.max_file_mb, "max_open_files": self.max_open_files}
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class ExecutorConfig:
         host = sanitize_host(settings.zcbot_executor_host or socket.gethostname())
         limits = Limits(
             memory_mb=_env_int("ZCBOT_SANDBOX_MEMORY_MB", 2048),
+            address_space_mb=_env_int("ZCBOT_SANDBOX_ADDRESS_SPACE_MB", 16384),
             max_procs=_env_int("ZCBOT_SANDBOX_MAX_PROCS", 256),
             max_file_mb=_env_int("ZCBOT_SANDBOX_MAX_FILE_MB", 1024),
             tmp_mb=_env_int("ZCBOT_SANDBOX_TMP_MB", 512),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import nats.errors
@@ -26,13 +27,17 @@ log = logging.getLogger(__name__)
 
 class LeaseKeeper:
     def __init__(self, js: JetStreamContext, topo: Topology, host: str, refresh_seconds: float | None = None,
-                 host_alive: Callable[[str], Awaitable[bool | None]] | None = None) -> None:
+                 host_alive: Callable[[str], Awaitable[bool | None]] | None = None,
+                 in_use: Callable[[str], bool] | None = None, idle_seconds: float = 300.0) -> None:
         self.js = js
         self.topo = topo
         self.host = host
         self.refresh_seconds = refresh_seconds
         self.host_alive = host_alive
+        self.in_use = in_use or (lambda user_id: False)
+        self.idle_seconds = idle_seconds
         self.held: dict[str, int] = {}  # user_id -> revision we wrote
+        self.last_used: dict[str, float] = {}
         self.kv = None
         self.ttl = 30.0
         self._task: asyncio.Task[None] | None = None
@@ -51,6 +56,7 @@ class LeaseKeeper:
 
     async def claim(self, user_id: str) -> str | None:
         """Make sure this host holds `user_id`'s lease if nobody live does; returns the owner."""
+        self.last_used[user_id] = time.monotonic()
         if user_id in self.held:
             return self.host
         key = self.topo.kv_key(user_id)
@@ -83,6 +89,7 @@ class LeaseKeeper:
             return owner
 
     async def release(self, user_id: str) -> None:
+        self.last_used.pop(user_id, None)
         revision = self.held.pop(user_id, None)
         if revision is None:
             return
@@ -97,6 +104,11 @@ class LeaseKeeper:
         await asyncio.gather(*(self.release(u) for u in list(self.held)), return_exceptions=True)
 
     async def refresh(self) -> None:
+        now = time.monotonic()
+        for user_id in list(self.held):
+            # no sandbox here and no recent call (say, only check_process): let the user go
+            if not self.in_use(user_id) and now - self.last_used.get(user_id, 0.0) > self.idle_seconds:
+                await self.release(user_id)
         for user_id, revision in list(self.held.items()):
             key = self.topo.kv_key(user_id)
             try:

@@ -76,8 +76,13 @@ def drop_privileges(uid: int, gid: int, userns: bool = True, inner_uid: int = 10
     no_new_privs()
 
 
+# Memory: RLIMIT_DATA bounds what a process really allocates (heap and private writable mappings,
+# Linux >= 4.7); RLIMIT_AS is only a loose backstop, because runtimes such as V8/Chromium, the JVM
+# and Go reserve large PROT_NONE address ranges they never use. Totals across processes need a
+# cgroup (the docker backend has one; for bwrap, give the executor pod/slice a memory limit).
 _LIMITS = {
-    "memory_mb": (resource.RLIMIT_AS, 1024 * 1024),
+    "data_mb": (resource.RLIMIT_DATA, 1024 * 1024),
+    "address_space_mb": (resource.RLIMIT_AS, 1024 * 1024),
     "max_procs": (resource.RLIMIT_NPROC, 1),
     "max_file_mb": (resource.RLIMIT_FSIZE, 1024 * 1024),
     "max_open_files": (resource.RLIMIT_NOFILE, 1),

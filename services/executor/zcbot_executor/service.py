@@ -76,7 +76,8 @@ class ExecutorService:
         self.pool = SandboxPool(self.backend, self.config.idle_seconds, on_close=self._sandbox_closed,
                                 on_change=metrics.SANDBOXES.set)
         self.pool.start()
-        self.leases = LeaseKeeper(rt.js, rt.topo, self.host, self.config.lease_refresh_seconds, host_alive=self._host_alive)
+        self.leases = LeaseKeeper(rt.js, rt.topo, self.host, self.config.lease_refresh_seconds, host_alive=self._host_alive,
+                                  in_use=self._in_use, idle_seconds=self.config.idle_seconds)
         await self.leases.start()
         self.procs = ProcManager(self.config, self.backend)
         self.sem = asyncio.Semaphore(self.config.max_concurrency)
@@ -248,6 +249,9 @@ class ExecutorService:
     async def _sandbox_closed(self, user_id: str) -> None:
         if not self.draining:
             await self.leases.release(user_id)
+
+    def _in_use(self, user_id: str) -> bool:
+        return user_id in self.pool.sandboxes or any(e.user_id == user_id for e in self.inflight.values())
 
     async def _host_alive(self, host: str) -> bool | None:
         return await probe_host(self.nc, self.topo, host, timeout=1.0)

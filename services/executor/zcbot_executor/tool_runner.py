@@ -1,7 +1,7 @@
 """The tool runner: the process inside a user's sandbox that executes sandbox tools (stdlib only).
 
-The executor copies this file and its siblings (`tools_fs.py`, `tools_exec.py`, `proc_wrapper.py`,
-`sandbox_init.py`) into a staging folder that is mounted read-only at `/opt/zcbot` in the sandbox.
+The executor copies this file and its siblings (`tools_fs.py`, `tools_search.py`, `tools_exec.py`,
+`proc_wrapper.py`, `sandbox_init.py`, `wire.py`) into a staging folder that is mounted read-only at `/opt/zcbot` in the sandbox.
 
 Usage: `python -S tool_runner.py MODE CONFIG_JSON [ARG]`
 - `serve`  warm runner (bwrap/unsafe): line-delimited JSON on stdin/stdout, one request per line,
@@ -31,7 +31,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sandbox_init  # noqa: E402
 import tools_exec  # noqa: E402
 import tools_fs  # noqa: E402
+import tools_search  # noqa: E402
 import wire  # noqa: E402
+
+FS_TOOLS = {**tools_fs.TOOLS, **tools_search.TOOLS}
 
 # Imports are kept to C modules and these siblings: the first call on a cold sandbox waits for them.
 
@@ -87,7 +90,7 @@ class Runner:
                     return
                 timeout = float(msg.get("timeout") or (60 if tool == "shell" else 120))
                 self.exec.submit(call_id, tool, args, cwd, timeout)
-            elif tool in tools_fs.FS_TOOLS:
+            elif tool in FS_TOOLS:
                 self.fs_queue.put((call_id, tool, args, msg.get("cwd") or ""))
             else:
                 self.reply(call_id, False, "", f"unknown tool {tool!r}", {})
@@ -103,7 +106,7 @@ class Runner:
 def run_fs(ws: tools_fs.Workspace, tool: str, args: dict, cwd: str):
     started = time.monotonic()
     try:
-        output, meta = tools_fs.FS_TOOLS[tool](ws, args, ws.cwd(cwd))
+        output, meta = FS_TOOLS[tool](ws, args, ws.cwd(cwd))
         meta["duration"] = round(time.monotonic() - started, 6)
         return True, output, None, meta
     except tools_fs.ToolError as exc:

@@ -10,7 +10,6 @@ A router module may also expose `install(app)`, which `create_app` calls after i
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -68,25 +67,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("gateway stopped")
 
 
-def _include_optional_routers(app: FastAPI) -> None:
-    if importlib.util.find_spec("zcbot_gateway.routes.pages") is not None:
-        from zcbot_gateway.routes.pages import install_pages  # dev SPA at `/`, assets at /static
+def _include_routers(app: FastAPI) -> None:
+    from zcbot_gateway.routes import channels, extra, runs, schedules, skills
+    from zcbot_gateway.routes.pages import install_pages
 
-        install_pages(app)
-    if importlib.util.find_spec("zcbot_gateway.routes.extra") is not None:
-        from zcbot_gateway.routes import extra  # files, memory, shortcuts, export, admin
-
-        for router in extra.ROUTERS:
-            app.include_router(router)
-    if importlib.util.find_spec("zcbot_gateway.routes.runs") is None:
-        log.warning("zcbot_gateway.routes.runs not found; message/event/cancel routes are disabled")
-        return
-    from zcbot_gateway.routes import runs  # errors inside the module itself must surface
-
-    app.include_router(runs.router)
-    install = getattr(runs, "install", None)
-    if callable(install):
-        install(app)
+    install_pages(app)  # dev SPA at `/`, assets at /static
+    for router in (*extra.ROUTERS, runs.router, schedules.router, skills.router, channels.router):
+        app.include_router(router)
+    runs.install(app)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -116,5 +104,5 @@ def create_app(settings: Settings) -> FastAPI:
     health_routes(app, lambda: app.state.rt)
     app.include_router(auth_routes.router)
     app.include_router(task_routes.router)
-    _include_optional_routers(app)
+    _include_routers(app)
     return app

@@ -85,17 +85,20 @@ def set_doc_defaults(document, latin: str, east_asia: str, size: float, east_asi
         rpr = OxmlElement("w:rPr")
         rpr_default.append(rpr)
     set_rpr_fonts(rpr, latin, east_asia)
-    for tag in ("w:sz", "w:szCs"):
+    after = {"w:sz": ("w:szCs", "w:highlight", "w:u", "w:effect", "w:bdr", "w:shd", "w:fitText", "w:vertAlign",
+                      "w:rtl", "w:cs", "w:em", "w:lang", "w:eastAsianLayout", "w:specVanish", "w:oMath"),
+             "w:szCs": ("w:highlight", "w:u", "w:effect", "w:bdr", "w:shd", "w:fitText", "w:vertAlign", "w:rtl",
+                        "w:cs", "w:em", "w:lang", "w:eastAsianLayout", "w:specVanish", "w:oMath"),
+             "w:lang": ("w:eastAsianLayout", "w:specVanish", "w:oMath")}
+    for tag in ("w:sz", "w:szCs", "w:lang"):
         el = rpr.find(qn(tag))
         if el is None:
             el = OxmlElement(tag)
-            rpr.append(el)
-        el.set(qn("w:val"), str(int(round(size * 2))))
-    lang = rpr.find(qn("w:lang"))
-    if lang is None:
-        lang = OxmlElement("w:lang")
-        rpr.append(lang)
-    lang.set(qn("w:eastAsia"), east_asia_lang)
+            rpr.insert_element_before(el, *after[tag])
+        if tag == "w:lang":
+            el.set(qn("w:eastAsia"), east_asia_lang)
+        else:
+            el.set(qn("w:val"), str(int(round(size * 2))))
 
 
 # ---- page, fields -----------------------------------------------------------------------------
@@ -160,7 +163,21 @@ def bottom_border(paragraph, size_eighths: int = 6, color: str = "000000") -> No
     for k, v in (("w:val", "single"), ("w:sz", str(size_eighths)), ("w:space", "1"), ("w:color", color)):
         bottom.set(qn(k), v)
     borders.append(bottom)
-    ppr.append(borders)
+    ppr.insert_element_before(borders, *_PPR_AFTER_PBDR)
+
+
+# OOXML requires children in schema order (Word rejects some out-of-order files): new elements
+# are inserted before the first sibling that must follow them.
+_PPR_AFTER_PBDR = ("w:shd", "w:tabs", "w:suppressAutoHyphens", "w:kinsoku", "w:wordWrap", "w:overflowPunct",
+                   "w:topLinePunct", "w:autoSpaceDE", "w:autoSpaceDN", "w:bidi", "w:adjustRightInd", "w:snapToGrid",
+                   "w:spacing", "w:ind", "w:contextualSpacing", "w:mirrorIndents", "w:suppressOverlap", "w:jc",
+                   "w:textDirection", "w:textAlignment", "w:textboxTightWrap", "w:outlineLvl", "w:divId",
+                   "w:cnfStyle", "w:rPr", "w:sectPr", "w:pPrChange")
+_TBLPR_AFTER_BORDERS = ("w:shd", "w:tblLayout", "w:tblCellMar", "w:tblLook", "w:tblCaption", "w:tblDescription",
+                        "w:tblPrChange")
+_TCPR_AFTER_SHD = ("w:noWrap", "w:tcMar", "w:textDirection", "w:tcFitText", "w:vAlign", "w:hideMark", "w:headers",
+                   "w:cellIns", "w:cellDel", "w:cellMerge", "w:tcPrChange")
+_TCPR_AFTER_BORDERS = ("w:shd", *_TCPR_AFTER_SHD)
 
 
 def keep_with_next(paragraph) -> None:
@@ -258,24 +275,21 @@ def set_table_borders(table, style: str = "three-line", color: str = "000000") -
     if old is not None:
         tbl_pr.remove(old)
     borders = OxmlElement("w:tblBorders")
-    if style == "grid":
-        for tag in ("w:top", "w:left", "w:bottom", "w:right", "w:insideH", "w:insideV"):
+    # Children in schema order: top, left, bottom, right, insideH, insideV.
+    for tag in ("w:top", "w:left", "w:bottom", "w:right", "w:insideH", "w:insideV"):
+        if style == "grid":
             borders.append(_border(tag, size=4, color=color))
-    elif style == "three-line":
-        borders.append(_border("w:top", size=12, color=color))
-        borders.append(_border("w:bottom", size=12, color=color))
-        for tag in ("w:left", "w:right", "w:insideH", "w:insideV"):
+        elif style == "three-line" and tag in ("w:top", "w:bottom"):
+            borders.append(_border(tag, size=12, color=color))
+        else:
             borders.append(_border(tag, val="nil"))
-    else:
-        for tag in ("w:top", "w:left", "w:bottom", "w:right", "w:insideH", "w:insideV"):
-            borders.append(_border(tag, val="nil"))
-    tbl_pr.append(borders)
+    tbl_pr.insert_element_before(borders, *_TBLPR_AFTER_BORDERS)
     if style == "three-line" and len(table.rows) > 1:
         for cell in table.rows[0].cells:
             tc_pr = cell._tc.get_or_add_tcPr()
             tc_borders = OxmlElement("w:tcBorders")
             tc_borders.append(_border("w:bottom", size=6, color=color))
-            tc_pr.append(tc_borders)
+            tc_pr.insert_element_before(tc_borders, *_TCPR_AFTER_BORDERS)
 
 
 def shade_cell(cell, fill: str) -> None:
@@ -284,7 +298,7 @@ def shade_cell(cell, fill: str) -> None:
     shd.set(qn("w:val"), "clear")
     shd.set(qn("w:color"), "auto")
     shd.set(qn("w:fill"), fill)
-    tc_pr.append(shd)
+    tc_pr.insert_element_before(shd, *_TCPR_AFTER_SHD)
 
 
 def repeat_header(row) -> None:
@@ -292,12 +306,6 @@ def repeat_header(row) -> None:
     el = OxmlElement("w:tblHeader")
     el.set(qn("w:val"), "true")
     tr_pr.append(el)
-
-
-def center_table(table) -> None:
-    jc = OxmlElement("w:jc")
-    jc.set(qn("w:val"), "center")
-    _tbl_pr(table).append(jc)
 
 
 NUMERIC = re.compile(r"^[\s+\-−±~≈<>≤≥$¥€£]*[\d.,]+\s*(%|‰|[A-Za-zμ°/²³]{0,6})?\s*$")

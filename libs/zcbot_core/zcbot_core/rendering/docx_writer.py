@@ -298,7 +298,6 @@ class DocxWriter:
         ncols = max(1, len(block.header))
         table = self.doc.add_table(rows=1 + len(block.rows), cols=ncols)
         table.alignment = WD_TABLE_ALIGNMENT.CENTER
-        common.center_table(table)
         for r, row in enumerate([block.header, *block.rows]):
             for c in range(ncols):
                 value = row[c] if c < len(row) else ""

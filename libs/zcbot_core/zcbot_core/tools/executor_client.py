@@ -9,9 +9,9 @@ Failures come back as `ToolCallReply(ok=False, error=...)`, never as exceptions:
 - nobody serves the subjects -> "executor unavailable ...";
 - no reply within the tool's timeout plus a margin -> "tool timed out after N s ...";
 - the executor running the call goes away mid-call: while waiting, the client probes the host
-  about once a second (a `ToolCallRequest` with tool `__probe__` on the host's cancel subject,
-  answered with whether the call is still running); two failed probes in a row end the wait with
-  "executor <host> stopped during the call ...".
+  (every second for the first ten seconds, then every five; a `ToolCallRequest` with tool
+  `__probe__` on the host's cancel subject, answered with whether the call is still running); two
+  failed probes in a row end the wait with "executor <host> stopped during the call ...".
 If the awaiting task is cancelled, a `ToolCancel` goes to the host running the call (which kills
 the call's process group) before `CancelledError` propagates.
 """
@@ -127,6 +127,8 @@ class ExecutorClient:
                 return await self._request(self.topo.exec_any_subject(), data, req, wait, attempt)
             except nats.errors.NoRespondersError:
                 return _fail(req, "executor unavailable: no executor service is serving tool calls right now; try again shortly")
+        except nats.errors.Error as exc:  # connection closed, draining, ...
+            return _fail(req, f"executor unavailable: the bus connection failed ({exc.__class__.__name__})", attempt.host or "")
         except asyncio.CancelledError:
             host = attempt.host
             if host is None:
@@ -143,10 +145,13 @@ class ExecutorClient:
 
     async def _request(self, subject: str, data: bytes, req: ToolCallRequest, wait: float, attempt: _Attempt) -> ToolCallReply:
         fut = asyncio.ensure_future(self.nc.request(subject, data, timeout=wait))
-        strikes = 0
+        strikes = probes = 0
         try:
             while True:
-                done, _ = await asyncio.wait({fut}, timeout=self.probe_interval)
+                # probe often at first, then every few seconds: long calls should not flood the bus
+                interval = self.probe_interval if probes < 10 else max(self.probe_interval, 5.0)
+                probes += 1
+                done, _ = await asyncio.wait({fut}, timeout=interval)
                 if fut in done:
                     break
                 if attempt.host is None:  # learn which executor took the call (it claims the lease)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
-RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_exec.py", "proc_wrapper.py", "sandbox_init.py", "wire.py")
+RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_search.py", "tools_exec.py", "proc_wrapper.py",
+                "sandbox_init.py", "wire.py")
 RUNNER_MOUNT = "/opt/zcbot"
 WORKSPACE = "/workspace"
 INNER_UID = 1000
@@ -166,8 +167,11 @@ def ensure_owned(path: Path, owner: tuple[int, int] | None, recursive: bool = Fa
         for name in (*dirs, *files):
             try:
                 st = os.stat(name, dir_fd=rootfd, follow_symlinks=False)
-                if (st.st_uid, st.st_gid) != (uid, gid):
-                    os.chown(name, uid, gid, dir_fd=rootfd, follow_symlinks=False)
+                if (st.st_uid, st.st_gid) == (uid, gid) or stat.S_ISLNK(st.st_mode):
+                    continue
+                if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+                    continue  # a hard link may share its inode with a file outside the root
+                os.chown(name, uid, gid, dir_fd=rootfd, follow_symlinks=False)
             except OSError:
                 continue
 

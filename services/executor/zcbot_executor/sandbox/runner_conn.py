@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 MAX_LINE = 16 * 1024 * 1024
 STUCK_MARGIN = 5.0
+STDERR_LOG_LINES = 20
 
 
 class WarmSandbox(Sandbox):
@@ -138,7 +139,9 @@ class WarmSandbox(Sandbox):
                     fut.exception()
 
     async def _stderr_loop(self) -> None:
+        """bwrap/runner errors. Sandbox code can write here too, so only the first lines are logged."""
         assert self.proc.stderr is not None
+        logged = 0
         while True:
             try:
                 line = await self.proc.stderr.readline()
@@ -146,7 +149,9 @@ class WarmSandbox(Sandbox):
                 continue
             if not line:
                 return
-            log.warning("sandbox stderr", extra={"user_id": self.user_id, "line": line[:500].decode(errors="replace")})
+            logged += 1
+            if logged <= STDERR_LOG_LINES:
+                log.warning("sandbox stderr", extra={"user_id": self.user_id, "line": line[:500].decode(errors="replace")})
 
     async def close(self, grace: float = 1.0) -> None:
         self._dead = True

@@ -305,6 +305,9 @@
     });
   }
 
+  const TASK_POLL_MS = 15000;
+  let taskPoll = null;
+
   async function enterApp() {
     const me = await api("/v1/me");
     state.me = me;
@@ -315,6 +318,12 @@
     $("whoami").title = "Signed in as " + me.user_id;
     $("admin-link").hidden = me.role !== "admin";
     await Promise.all([loadTasks(), loadSchedules()]);
+    if (taskPoll === null) {
+      // Keep run states in the list fresh (other tabs, channels, schedules start runs too).
+      taskPoll = setInterval(() => {
+        if (state.me && !document.hidden) loadTasks();
+      }, TASK_POLL_MS);
+    }
   }
 
   // ---- tasks --------------------------------------------------------------------------------
@@ -364,7 +373,7 @@
         $("tasks-error").textContent = "";
         f.reset();
         state.tasks.unshift(task);
-        await selectTask(task.task_id);
+        await Promise.all([selectTask(task.task_id), loadTasks()]);
       } catch (err) {
         $("tasks-error").textContent = "Could not create the task: " + err.message;
       } finally {

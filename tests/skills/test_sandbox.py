@@ -1,0 +1,97 @@
+"""The skills' scripts run through a real bwrap sandbox of the executor, the way the agent runs them.
+
+The sandbox mounts are the ones this package needs from the executor (see skills.py):
+  <repo>/skills                                  -> /sandbox/skills     (read-only)
+  <repo>/libs/zcbot_core/zcbot_core/rendering    -> /sandbox/rendering  (read-only)
+  /etc/libreoffice                               -> /etc/libreoffice    (read-only; LibreOffice's
+                                                    registry, without it soffice aborts at start)
+Until the executor's bwrap backend adds them itself, the test adds them by extending its argv.
+Skipped when the executor package or bubblewrap is not usable on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from docx import Document
+from pptx import Presentation
+from skillkit import RENDERING, SKILLS, have_office, prepare_task_folder
+
+bwrap_mod = pytest.importorskip("zcbot_executor.sandbox.bwrap")
+config_mod = pytest.importorskip("zcbot_executor.config")
+
+MOUNTS = [(str(SKILLS), "/sandbox/skills"), (str(RENDERING), "/sandbox/rendering")]
+
+
+class SkillMountingBwrap(bwrap_mod.BwrapBackend):
+    def argv(self, user_root, command, *, die_with_parent=True):
+        argv = super().argv(user_root, command, die_with_parent=die_with_parent)
+        if "/sandbox/skills" in argv:  # the executor mounts them itself now
+            return argv
+        extra = ["--perms", "0755", "--dir", "/sandbox"]
+        for src, dest in MOUNTS:
+            extra += ["--ro-bind", src, dest]
+        if os.path.isdir("/etc/libreoffice") and "/etc/libreoffice" not in argv:
+            extra += ["--ro-bind", "/etc/libreoffice", "/etc/libreoffice"]
+        at = argv.index("--bind")
+        return argv[:at] + extra + argv[at:]
+
+
+@pytest.fixture
+async def sandbox():
+    if not bwrap_mod.bwrap_available():
+        pytest.skip("bubblewrap is not available on this machine")
+    base = Path(tempfile.mkdtemp(prefix="zcbot-skills-sbx-"))
+    os.chmod(base, 0o755)
+    user_root = base / "users" / "u1"
+    prepare_task_folder(user_root / "task")
+    config = config_mod.ExecutorConfig(host="test", storage_root=base / "users", state_dir=base / "state")
+    backend = SkillMountingBwrap(config)
+    try:
+        await backend.start()
+        box = await backend.open("u1", user_root)
+    except Exception as exc:  # noqa: BLE001 - the sandbox itself cannot start here
+        pytest.skip(f"the bwrap sandbox cannot start on this machine: {exc}")
+
+    async def sh(command: str, timeout: float = 120.0):
+        return await box.call(uuid.uuid4().hex, "shell", {"command": command}, "/workspace/task", timeout)
+
+    try:
+        yield sh, user_root / "task"
+    finally:
+        await box.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_skill_scripts_in_real_sandbox(sandbox):
+    sh, folder = sandbox
+    r = await sh("python /sandbox/skills/ppt/scripts/outline_to_deck.py outline.json deck.pptx")
+    assert r.ok, (r.output, r.error)
+    assert "0 errors" in r.output
+    prs = Presentation(str(folder / "deck.pptx"))
+    assert len(prs.slides) == 8 and any(sh.has_chart for s in prs.slides for sh in s.shapes)
+
+    r = await sh("python /sandbox/skills/proposal/scripts/build_proposal.py sections/ --out p.docx")
+    assert r.ok, (r.output, r.error)
+    doc = Document(str(folder / "p.docx"))
+    assert len(doc.tables) == 1 and doc.paragraphs[0].style.name == "Title"
+
+    # The skills and the rendering layer are read-only inside the sandbox.
+    r = await sh("touch /sandbox/skills/ppt/x 2>&1; touch /sandbox/rendering/x 2>&1; echo done")
+    assert r.output.count("Read-only file system") == 2, r.output
+    # The rendering CLI through its mount path.
+    r = await sh("python /sandbox/rendering/render.py --to docx brief.md brief-cli.docx --profile brief")
+    assert r.ok and (folder / "brief-cli.docx").is_file(), (r.output, r.error)
+
+
+@pytest.mark.skipif(not have_office(), reason="LibreOffice is not installed on this machine")
+async def test_brief_pdf_in_real_sandbox(sandbox):
+    sh, folder = sandbox
+    r = await sh("python /sandbox/skills/brief/scripts/render_brief.py brief.md --docx --pdf")
+    assert r.ok, (r.output, r.error)
+    assert (folder / "brief.pdf").read_bytes()[:5] == b"%PDF-"
