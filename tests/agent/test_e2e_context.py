@@ -114,7 +114,10 @@ async def test_byte_identical_requests_below_threshold_and_costs_add_up(stack: S
         bodies.append([r["messages"] for r in stack.fake.requests[start:]])
     first, second = bodies
     assert len(first) == 3
-    assert [as_json(m) for m in first] == [as_json(m) for m in second]  # same conversation, same bytes
+    for a, b in zip(first, second):  # same conversation, same bytes
+        for x, y in zip(a, b):
+            assert as_json([x]) == as_json([y]), (x, y)
+    assert [as_json(m) for m in first] == [as_json(m) for m in second]
     # prefix-cache friendly: each request starts with the previous one's exact bytes, also across
     # runs (the second run reads the first run's messages back from PostgreSQL)
     for before, after in zip(first, first[1:]):

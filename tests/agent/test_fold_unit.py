@@ -70,9 +70,12 @@ def test_new_topic_command_resets_to_the_command_and_clears_the_summary() -> Non
     assert soft_reset_base(chat(2) + [meta(8, "user", 30, "/new topic please")], T0 + timedelta(minutes=31)) is None
 
 
-def test_push_records_count_as_activity_but_never_as_anchors() -> None:
+def test_push_records_are_not_conversation_activity() -> None:
+    # a daily brief pushed into an idle chat must not keep its window open forever
     msgs = chat(2) + [meta(8, "assistant", 60 * 6.5, kind="push"), meta(9, "user", 60 * 7, "about the brief")]
-    assert soft_reset_base(msgs, T0 + timedelta(hours=7)) is None  # 30 min after the push
+    assert soft_reset_base(msgs, T0 + timedelta(hours=7)) == 4
+    msgs = chat(2) + [meta(8, "user", 30, "/new", kind="push")]
+    assert soft_reset_base(msgs, T0 + timedelta(minutes=31)) is None  # a push is never a command
     msgs = chat(2) + [meta(8, "user", 60 * 7, "hi")]
     assert soft_reset_base([tuple(m) for m in msgs], T0 + timedelta(hours=7)) == 4  # plain tuples work
 

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.e2e.conftest import Stack
+from zcbot_core.auth import hash_password
 
 try:
     from playwright.async_api import Page, expect
@@ -31,6 +32,8 @@ TOOL_SCRIPT = [
      "tool_calls": [{"name": "write", "arguments": {"path": "hello.txt", "content": "hi"}}]},
     {"text": "done writing"},
 ]
+READ_AGAIN = {"tool_calls": [{"name": "read", "arguments": {"path": "hello.txt"}}]}
+GUARD_SCRIPT = [READ_AGAIN, READ_AGAIN, READ_AGAIN, READ_AGAIN, {"text": "unreachable"}]
 SLOW_SCRIPT = [{"text": "tok " * 200, "chunks": ["tok "] * 200, "chunk_delay": 0.05}]
 
 
@@ -160,6 +163,24 @@ async def test_chat_streams_tool_cards_history_cancel_and_folder_notice(
     partial = await slow.locator(tid("assistant-text")).inner_text()
     assert len(partial) < len("tok " * 200), "the run was not cut short"
 
+    # A guard stop shows the warning and a "continue" hint that sends "continue".
+    stack.fake.script("KEY-browser-guard", GUARD_SCRIPT)
+    await send(page, "KEY-browser-guard read it again and again")
+    guarded = page.locator(tid("live-run")).last
+    await expect(guarded).to_have_attribute("data-status", re.compile(r"^(stopped|ok)$"), timeout=30_000)
+    await expect(guarded.locator(tid("run-warn")).last).to_contain_text("continue")
+    # The 4th identical call never ran: its card is settled, not left "running".
+    await expect(guarded.locator(f'{tid("tool-card")}.pending')).to_have_count(0)
+    hint = guarded.locator(tid("continue-hint"))
+    await expect(hint).to_have_count(1)
+    runs_before = await page.locator(tid("live-run")).count()
+    await hint.get_by_role("button", name="Continue").click()
+    await expect(page.locator(tid("user-text")).last).to_have_text("continue")
+    await expect(page.locator(tid("live-run"))).to_have_count(runs_before + 1)
+    await expect(page.locator(tid("live-run")).last).to_have_attribute("data-status", re.compile(r".+"),
+                                                                       timeout=30_000)
+    await page.screenshot(path=str(artifacts_dir / "browser-dev-page.png"))
+
     # Soft warning: another task in the same folder is running (started through the API).
     busy = await stack.create_task(token, "Busy one", working_dir="shared")
     r = await stack.post(token, busy["task_id"], "KEY-browser-busy wait")
@@ -239,7 +260,7 @@ async def test_files_pane_and_schedules(stack: Stack, page: Page) -> None:
     assert [(j["job_id"], j["enabled"]) for j in jobs] == [("jobmorning", False)]
 
 
-async def test_admin_page_for_admin_and_refusal_for_others(stack: Stack, page: Page) -> None:
+async def test_admin_page_for_admin_and_refusal_for_others(stack: Stack, page: Page, artifacts_dir) -> None:
     # A plain user sees no admin link, and the admin page refuses politely.
     await login_with_key(page, stack, "frank")
     await expect(page.locator(tid("admin-link"))).to_be_hidden()
@@ -247,26 +268,48 @@ async def test_admin_page_for_admin_and_refusal_for_others(stack: Stack, page: P
     await expect(page.locator(tid("admin-message"))).to_contain_text("admin role")
     await expect(page.locator(tid("admin-view"))).to_be_hidden()
 
+    # The admin signs in on the email + password tab (the default one).
     token = await stack.login("boss")
-    sql(stack.settings.zcbot_db_url, "update users set role='admin' where user_id=:u", u="boss")
+    sql(stack.settings.zcbot_db_url, "update users set role='admin', email='boss@example.test', password_hash=:h "
+        "where user_id=:u", u="boss", h=hash_password("correct horse battery"))
     await page.goto(stack.base_url + "/")
     await page.locator(tid("logout")).click()
-    await login_with_key(page, stack, "boss")
+    await page.locator(tid("tab-password")).click()
+    await page.locator(tid("login-email")).fill("boss@example.test")
+    await page.locator(tid("login-password")).fill("wrong password!")
+    await page.locator(tid("login-password-submit")).click()
+    await expect(page.locator(tid("login-error"))).to_contain_text("invalid email or password")
+    await page.locator(tid("login-password")).fill("correct horse battery")
+    await page.locator(tid("login-password-submit")).click()
+    await expect(page.locator(tid("app-view"))).to_be_visible()
+    await expect(page.locator(tid("whoami"))).to_have_text("boss@example.test")
     await expect(page.locator(tid("admin-link"))).to_be_visible()
     await page.locator(tid("admin-link")).click()
     await expect(page).to_have_url(re.compile(r"/static/admin\.html$"))
     await expect(page.locator(tid("admin-view"))).to_be_visible()
-    await expect(page.locator(tid("whoami"))).to_have_text("boss")
+    await expect(page.locator(tid("whoami"))).to_have_text("boss@example.test")
 
     async with stack.client(token) as c:
         overview = await c.get("/v1/admin/overview")
-    if overview.status_code == 200:
-        await expect(page.locator(tid("overview-stat")).first).to_be_visible()
-        await expect(page.locator(tid("overview-status"))).to_have_text("")
-    else:
-        assert overview.status_code == 404, overview.text
+    if overview.status_code == 404:  # the admin API is not in this gateway: the page says so
         await expect(page.locator(tid("overview-status"))).to_have_text("Not available on this server.")
+        return
+    assert overview.status_code == 200, overview.text
+    await expect(page.locator(tid("overview-status"))).to_have_text("")
+    numbers = overview.json()
+    stats = page.locator(tid("overview-stat"))
+    await expect(stats.first).to_be_visible()
+    if isinstance(numbers.get("users"), dict) and "total" in numbers["users"]:
+        await expect(page.locator(f'{tid("overview-stat")}[data-key="users.total"] dd')).to_have_text(
+            str(numbers["users"]["total"]))
     for section in ("usage-models", "usage-users", "storage-users"):
         await expect(page.locator(tid(section))).not_to_contain_text("Loading")
-    await page.locator(tid("usage-range")).select_option("30d")
-    await expect(page.locator(tid("usage-models"))).not_to_contain_text("Loading")
+        await expect(page.locator(tid(section))).not_to_contain_text("Could not load")
+    await expect(page.locator(tid("storage-users"))).to_contain_text("boss")
+    for value in ("30d", "all"):
+        async with page.expect_response(lambda r, v=value: f"range={v}" in r.url and "/usage/models" in r.url) as resp:
+            await page.locator(tid("usage-range")).select_option(value)
+        assert (await resp.value).status == 200
+        await expect(page.locator(tid("usage-models"))).not_to_contain_text("Loading")
+        await expect(page.locator(tid("usage-models"))).not_to_contain_text("Could not load")
+    await page.screenshot(path=str(artifacts_dir / "browser-admin-page.png"), full_page=True)

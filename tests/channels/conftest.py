@@ -149,7 +149,9 @@ async def _add_runner(stack: Stack) -> None:
 @pytest.fixture
 async def chan(bare_stack: Stack, fake_wecom: FakeWeCom, fake_ilink: FakeILink, monkeypatch: pytest.MonkeyPatch,
                caplog: pytest.LogCaptureFixture) -> AsyncIterator[ChannelStack]:
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG)  # every logger that could see a channel secret, at every level
+    for noisy in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):  # the LLM path carries none
+        caplog.set_level(logging.WARNING, logger=noisy)
     env = {
         "ZCBOT_WECOM_CORP_ID": fake_wecom.corp_id,
         "ZCBOT_WECOM_AGENT_ID": str(fake_wecom.agent_id),

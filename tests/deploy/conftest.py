@@ -39,6 +39,13 @@ def docs(rendered: tuple[list[dict[str, Any]], str]) -> list[dict[str, Any]]:
     return rendered[0]
 
 
+@pytest.fixture(scope="session")
+def variant(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example overlay + the external-postgres component + the optional gVisor patch."""
+    return variant_dir(tmp_path_factory.mktemp("variant"), components=["components/external-postgres"],
+                       patches=[OVERLAY / "patches" / "executor-gvisor.yaml"])
+
+
 def variant_dir(tmp_path: Path, *, components: list[str] = (), patches: list[Path] = ()) -> Path:
     """A throwaway overlay on top of the example one (kustomize wants relative paths)."""
     import shutil

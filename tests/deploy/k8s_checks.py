@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
-
 import kustomize_lite
+import yaml
 
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
 
@@ -93,9 +92,8 @@ def _registry(schema_dir: str):  # noqa: ANN202 - referencing types are optional
 
 def schema_errors(doc: dict[str, Any], version: str) -> list[str]:
     """Errors of `doc` against the strict schema of Kubernetes `version` (e.g. "1.30")."""
-    from referencing import Resource
-
     import kubernetes_validate.utils as kvu
+    from referencing import Resource
 
     available = [v for v in kvu.all_versions() if kvu.major_minor(v) <= version]
     if not available:

@@ -237,7 +237,10 @@ def _patches(spec: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
     for entry in spec:
         if set(entry) - {"path", "patch"}:
             raise Unsupported(f"patch options {sorted(set(entry) - {'path', 'patch'})} (targets)")
-        docs = _load_docs(root / entry["path"]) if "path" in entry else [d for d in yaml.load_all(entry["patch"], Loader=Loader) if d]
+        if "path" in entry:
+            docs = _load_docs(root / entry["path"])
+        else:
+            docs = [d for d in yaml.load_all(entry["patch"], Loader=Loader) if d]
         if any(not isinstance(d, dict) or "kind" not in d for d in docs):
             raise Unsupported("JSON 6902 patches")
         out.extend(docs)

@@ -202,7 +202,7 @@ def test_dockerignore_sends_only_the_sources(repo: Path) -> None:
 
 def test_dockerignore_keeps_every_tracked_source_file(repo: Path) -> None:
     if not (repo / ".git").exists() or not shutil.which("git"):
-        pytest.skip("not a git checkout")
+        pytest.skip("not a git checkout, or no git")
     out = subprocess.run(["git", "ls-files", "libs", "services", "config", "skills", "pyproject.toml"],
                          cwd=repo, capture_output=True, text=True, check=True)
     patterns = dockerignore(repo)

@@ -17,7 +17,7 @@ import pytest
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.procs import ProcManager
 from zcbot_executor.sandbox import make_backend, policy
-from zcbot_executor.sandbox.base import Sandbox, SandboxBackend
+from zcbot_executor.sandbox.base import Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -56,6 +56,7 @@ class ScriptRun:
 
 def run_script(script: Path | str, *args: str, cwd: Path, timeout: float = 120.0) -> ScriptRun:
     env = {k: v for k, v in os.environ.items() if k != "ZCBOT_RENDERING_DIR"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write into the (read-only in production) skills tree
     proc = subprocess.run([PY, str(script), *args], cwd=str(cwd), capture_output=True, text=True,
                           timeout=timeout, env=env)
     return ScriptRun(proc.returncode, proc.stdout, proc.stderr)

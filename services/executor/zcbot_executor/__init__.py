@@ -1,7 +1,12 @@
 """The executor service: runs sandbox tools for users on a sandbox host (DESIGN §5).
 
-Layout: `main` (entrypoint) -> `service` (NATS micro service, dispatch, drain) with `leases`
-(per-user affinity), `procs` (background processes), `sandbox/` (backends: bwrap, docker, unsafe)
-and the stdlib-only files that run inside a sandbox (`tool_runner`, `tools_fs`, `tools_exec`,
-`proc_wrapper`, `sandbox_init`).
+Host side: `main` (entrypoint) -> `service` (NATS micro service, dispatch, cancel, drain) with
+`leases` (per-user affinity in KV), `procs` (background processes), `replies` (16K/preview
+shaping), `metrics`, `config`, and `sandbox/` (backends bwrap, docker, unsafe behind
+`sandbox.base`; `policy` = env allowlist, staged runner files, safe file access in user roots).
+
+Sandbox side (stdlib only, staged read-only at /opt/zcbot): `tool_runner` (warm/single-shot
+runner and background wrapper entry), `tools_fs` (read/write/edit + path rules), `tools_search`
+(glob/grep), `tools_exec` (shell/run_python process groups), `proc_wrapper`, `sandbox_init`
+(privilege drop, rlimits), `wire` (JSON without heavy imports).
 """

@@ -161,7 +161,7 @@ class ExecutorService:
             result = ToolResult(False, error=f"internal executor error: {exc.__class__.__name__}: {exc}")
         finally:
             self.inflight.pop(req.call_id, None)
-        if entry.cancelled:
+        if entry.cancelled and not (result.ok and result.meta.get("background")):  # a started bg process stays started
             result.ok = False
             result.meta["cancelled"] = True
             result.error = SHUTDOWN_ERROR if entry.cancelled == "shutdown" else \

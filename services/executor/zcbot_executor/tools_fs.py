@@ -117,6 +117,8 @@ def _int_arg(args: dict, name: str, default: int, lo: int, hi: int) -> int:
     value = args.get(name, default)
     if value is None:
         return default
+    if isinstance(value, str) and value.strip().isdigit():  # models sometimes quote numbers
+        value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise ToolError(f"argument '{name}' must be an integer")
     value = int(value)
@@ -234,7 +236,7 @@ def tool_read(ws: Workspace, args: dict, cwd: str) -> tuple[str, dict]:
     if more:
         of = "" if total == -1 else f" of {total}"
         text += f"\n[showing lines {offset}-{last}{of}; call read with offset={last + 1} to continue]"
-    return text, {"path": shown, "first_line": offset, "last_line": last, "total_lines": total}
+    return text, {"path": shown, "first_line": offset, "last_line": last, "total_lines": total, "truncated": more}
 
 
 def tool_write(ws: Workspace, args: dict, cwd: str) -> tuple[str, dict]:

@@ -144,7 +144,7 @@ class RunExecutor:
         pending = await self._pending_cancel(task.task_id, req.run_id)
         if claim.cancelling or pending:
             active.token.cancel(pending or "user")
-        wall = asyncio.get_running_loop().call_later(settings.zcbot_run_wall_clock_seconds, active.token.cancel, "timeout")
+        wall = asyncio.get_running_loop().call_later(settings.zcbot_run_wall_clock_seconds, active.token.cancel, "wall_clock")
         result: LoopResult
         profile_name = task.model_profile or settings.zcbot_default_model
         try:
@@ -168,9 +168,12 @@ class RunExecutor:
             await active.msg.nak()  # hand the run back: another runner resumes it from PostgreSQL
             log.info("run handed back", extra={"task_id": task.task_id, "run_id": req.run_id})
             return
-        if result.status == "cancelled" and active.token.reason == "timeout":
-            message = (f"the run exceeded its wall-clock limit of {int(settings.zcbot_run_wall_clock_seconds)} s and was "
-                       'stopped. Reply "continue" to resume.')
+        if result.status == "cancelled" and active.token.reason in ("wall_clock", "timeout"):
+            if active.token.reason == "wall_clock":
+                message = (f"the run exceeded its wall-clock limit of {int(settings.zcbot_run_wall_clock_seconds)} s "
+                           'and was stopped. Reply "continue" to resume.')
+            else:
+                message = "the run exceeded its scheduled job's timeout and was stopped"
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=message, code="timeout"))
             result = LoopResult(status="error", error=message, timings=result.timings)
         timings = {**result.timings, "queue_wait": round(queue_wait, 4),

@@ -23,7 +23,7 @@ from zcbot_core.memory import memory_block
 from zcbot_core.paths import resolve_user_path, user_root
 from zcbot_core.pptx_guard import make_pptx_guard_hook
 from zcbot_core.service import Runtime
-from zcbot_core.skills import discovery_block, registry_for_user
+from zcbot_core.skills import constitution_block, discovery_block, registry_for_user
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.schedule_tools import register_schedule_tools
 from zcbot_core.tools.skill_tools import register_skill_tools
@@ -72,9 +72,11 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Task, req: RunRe
     registry = registry_for_user(root)
     prompt.skills_block = discovery_block(registry)
     prompt.memory_block = memory_block(root)
+    prompt.extra = constitution_block(task.task_id, task.name)
     register_skill_tools(toolbox, registry, root, on_model_switch=switcher)
     assert rt.sessions is not None
-    register_schedule_tools(toolbox, rt.sessions, task.user_id, task, in_scheduled_run=task.scheduled_job_id is not None)
+    scheduled = task.scheduled_job_id is not None or req.origin == "scheduler"
+    register_schedule_tools(toolbox, rt.sessions, task.user_id, task, in_scheduled_run=scheduled)
     if await user_has_channel(rt.sessions, task.user_id):
         register_push_tool(toolbox, rt.nc, rt.topo, task.user_id)
     toolbox.after_hooks.append(make_pptx_guard_hook(resolve_user_path(root, task.working_dir)))

@@ -108,6 +108,10 @@ class RunnerService:
         for task in self._background:
             task.cancel()
         await self._cancel_sub.unsubscribe()
+        try:
+            await self.psub.unsubscribe()
+        except Exception:  # already closed by a reconnect
+            pass
 
 
 def _default_executor_client(rt: Runtime) -> Any:

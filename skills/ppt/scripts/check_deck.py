@@ -25,7 +25,6 @@ from pathlib import Path
 
 from pptx import Presentation
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER
-from pptx.util import Emu
 
 EMU_PER_PT = 12700
 EMU_PER_IN = 914400
@@ -421,6 +420,5 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if report["errors"] else 0
 
 
-_ = Emu
 if __name__ == "__main__":
     sys.exit(main())

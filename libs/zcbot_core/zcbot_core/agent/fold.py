@@ -6,9 +6,10 @@ kept in `tasks.context_summary` (injected in memory by `context.window` as a use
 UI still pages through the full history.
 
 **Soft reset** (`soft_reset_base`, `apply_soft_reset`)
-- *Gap*: when the new user message comes more than `gap_hours` (6) after the previous activity, the
-  window restarts at the previous turn's user message — not an amnesia wall: the last exchange stays
-  as the anchor for "as I said…". The summary is kept.
+- *Gap*: when the new user message comes more than `gap_hours` (6) after the previous message of
+  the conversation (push records excluded: they are not in the window), the window restarts at the
+  previous turn's user message — not an amnesia wall: the last exchange stays as the anchor for
+  "as I said…". The summary is kept.
 - *New topic*: a user message that is exactly `/new` or `新话题` (after stripping whitespace) moves the
   base to that message's own idx — which is the task's message count at the moment the user asked
   for the reset — and clears the summary. The marker itself stays the window's first message so the
@@ -121,7 +122,9 @@ def plan_reset(messages_meta: Sequence[MessageMeta | tuple[Any, ...]], now: date
                gap_hours: float = GAP_HOURS) -> ResetDecision | None:
     """The soft-reset decision for a window (see the module docstring), or None to leave it."""
     metas = sorted((m if isinstance(m, MessageMeta) else MessageMeta(*m) for m in messages_meta), key=lambda m: m.idx)
-    metas = [m for m in metas if m.idx >= base_idx]
+    # Push records (proactive messages, e.g. a scheduled brief) are not part of the window, so
+    # they neither count as conversation activity nor serve as anchors.
+    metas = [m for m in metas if m.idx >= base_idx and m.kind != "push"]
     if not metas:
         return None
     new_base, clear, reason = base_idx, False, ""
@@ -140,7 +143,6 @@ def plan_reset(messages_meta: Sequence[MessageMeta | tuple[Any, ...]], now: date
         anchors = [m for m in metas if _is_user(m)]
     if gap >= timedelta(hours=gap_hours) and anchors and anchors[-1].idx > new_base:
         new_base, reason = anchors[-1].idx, "gap"
-        # a later new-topic marker would have been the anchor's successor; `clear` stays as decided
     if new_base <= base_idx:
         return None
     return ResetDecision(base_idx=new_base, clear_summary=clear, reason=reason)

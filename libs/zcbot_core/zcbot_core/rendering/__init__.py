@@ -23,7 +23,7 @@ from .mdparse import parse as parse_markdown
 from .pdf import find_soffice, to_pdf, to_pdf_many
 
 __all__ = [
-    "DocStyle", "RenderError", "RenderReport", "convert_to_pdf", "find_soffice", "markdown_to_docx",
+    "BRIEF", "PROFILES", "DocStyle", "RenderError", "RenderReport", "convert_to_pdf", "find_soffice", "markdown_to_docx",
     "markdown_to_pdf", "parse_markdown", "render_brief", "render_docx", "render_manuscript", "to_pdf_many",
 ]
 
@@ -53,5 +53,3 @@ def markdown_to_pdf(text: str, out: str | Path, profile: str = "proposal", base_
     report.out = out
     return report
 
-
-_ = (BRIEF, PROFILES, DocStyle)

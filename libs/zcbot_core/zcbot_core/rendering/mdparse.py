@@ -171,6 +171,7 @@ _IMAGE = re.compile(r"^\s*!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s]+)(?:\s+\"[^\"]*\
 _RULE = re.compile(r"^\s*(?:-{3,}|\*{3,}|_{3,})\s*$")
 _PAGEBREAK = re.compile(r"^\s*(?:\\newpage|\\pagebreak|<!--\s*pagebreak\s*-->)\s*$", re.I)
 _TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
+_META_LINE = re.compile(r"^(?:[A-Za-z_][\w-]*\s*:|\s|-|#)")
 _CAPTION = re.compile(r"^\s*(?:Table|表)\s*[:：]\s*(.+)$", re.I)
 
 
@@ -205,6 +206,9 @@ def parse_frontmatter(text: str) -> tuple[dict[str, str], str]:
         return {}, text
     for end in range(1, min(len(lines), 200)):
         if lines[end].strip() in ("---", "..."):
+            body_lines = [ln for ln in lines[1:end] if ln.strip()]
+            if not body_lines or not all(_META_LINE.match(ln) for ln in body_lines):
+                return {}, text  # a horizontal rule, not frontmatter
             meta: dict[str, str] = {}
             for line in lines[1:end]:
                 key, sep, value = line.partition(":")

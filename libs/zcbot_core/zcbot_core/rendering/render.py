@@ -32,8 +32,8 @@ import argparse
 from pathlib import Path
 
 from . import RenderError, convert_to_pdf, markdown_to_docx, markdown_to_pdf
-from .docx_brief import BRIEF
 from .docx_manuscript import PROFILES
+from .mdparse import parse_frontmatter
 from .pdf import CONVERTIBLE
 
 ALL_PROFILES = sorted({*PROFILES, "brief"})
@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         text = src.read_text(encoding="utf-8")
         if args.title:
-            text = f"---\ntitle: {args.title}\n---\n" + (text.split("---", 2)[2] if text.startswith("---") and text.count("---") >= 2 else text)
+            meta, body = parse_frontmatter(text)
+            meta["title"] = args.title
+            text = "---\n" + "".join(f"{k}: {v}\n" for k, v in meta.items()) + "---\n" + body
         overrides = {"numbering": args.numbering, "east_asia": args.cjk_font, "latin": args.latin_font}
         base_dir = Path(args.base_dir) if args.base_dir else src.parent
         if args.to == "docx":
@@ -84,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     print(report.summary())
     return 1 if report.problems else 0
 
-
-_ = BRIEF  # keep the brief profile importable from here for `--profile brief`
 
 if __name__ == "__main__":
     sys.exit(main())

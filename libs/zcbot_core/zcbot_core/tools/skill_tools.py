@@ -233,7 +233,8 @@ class SkillTools:
         except Exception as exc:  # noqa: BLE001 - a failed switch degrades to the current model
             return f"Model: switching to `{profile}` failed ({exc}); continuing with the current model."
         if result is False:
-            return f"Model: this skill prefers `{profile}`, which is not available; continuing with the current model."
+            return (f"Model: this skill prefers `{profile}`; the model was not switched (it is already in use or not "
+                    "available here), continuing with the current model.")
         return f"Model: switched to profile `{profile}` for the rest of this task (this skill works best with it)."
 
     async def read_skill_file(self, args: dict[str, Any]) -> ToolOutcome:

@@ -27,14 +27,21 @@ class ToolResult:
 
     @classmethod
     def from_runner(cls, msg: dict[str, Any]) -> "ToolResult":
-        """A runner reply is untrusted (code in the sandbox can forge it): coerce every field."""
-        meta = msg.get("meta")
+        """A runner reply is untrusted (code in the sandbox can forge it): coerce every field and
+        keep `meta` to a few small scalars so a reply always fits on the bus."""
+        raw_meta = msg.get("meta")
+        meta: dict[str, Any] = {}
+        if isinstance(raw_meta, dict):
+            for key, value in list(raw_meta.items())[:32]:
+                if isinstance(key, str) and len(key) <= 64 and (
+                        value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 1000)):
+                    meta[key] = value
         error = msg.get("error")
         return cls(
             ok=msg.get("ok") is True,
             output=str(msg.get("output") or ""),
-            error=None if error is None else str(error),
-            meta=meta if isinstance(meta, dict) else {},
+            error=None if error is None else str(error)[:4000],
+            meta=meta,
         )
 
 

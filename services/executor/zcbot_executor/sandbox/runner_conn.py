@@ -75,6 +75,8 @@ class WarmSandbox(Sandbox):
         try:
             try:
                 await self._send({"id": call_id, "op": "call", "tool": tool, "args": args, "cwd": cwd, "timeout": timeout})
+            except (TypeError, ValueError):
+                return ToolResult(False, error="bad request: the arguments are not plain JSON values")
             except (ConnectionError, RuntimeError, OSError) as exc:
                 raise SandboxError(f"sandbox runner is gone: {exc}") from exc
             try:

@@ -235,6 +235,7 @@
     run: null, // {runId, abort: AbortController, view}
     filesPath: "",
     selectSeq: 0,
+    tasksSignature: "",
   };
 
   // ---- login --------------------------------------------------------------------------------
@@ -337,10 +338,15 @@
       $("tasks-error").textContent = "Could not load tasks: " + err.message;
       return;
     }
-    renderTasks();
+    // Re-render only on change, so a poll does not move keyboard focus for nothing.
+    const signature = JSON.stringify([state.current && state.current.task_id,
+      state.tasks.map((t) => [t.task_id, t.name, t.working_dir, t.run_status])]);
+    if (signature !== state.tasksSignature) renderTasks();
   }
 
   function renderTasks() {
+    state.tasksSignature = JSON.stringify([state.current && state.current.task_id,
+      state.tasks.map((t) => [t.task_id, t.name, t.working_dir, t.run_status])]);
     const list = $("task-list");
     list.replaceChildren();
     if (!state.tasks.length) {
@@ -421,7 +427,9 @@
     if (seq !== state.selectSeq) return;
     checkFolder();
     loadFiles(task.working_dir);
-    if (ACTIVE_RUN.has(task.run_status)) follow("/v1/tasks/" + encodeURIComponent(task.task_id) + "/events", task.run_id);
+    if (ACTIVE_RUN.has(task.run_status)) {
+      follow("/v1/tasks/" + encodeURIComponent(task.task_id) + "/events", task.run_id, task.run_status);
+    }
   }
 
   // ---- soft warning: another task in the same folder is running ----------------------------
@@ -489,6 +497,16 @@
   function oneLine(text) {
     const s = String(text || "").replace(/\s+/g, " ").trim();
     return s.length > 80 ? s.slice(0, 79) + "…" : s;
+  }
+
+  /** Cards still waiting when a run is over: the tool never ran (guard stop, cancel, crash). */
+  function settlePendingCards(root, label) {
+    root.querySelectorAll(".tool-card.pending").forEach((card) => {
+      card.classList.remove("pending");
+      card.classList.add("skipped");
+      card.dataset.ok = "false";
+      card.querySelector(".tool-state").textContent = label;
+    });
   }
 
   function setToolResult(card, preview, ok, truncated) {
@@ -571,6 +589,7 @@
         if (card) setToolResult(card, content, !failed, false);
       }
     }
+    if (!live) settlePendingCards(box, "no result");
     if (task.run_status === "error" && task.run_error) box.append(notice("error", "Last run failed: " + task.run_error, "run-error"));
     if (!msgs.length) box.append(el("p", { class: "muted empty" }, "No messages yet. Say hello."));
     box.scrollTop = box.scrollHeight;
@@ -636,7 +655,7 @@
     onStep() { this.text = null; this.reasoning = null; }
   }
 
-  async function follow(url, runId) {
+  async function follow(url, runId, initialStatus = "running") {
     stopRun();
     const task = state.current;
     if (!task) return;
@@ -646,7 +665,7 @@
     state.run = run;
     $("cancel-run").hidden = false;
     $("cancel-run").disabled = false;
-    setRunStatus("running", "running");
+    setRunStatus(initialStatus, "running");
     let final = null;
     try {
       for await (const evt of sse(url, { signal: abort.signal })) {
@@ -695,6 +714,7 @@
     state.run = null;
     $("cancel-run").hidden = true;
     const status = final ? final.status : "disconnected";
+    settlePendingCards(view.root, status === "cancelled" ? "cancelled" : "not run");
     view.root.dataset.status = status;
     if (status === "stopped" && !view.root.querySelector("[data-testid=continue-hint]")) view.append(continueHint());
     const total = final && final.timings && final.timings.total;
@@ -718,7 +738,8 @@
         method: "POST", json: { content },
       });
       checkFolder();
-      follow(out.events_url, out.run_id);
+      follow(out.events_url, out.run_id, out.status === "queued"
+        ? "queued" + (out.position ? " #" + out.position : "") : "running");
       return true;
     } catch (err) {
       bubble.classList.add("failed");
@@ -841,12 +862,11 @@
       const button = e.target.querySelector("button[type=submit]");
       button.disabled = true;
       try {
-        for (const file of input.files) {
-          const form = new FormData();
-          form.append("file", file, file.name);
-          status.textContent = "Uploading " + file.name + "…";
-          await api("/v1/files/upload?path=" + encodeURIComponent(state.filesPath), { method: "POST", body: form });
-        }
+        // One request: the server writes all the files or none of them.
+        const form = new FormData();
+        for (const file of input.files) form.append("file", file, file.name);
+        status.textContent = "Uploading " + Array.from(input.files, (f) => f.name).join(", ") + "…";
+        await api("/v1/files/upload?path=" + encodeURIComponent(state.filesPath), { method: "POST", body: form });
         input.value = "";
         await loadFiles(state.filesPath);
         status.textContent = "Uploaded.";

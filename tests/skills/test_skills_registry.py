@@ -11,7 +11,6 @@ from skillkit import SKILLS
 
 from zcbot_core.skills import (
     SkillFormatError,
-    SkillRegistry,
     discovery_block,
     parse_skill_md,
     registry_for_user,
@@ -114,7 +113,7 @@ def test_parse_skill_md_errors():
     assert meta["name"] == "ok" and body.startswith("# ok")
 
 
-def tools_for(builtin, user_root, switch=None) -> tuple[SkillTools, SkillRegistry]:
+def tools_for(builtin, user_root, switch=None):
     registry = registry_for_user(user_root, builtin)
     return SkillTools(registry, user_root, switch), registry
 
@@ -254,5 +253,3 @@ async def test_register_on_runner_toolbox(builtin, user_root):
     for schema in SCHEMAS.values():
         assert schema["function"]["parameters"]["type"] == "object"
 
-
-_ = SkillRegistry

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from docx import Document
@@ -128,4 +127,7 @@ def test_unknown_profile_is_rejected(tmp_path):
         markdown_to_docx("x", tmp_path / "x.docx", profile="nope")
 
 
-_ = Path
+
+def test_leading_rule_is_not_frontmatter():
+    doc = parse_markdown("---\n\nSome text.\n\n---\n\nMore.\n")
+    assert doc.meta == {} and len(doc.blocks) == 4

@@ -142,3 +142,12 @@ def test_checker_reports_unreadable_file(task_folder):
     (task_folder / "junk.pptx").write_bytes(b"not a zip")
     run = run_script(CHECK_DECK, "junk.pptx", cwd=task_folder)
     assert run.returncode == 2 and "cannot read" in run.stderr
+
+
+def test_template_layouts_are_used(deck_run, task_folder):
+    deck, _ = deck_run
+    run = run_script(OUTLINE_TO_DECK, "outline.md", "templated.pptx", "--template", str(deck), cwd=task_folder)
+    assert run.returncode == 0, run.text
+    prs = Presentation(str(task_folder / "templated.pptx"))
+    assert len(prs.slides) == 5  # the template's own slides are dropped
+    assert prs.slide_width == Presentation(str(deck)).slide_width

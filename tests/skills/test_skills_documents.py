@@ -133,3 +133,48 @@ def test_deck_and_manuscript_convert_to_pdf(pdfs):
     # One PDF page per slide.
     info = subprocess.run(["pdfinfo", str(pdfs["deck_pdf"])], capture_output=True, text=True, timeout=30).stdout
     assert re.search(r"^Pages:\s+8$", info, re.M), info
+
+
+W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+SCHEMA_ORDER = {
+    W + "pPr": "pStyle keepNext keepLines pageBreakBefore framePr widowControl numPr suppressLineNumbers pBdr shd tabs "
+               "suppressAutoHyphens kinsoku wordWrap overflowPunct topLinePunct autoSpaceDE autoSpaceDN bidi "
+               "adjustRightInd snapToGrid spacing ind contextualSpacing mirrorIndents suppressOverlap jc textDirection "
+               "textAlignment textboxTightWrap outlineLvl divId cnfStyle rPr sectPr pPrChange",
+    W + "rPr": "rStyle rFonts b bCs i iCs caps smallCaps strike dstrike outline shadow emboss imprint noProof snapToGrid "
+               "vanish webHidden color spacing w kern position sz szCs highlight u effect bdr shd fitText vertAlign rtl "
+               "cs em lang eastAsianLayout specVanish oMath",
+    W + "tblPr": "tblStyle tblpPr tblOverlap bidiVisual tblStyleRowBandSize tblStyleColBandSize tblW jc tblCellSpacing "
+                 "tblInd tblBorders shd tblLayout tblCellMar tblLook tblCaption tblDescription tblPrChange",
+    W + "tcPr": "cnfStyle tcW gridSpan hMerge vMerge tcBorders shd noWrap tcMar textDirection tcFitText vAlign hideMark",
+    W + "tblBorders": "top left start bottom right end insideH insideV",
+    A + "pPr": "lnSpc spcBef spcAft buClrTx buClr buSzTx buSzPct buSzPts buFontTx buFont buNone buAutoNum buChar buBlip "
+               "tabLst defRPr extLst",
+    A + "rPr": "ln noFill solidFill gradFill blipFill pattFill grpFill effectLst effectDag highlight uLnTx uLn uFillTx "
+               "uFill latin ea cs sym hlinkClick hlinkMouseOver rtl extLst",
+}
+
+
+def test_generated_xml_children_in_schema_order(deck_run, proposal_run, task_folder):
+    """Word and PowerPoint reject some out-of-order XML that LibreOffice tolerates: check our edits."""
+    import zipfile
+
+    from lxml import etree
+
+    run = run_script(BRIEF, "brief.md", "--docx", "order-brief.docx", cwd=task_folder)
+    assert run.returncode == 0, run.text
+    files = [deck_run[0], proposal_run[0], task_folder / "order-brief.docx"]
+    for path in files:
+        with zipfile.ZipFile(path) as z:
+            for part in z.namelist():
+                if not part.endswith(".xml") or not part.startswith(("word/", "ppt/slides/", "ppt/slideLayouts/")):
+                    continue
+                root = etree.fromstring(z.read(part))
+                for tag, order_text in SCHEMA_ORDER.items():
+                    ns = tag.split("}")[0] + "}"
+                    order = order_text.split()
+                    for el in root.iter(tag):
+                        names = [c.tag[len(ns):] for c in el if isinstance(c.tag, str) and c.tag.startswith(ns)]
+                        positions = [order.index(n) if n in order else -1 for n in names]
+                        assert -1 not in positions and positions == sorted(positions), (path.name, part, tag, names)
