@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -27,6 +28,7 @@ except ImportError:  # pragma: no cover - the browser tests need the `test` extr
         raise
     pytest.skip("playwright is not installed (pip install 'playwright>=1.40')", allow_module_level=True)
 
+STATIC = Path(__file__).resolve().parents[2] / "services" / "gateway" / "zcbot_gateway" / "static"
 TOOL_SCRIPT = [
     {"reasoning": "The user wants a greeting file.", "text": "Writing the file now.",
      "tool_calls": [{"name": "write", "arguments": {"path": "hello.txt", "content": "hi"}}]},
@@ -313,3 +315,46 @@ async def test_admin_page_for_admin_and_refusal_for_others(stack: Stack, page: P
         await expect(page.locator(tid("usage-models"))).not_to_contain_text("Loading")
         await expect(page.locator(tid("usage-models"))).not_to_contain_text("Could not load")
     await page.screenshot(path=str(artifacts_dir / "browser-admin-page.png"), full_page=True)
+
+
+SSE_CHECK = """async () => {
+  localStorage.setItem("zcbot.token", "TKN");
+  const calls = [];
+  const bodies = [
+    // First connection: CRLF line ends, frames split across chunks, a comment; closes before done.
+    ["retry: 10\\r\\n\\r\\n", "id: 5\\r\\nevent: text\\r\\nda", "ta: {\\"delta\\":\\"he\\"}\\r", "\\n\\r\\n: reconnect\\n\\n"],
+    // The resumed connection; nothing after `done` is read.
+    ["id: 6\\nevent: text\\ndata: {\\"delta\\":\\"llo\\"}\\n\\nid: 7\\nevent: done\\ndata: {\\"status\\":\\"ok\\"}\\n\\n",
+     "id: 8\\nevent: text\\ndata: {}\\n\\n"],
+  ];
+  window.fetch = async (url, opts) => {
+    calls.push({url, headers: opts.headers});
+    const parts = bodies.shift();
+    const enc = new TextEncoder();
+    return {ok: true, status: 200, body: new ReadableStream({start(c) {
+      for (const p of parts) c.enqueue(enc.encode(p));
+      c.close();
+    }})};
+  };
+  const events = [];
+  for await (const e of window.zc.sse("/v1/tasks/t/events?run_id=r")) events.push(e);
+  return {events, calls};
+}"""
+
+
+async def test_sse_reader_parses_frames_and_resumes_with_last_event_id(page: Page) -> None:
+    """The fetch()-based SSE reader, against a scripted fetch in the browser (no server needed)."""
+    # An intercepted origin (nothing leaves the browser) so the page has localStorage.
+    html = '<!doctype html><body data-page="none"><script src="/static/app.js"></script></body>'
+    await page.route("http://zcbot.invalid/", lambda route: route.fulfill(body=html, content_type="text/html"))
+    await page.route("http://zcbot.invalid/static/app.js", lambda route: route.fulfill(
+        path=str(STATIC / "app.js"), content_type="text/javascript"))
+    await page.goto("http://zcbot.invalid/")
+    await page.wait_for_function("window.zc !== undefined")
+    out = await page.evaluate(SSE_CHECK)
+    assert [(e["id"], e["event"], e["data"]) for e in out["events"]] == [
+        ("5", "text", {"delta": "he"}), ("6", "text", {"delta": "llo"}), ("7", "done", {"status": "ok"})]
+    first, second = (c["headers"] for c in out["calls"])
+    assert first == {"Accept": "text/event-stream", "Authorization": "Bearer TKN"}
+    assert second == {**first, "Last-Event-ID": "5"}
+    assert len(out["calls"]) == 2

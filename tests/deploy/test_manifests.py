@@ -17,7 +17,7 @@ from typing import Any
 import k8s_checks as kc
 import kustomize_lite
 import pytest
-from conftest import K8S, NAMESPACE, OVERLAY
+from deploy_paths import K8S, NAMESPACE, OVERLAY
 
 MIN_K8S = "1.30"  # appArmorProfile (executor) is a field from 1.30 on
 ZCBOT_SERVICES = {"gateway": 8765, "runner": 8766, "executor": 8767, "scheduler": 8768, "channels": 8769}

@@ -46,6 +46,10 @@ async def test_only_sandbox_processes_are_visible(one: Stack) -> None:
     assert len(comms) <= 5
     r = await one.shell("kill -0 1 && echo pid1; ls /proc | grep -c '^[0-9]'")
     assert int(r.output.split()[-1]) <= 6
+    r = await one.shell("id -u; unshare --user --map-root-user true && echo NESTED_USERNS; "
+                        "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status")
+    assert r.output.split()[0] == "1000" and "NESTED_USERNS" not in r.output, r.output
+    assert "CapEff:\t0000000000000000" in r.output and "NoNewPrivs:\t1" in r.output
 
 
 async def test_no_network_at_all(one: Stack, nats_server_url: str) -> None:

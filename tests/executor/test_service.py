@@ -132,14 +132,15 @@ async def test_latency_cold_and_warm(one: Stack, record_property) -> None:
     warm = []
     for _ in range(100):
         started = time.perf_counter()
-        r = await one.call("read", {"path": "f.txt"} if warm else {"path": "f.txt"}, user="cold0")
+        r = await one.call("read", {"path": "f.txt"}, user="cold0")
         warm.append(time.perf_counter() - started)
     p50 = statistics.median(warm)
     record_property("cold_ms", [round(c * 1000, 1) for c in colds])
     record_property("warm_p50_ms", round(p50 * 1000, 3))
     print(f"\ncold first call (through NATS): {[round(c * 1000, 1) for c in colds]} ms; warm fs p50: {p50 * 1000:.2f} ms")
-    assert min(colds) < 0.25
-    assert p50 < 0.005
+    # targets: cold <= 100 ms, warm fs p50 <= 2 ms; asserted with slack for loaded CI machines
+    assert min(colds) < 0.2
+    assert p50 < 0.004
 
 
 async def test_client_timeout_and_metrics(one: Stack) -> None:
@@ -176,3 +177,20 @@ async def test_real_process_metrics_and_sigterm_drain(stack: Stack) -> None:
             await kv.get("u1")
     finally:
         proc.kill()
+
+
+async def test_idle_sandboxes_are_reaped_and_leases_released(stack: Stack) -> None:
+    svc = await stack.executor("h1", idle_seconds=0.6)
+    assert (await stack.shell("echo warm")).ok
+    box = svc.pool.sandboxes["u1"]
+    kv = await stack.nc.jetstream().key_value(stack.topo.sandbox_leases_bucket)
+    assert (await kv.get("u1")).value == b"h1"
+    deadline = time.monotonic() + 5
+    while "u1" in svc.pool.sandboxes:
+        assert time.monotonic() < deadline, "idle sandbox was not reaped"
+        await asyncio.sleep(0.1)
+    assert not box.alive and box.proc.returncode is not None
+    with pytest.raises(KeyNotFoundError):
+        await kv.get("u1")
+    r = await stack.shell("echo cold-again")  # a fresh sandbox on the next call
+    assert r.ok and r.output.strip() == "cold-again"

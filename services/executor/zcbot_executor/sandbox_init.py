@@ -9,7 +9,8 @@ without a user namespace but keeps only CAP_SETUID/CAP_SETGID; the runner then
    capability sets, and the process can no longer touch anything host-root-owned;
 2. unshares a private user namespace mapping inside uid 1000 to that uid. Process counts are
    kept per (user namespace, uid), so `RLIMIT_NPROC` becomes a per-sandbox budget: a fork bomb in
-   one user's sandbox cannot starve another user's;
+   one user's sandbox cannot starve another user's. (Two nested namespaces in fact, so that the
+   sandbox cannot create further user namespaces — the same trick as `bwrap --disable-userns`.);
 3. clears the (namespace-local) capabilities and sets no_new_privs.
 
 When the executor is not root, bwrap's own `--unshare-user` already yields the same shape and only
@@ -67,13 +68,24 @@ def drop_privileges(uid: int, gid: int, userns: bool = True, inner_uid: int = 10
     os.setresuid(uid, uid, uid)
     libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # /proc/self/*_map must be ours to write
     if userns:
-        if libc.unshare(CLONE_NEWUSER) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER) failed")
-        _write("/proc/self/uid_map", f"{inner_uid} {uid} 1\n")
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/gid_map", f"{inner_gid} {gid} 1\n")
+        # Two levels, like `bwrap --disable-userns`: in the outer namespace we are its root just
+        # long enough to allow one more user namespace, then the inner one holds the sandbox. Code
+        # in the sandbox therefore cannot create user namespaces of its own.
+        _unshare_user(libc, 0, uid, 0, gid)
+        _write("/proc/sys/user/max_user_namespaces", "1")
+        _unshare_user(libc, inner_uid, 0, inner_gid, 0)
         clear_capabilities()
     no_new_privs()
+
+
+def _unshare_user(libc, inside_uid: int, outside_uid: int, inside_gid: int, outside_gid: int) -> None:
+    import ctypes
+
+    if libc.unshare(CLONE_NEWUSER) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER) failed")
+    _write("/proc/self/uid_map", f"{inside_uid} {outside_uid} 1\n")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/gid_map", f"{inside_gid} {outside_gid} 1\n")
 
 
 # Memory: RLIMIT_DATA bounds what a process really allocates (heap and private writable mappings,

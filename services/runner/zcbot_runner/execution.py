@@ -11,7 +11,8 @@ from typing import Any
 from nats.aio.msg import Msg
 from sqlalchemy import select
 
-from zcbot_core.agent.cancel import CancelToken
+from zcbot_core.agent.cancel import CancelToken, RunCancelled
+from zcbot_core.agent.fold import prepare_run_context
 from zcbot_core.agent.context import prepare_messages, window
 from zcbot_core.agent.loop import AgentLoop, LoopResult
 from zcbot_core.agent.prompt import PromptContext, build_system_prompt
@@ -156,7 +157,14 @@ class RunExecutor:
                 result = LoopResult(status="error", error=str(exc))
             else:
                 loop = await self._build_loop(req, task, profile, sink, active.token)
-                result = await loop.run(claim.history)
+                history = claim.history
+                try:  # soft reset, threshold fold, then the window as the model will see it
+                    history = await active.token.race(prepare_run_context(
+                        self.rt.sessions, task.task_id, profile, sink.emit,
+                        system_prompt=loop.system_prompt, tools=loop.tools.schemas() or None, run_id=req.run_id))
+                except RunCancelled:
+                    pass  # the loop sees the token and ends the run as cancelled
+                result = await loop.run(history)
         except Exception as exc:  # a bug: the run must still end, never stay `running`
             log.exception("run crashed", extra={"task_id": task.task_id, "run_id": req.run_id})
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=f"internal error: {exc.__class__.__name__}", code="internal"))

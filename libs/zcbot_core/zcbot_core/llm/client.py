@@ -72,10 +72,10 @@ def call_kwargs(profile: Profile, messages: list[dict[str, Any]], tools: list[di
             kwargs["parallel_tool_calls"] = True
     if profile.reasoning_effort:
         kwargs["reasoning_effort"] = profile.reasoning_effort
-    if profile.prompt_caching and messages and messages[0].get("role") == "system":
-        system = dict(messages[0])
-        system["content"] = [{"type": "text", "text": str(system["content"]), "cache_control": {"type": "ephemeral"}}]
-        kwargs["messages"] = [system, *messages[1:]]
+    if profile.prompt_caching:
+        # Anthropic caches up to the marked blocks: the system prompt and the newest message.
+        kwargs["cache_control_injection_points"] = [{"location": "message", "role": "system"},
+                                                    {"location": "message", "index": -1}]
     return kwargs
 
 

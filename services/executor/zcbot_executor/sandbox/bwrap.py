@@ -69,8 +69,27 @@ class BwrapBackend(SandboxBackend):
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         self.stage = await asyncio.to_thread(policy.stage_runner, self.config.state_dir)
         self.python_dirs = await asyncio.to_thread(policy.python_dirs, self.config.python)
+        await self._self_check()
         log.info("bwrap backend ready", extra={"bwrap": self.bwrap, "python_dirs": self.python_dirs,
                                                "drops_privileges": self.config.drops_privileges})
+
+    async def _self_check(self) -> None:
+        """Start one runner (privilege drop included) and let it exit: a broken setup fails the
+        service at start with bwrap's own message, not the first user's call; it also warms caches."""
+        probe_root = self.config.state_dir / "selfcheck"
+        probe_root.mkdir(parents=True, exist_ok=True)
+        policy.ensure_owned(probe_root, self.config.owner)
+        argv = self.argv(probe_root, self.runner_command("serve", self.runner_config(sweep=False)))
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.PIPE, env=self.env)
+        try:
+            _out, err = await asyncio.wait_for(proc.communicate(), 30)
+        except asyncio.TimeoutError:
+            proc.kill()
+            raise SandboxError("bwrap sandbox self-check timed out") from None
+        if proc.returncode != 0:
+            raise SandboxError(f"bwrap sandbox self-check failed (exit {proc.returncode}): "
+                               f"{err.decode(errors='replace').strip()[-1000:]}")
 
     # ---- argv -------------------------------------------------------------------------------
     def runner_config(self, *, sweep: bool) -> dict[str, Any]:
