@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from urllib.parse import urlparse
 
 import psutil
@@ -13,6 +14,8 @@ from zcbot_executor.config import Limits
 
 from conftest import Stack, sandbox_processes, wait_no_processes
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 async def test_other_users_and_host_files_are_invisible(one: Stack) -> None:
     other = one.storage / "u2"
@@ -20,14 +23,20 @@ async def test_other_users_and_host_files_are_invisible(one: Stack) -> None:
     (other / "secret.txt").write_text("u2-private-data")
     r = await one.shell(
         f"cat ../u2/secret.txt /workspace/../u2/secret.txt {other}/secret.txt; "
-        "cat /etc/shadow; ls /work /root/.ssh /home; test -e /work/main/pyproject.toml && echo PROJECT_VISIBLE; "
+        "cat /etc/shadow; ls /work /root/.ssh /home; "
+        f"for f in /work/main/pyproject.toml {REPO}/pyproject.toml {REPO}/services; do test -e $f && echo VISIBLE $f; done; "
+        f"echo repo: $(ls -A {REPO} 2>/dev/null); "
         "grep -rs u2-private-data /workspace /opt /etc /var 2>/dev/null | head -3; "
-        "ls /; echo done")
+        "ls /etc/ssl; ls /; echo done")
     assert r.output.rstrip().endswith("done"), r.output
     assert "u2-private-data" not in r.output
-    assert "PROJECT_VISIBLE" not in r.output
+    assert "VISIBLE" not in r.output and "private" not in r.output
     assert "/etc/shadow: No such file" in r.output
-    assert "/work': No such file" in r.output
+    # the project tree is not there; at most the python venv inside it is (read-only)
+    repo_line = next(line for line in r.output.splitlines() if line.startswith("repo:"))
+    assert set(repo_line.split()[1:]) <= {".venv", "venv"}, repo_line
+    if not any(p.startswith("/work") for p in one.services[0][0].backend.python_dirs):
+        assert "/work': No such file" in r.output
     top = set(r.output.split("done")[0].split()) & {"work", "home", "mnt", "srv", "boot", "farm"}
     assert not top, top
     r = await one.call("read", {"path": "/workspace/../u2/secret.txt"})

@@ -36,8 +36,8 @@ from zcbot_executor.sandbox.runner_conn import WarmSandbox
 log = logging.getLogger(__name__)
 
 ETC_ALLOW = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "fonts", "localtime", "timezone",
-             "mime.types", "protocols", "services", "ssl", "ca-certificates", "os-release", "debian_version",
-             "magic", "magic.mime", "inputrc", "ImageMagick-6", "matplotlibrc")
+             "mime.types", "protocols", "services", "ssl/certs", "ssl/openssl.cnf", "ca-certificates",
+             "os-release", "debian_version", "magic", "magic.mime", "inputrc", "ImageMagick-6", "matplotlibrc")
 
 
 def find_bwrap() -> str | None:
