@@ -5,7 +5,7 @@ The sandbox mounts are the ones this package needs from the executor (see skills
   <repo>/libs/zcbot_core/zcbot_core/rendering    -> /sandbox/rendering  (read-only)
   /etc/libreoffice                               -> /etc/libreoffice    (read-only; LibreOffice's
                                                     registry, without it soffice aborts at start)
-Until the executor's bwrap backend adds them itself, the test adds them by extending its argv.
+The executor's bwrap backend adds them itself (`policy.platform_mounts`).
 Skipped when the executor package or bubblewrap is not usable on this machine.
 """
 
@@ -25,21 +25,16 @@ from skillkit import RENDERING, SKILLS, have_office, prepare_task_folder
 bwrap_mod = pytest.importorskip("zcbot_executor.sandbox.bwrap")
 config_mod = pytest.importorskip("zcbot_executor.config")
 
-MOUNTS = [(str(SKILLS), "/sandbox/skills"), (str(RENDERING), "/sandbox/rendering")]
-
-
-class SkillMountingBwrap(bwrap_mod.BwrapBackend):
-    def argv(self, user_root, command, *, die_with_parent=True):
-        argv = super().argv(user_root, command, die_with_parent=die_with_parent)
-        if "/sandbox/skills" in argv:  # the executor mounts them itself now
-            return argv
-        extra = ["--perms", "0755", "--dir", "/sandbox"]
-        for src, dest in MOUNTS:
-            extra += ["--ro-bind", src, dest]
-        if os.path.isdir("/etc/libreoffice") and "/etc/libreoffice" not in argv:
-            extra += ["--ro-bind", "/etc/libreoffice", "/etc/libreoffice"]
-        at = argv.index("--bind")
-        return argv[:at] + extra + argv[at:]
+def test_executor_mounts_skills_and_rendering_read_only(tmp_path: Path) -> None:
+    config = config_mod.ExecutorConfig(host="test", storage_root=tmp_path / "users", state_dir=tmp_path / "state")
+    backend = bwrap_mod.BwrapBackend(config)
+    if not backend.bwrap:
+        pytest.skip("bubblewrap is not available on this machine")
+    backend.stage = Path(tempfile.mkdtemp())
+    (backend.stage / "etc").mkdir()
+    argv = backend.argv(tmp_path, ["true"])
+    pairs = {(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == "--ro-bind"}
+    assert (str(SKILLS), "/sandbox/skills") in pairs and (str(RENDERING), "/sandbox/rendering") in pairs
 
 
 @pytest.fixture
@@ -51,7 +46,7 @@ async def sandbox():
     user_root = base / "users" / "u1"
     prepare_task_folder(user_root / "task")
     config = config_mod.ExecutorConfig(host="test", storage_root=base / "users", state_dir=base / "state")
-    backend = SkillMountingBwrap(config)
+    backend = bwrap_mod.BwrapBackend(config)
     try:
         await backend.start()
         box = await backend.open("u1", user_root)

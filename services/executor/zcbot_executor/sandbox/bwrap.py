@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 ETC_ALLOW = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "fonts", "localtime", "timezone",
              "mime.types", "protocols", "services", "ssl/certs", "ssl/openssl.cnf", "ca-certificates",
-             "os-release", "debian_version", "magic", "magic.mime", "inputrc", "ImageMagick-6", "matplotlibrc")
+             "os-release", "debian_version", "magic", "magic.mime", "inputrc", "ImageMagick-6", "matplotlibrc",
+             "libreoffice")  # LibreOffice's registry lives there: without it soffice aborts at start
 
 
 def find_bwrap() -> str | None:
@@ -131,6 +132,11 @@ class BwrapBackend(SandboxBackend):
             a += ["--perms", "0755", "--dir", parent]
         for path in self.python_dirs:
             a += ["--ro-bind", path, path]
+        mounts = policy.platform_mounts()
+        for parent in _parents([dest for _, dest in mounts]):
+            a += ["--perms", "0755", "--dir", parent]
+        for src, dest in mounts:
+            a += ["--ro-bind", src, dest]
         a += ["--ro-bind", str(self.stage), policy.RUNNER_MOUNT,
               "--bind", str(user_root), policy.WORKSPACE, "--chdir", policy.WORKSPACE,
               "--clearenv"]

@@ -103,7 +103,8 @@ class DockerBackend(SandboxBackend):
             mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(cpus * 1e9),
             network_mode="none", runtime=self.config.docker_runtime, init=True, shm_size="64m",
             volumes={str(user_root): {"bind": policy.WORKSPACE, "mode": "rw"},
-                     str(self.stage): {"bind": policy.RUNNER_MOUNT, "mode": "ro"}},
+                     str(self.stage): {"bind": policy.RUNNER_MOUNT, "mode": "ro"},
+                     **{src: {"bind": dest, "mode": "ro"} for src, dest in policy.platform_mounts()}},
             ulimits=[docker.types.Ulimit(name="fsize", soft=lim.max_file_mb * 1024 * 1024, hard=lim.max_file_mb * 1024 * 1024),
                      docker.types.Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files)],
         )

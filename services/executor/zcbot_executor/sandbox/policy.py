@@ -86,6 +86,17 @@ def stage_runner(state_dir: Path) -> Path:
 _ETC_VERSION = b"stage-v2"
 
 
+def platform_mounts() -> list[tuple[str, str]]:
+    """Read-only platform content every sandbox sees: the built-in skills and the rendering layer
+    (seed 003 §8.6), at the paths `zcbot_core.skills` tells the model about."""
+    from zcbot_core import skills
+
+    rendering = Path(skills.__file__).resolve().parent / "rendering"
+    pairs = [(str(skills.builtin_skills_dir()), skills.sandbox_skills_dir()),
+             (str(rendering), skills.sandbox_rendering_dir())]
+    return [(src, dest) for src, dest in pairs if Path(src).is_dir()]
+
+
 def runner_command(python: str, folder: str, mode: str, config_json: str, arg: str | None = None) -> list[str]:
     """The runner's command line. `-c` imports tool_runner as a module so its compiled bytecode
     (staged next to it) is used: a cold sandbox then compiles nothing."""
