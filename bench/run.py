@@ -77,7 +77,8 @@ async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, A
     result: dict[str, Any] = {}
     for label, content in (("no_tools", "hello"), ("two_tools", "BENCH-2T go")):
         task_id = await client.task(headers, f"pipe-{label}")
-        first, done, local_done = [], [], []
+        first, done, local_done, queue_wait, runner_total = [], [], [], [], []
+        stages: dict[str, list[float]] = {}
         for i in range(iters + 5):
             t0 = time.perf_counter()
             body = await client.post(headers, task_id, f"{content} {i}")
@@ -85,6 +86,11 @@ async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, A
             if i >= 5:
                 first.append(events[0][0] - t0)
                 done.append(events[-1][0] - t0)
+                timings = events[-1][1]["data"].get("timings", {})
+                queue_wait.append(timings.get("queue_wait", 0.0))
+                runner_total.append(timings.get("total", 0.0))
+                for key in ("setup", "llm", "ttft"):
+                    stages.setdefault(key, []).append(timings.get(key, 0.0))
             loop = AgentLoop(run_id=uuid.uuid4().hex, profile=profile, system_prompt="bench", tools=LocalTools(),
                              sink=NullSink(), store=NullStore(), cancel=CancelToken())
             t1 = time.perf_counter()
@@ -94,6 +100,8 @@ async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, A
         p_done, l_done = summarize(done), summarize(local_done)
         result[label] = {
             "post_to_first_event": summarize(first), "post_to_done": p_done, "in_process_loop_done": l_done,
+            "runner_queue_wait": summarize(queue_wait), "runner_total": summarize(runner_total),
+            **{f"runner_{k}": summarize(v) for k, v in stages.items()},
             "overhead_p50_ms": round(p_done["p50_ms"] - l_done["p50_ms"], 3),
             "overhead_p99_ms": round(p_done["p99_ms"] - l_done["p99_ms"], 3),
             "ratio_p50": round(p_done["p50_ms"] / max(l_done["p50_ms"], 1e-6), 2),
@@ -265,7 +273,7 @@ async def recovery(stack: BenchStack, client: Client, iters: int) -> dict[str, A
     return {"kill9_to_resumed": summarize(samples)}
 
 
-async def main_async(quick: bool) -> dict[str, Any]:
+async def main_async(quick: bool, only: list[str] | None = None) -> dict[str, Any]:
     stack = BenchStack.create()
     report: dict[str, Any] = {"machine": machine_info(), "started_at": time.time()}
     try:
@@ -275,14 +283,21 @@ async def main_async(quick: bool) -> dict[str, Any]:
         stack.service("runner")
         client = Client(stack.base_url, stack.env["PLATFORM_KEY"])
         iters = 20 if quick else 100
-        report["pipeline"] = await pipeline(stack, client, iters)
-        report["cancel"] = await cancel_latency(stack, client, 5 if quick else 20)
-        report["tool_round_trip"] = await tool_round_trip(stack, 30 if quick else 200)
-        report["throughput_one_runner"] = await throughput(stack, client, [50] if quick else [50, 200], "a")
-        stack.service("runner")
-        report["throughput_two_runners"] = await throughput(stack, client, [50] if quick else [50, 200], "b")
-        report["sse_fanout"] = await fanout(stack, client, [200] if quick else [200, 1000])
-        report["recovery"] = await recovery(stack, client, 2 if quick else 5)
+        wanted = set(only or ["pipeline", "cancel", "tools", "throughput", "fanout", "recovery"])
+        if "pipeline" in wanted:
+            report["pipeline"] = await pipeline(stack, client, iters)
+        if "cancel" in wanted:
+            report["cancel"] = await cancel_latency(stack, client, 5 if quick else 20)
+        if "tools" in wanted:
+            report["tool_round_trip"] = await tool_round_trip(stack, 30 if quick else 200)
+        if "throughput" in wanted:
+            report["throughput_one_runner"] = await throughput(stack, client, [50] if quick else [50, 200], "a")
+            stack.service("runner")
+            report["throughput_two_runners"] = await throughput(stack, client, [50] if quick else [50, 200], "b")
+        if "fanout" in wanted:
+            report["sse_fanout"] = await fanout(stack, client, [200] if quick else [200, 1000])
+        if "recovery" in wanted:
+            report["recovery"] = await recovery(stack, client, 2 if quick else 5)
         await client.close()
     finally:
         stack.stop()
@@ -293,6 +308,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--only", nargs="*", choices=("pipeline", "cancel", "tools", "throughput", "fanout", "recovery"),
+                        help="run only these figures")
     args = parser.parse_args()
     try:
         import uvloop
@@ -300,7 +317,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    report = asyncio.run(main_async(args.quick))
+    report = asyncio.run(main_async(args.quick, args.only))
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

@@ -22,6 +22,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
+from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.db.models import Message, Task, User
 
 log = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ async def submit_message(
 
 async def signal_cancel(nc: NATS, js: JetStreamContext, topo: Topology, task_id: str, run_id: str, reason: str) -> None:
     """KV first (survives a runner restart), then the core subject (preempts at once)."""
-    kv = await js.key_value(topo.cancel_bucket)
+    kv = await kv_bucket(js, topo.cancel_bucket)
     await kv.put(topo.kv_key(task_id), encode(CancelRequest(task_id=task_id, run_id=run_id, reason=reason)))
     await nc.publish(topo.cancel_subject(task_id), encode(CancelRequest(task_id=task_id, run_id=run_id, reason=reason)))
     await nc.flush(timeout=2)

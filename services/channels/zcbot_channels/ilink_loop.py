@@ -11,6 +11,12 @@ errcode -14 (session expired): the loop records `session=expired` and `paused_un
 binding (so another replica taking over honours the pause), sleeps out the pause (default 1 h,
 as the official client), then calls `msg/notifystart` and polls again; the first successful
 poll marks the session `ok`. Outbound sends are not blocked by the pause.
+
+Conversations belong to the lease holder: a reply in progress is recorded in the binding
+(`pending_replies[run_id] = {task_id, started, to, text_sent}`) and removed once sent. When the
+loop stops (drain, lost lease) its conversations are cancelled, and the next holder resumes
+each pending reply (waits for the run if it is still going, then sends what is left), so a
+rolling restart of the channels service loses no answer.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 from zcbot_core.channels import bindings
-from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, run_message
-from zcbot_core.channels.ilink_api import MSG_USER, ILinkError, SessionExpired, has_media, message_text
+from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ReplyHooks, resume_reply, run_message
+from zcbot_core.channels.ilink_api import MSG_USER, ILinkClient, ILinkError, SessionExpired, has_media, message_text
 
 from zcbot_channels.leases import Lease
 
@@ -37,6 +44,7 @@ RETRY_DELAY_SECONDS = 2.0
 BACKOFF_SECONDS = 30.0
 MAX_CONSECUTIVE_FAILURES = 3
 RECENT_IDS = 2048
+POLL_TIMEOUT_CAP_SECONDS = 120.0
 
 
 def message_key(msg: dict[str, Any]) -> str | None:
@@ -82,6 +90,12 @@ class ILinkPoller:
         self.stopping = asyncio.Event()
         self._recent: OrderedDict[str, None] = OrderedDict()
         self.polls = 0
+        self.poll_timeout = svc.cs.ilink_poll_timeout
+        self.conversations: set[asyncio.Task[None]] = set()
+        self.failures = 0
+        # The long poll has its own connection, closed before the lease is released: the server
+        # never sees this replica's poll still open while the next holder's starts.
+        self.poll_client = ILinkClient(svc.cs, httpx.AsyncClient(timeout=httpx.Timeout(15.0, connect=10.0)))
 
     def __repr__(self) -> str:
         return f"ILinkPoller(binding_id={self.binding_id})"
@@ -98,10 +112,18 @@ class ILinkPoller:
         lost = asyncio.create_task(self.lease.lost.wait())
         try:
             await asyncio.wait({loop_task, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if self.lease.held() and not self.stopping.is_set():
+                # The loop ended on its own (unbound / inactive): let running conversations finish.
+                if self.conversations:
+                    await asyncio.wait(set(self.conversations), timeout=self.svc.conversation_deps.timeout)
         finally:
-            for task in (loop_task, lost, keeper):
+            # Conversations belong to the lease holder: their pending replies (persisted in the
+            # binding) are resumed by the next holder.
+            tasks = [loop_task, lost, keeper, *self.conversations]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(loop_task, lost, keeper, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.poll_client.http.aclose()
             await self.lease.release()
             log.info("ilink loop stopped", extra={"binding_id": self.binding_id})
 
@@ -109,79 +131,101 @@ class ILinkPoller:
         return await bindings.update_config(self.svc.sessions, self.binding_id, fn)
 
     async def _loop(self) -> None:
-        failures = 0
         log.info("ilink loop started", extra={"binding_id": self.binding_id})
+        self.failures = 0
+        try:
+            await self._resume_pending()
+        except Exception:
+            log.exception("ilink pending replies could not be resumed", extra={"binding_id": self.binding_id})
         while not self.stopping.is_set():
-            binding = await bindings.get_binding(self.svc.sessions, self.binding_id)
-            if binding is None or not bindings.usable(binding):
-                log.info("ilink binding gone or inactive; stopping its loop", extra={"binding_id": self.binding_id})
-                return
-            cfg = binding.config or {}
-            token = bindings.get_secret(self.svc.key, cfg, "bot_token")
-            if not token:
-                return
-            base = cfg.get("baseurl")
-            paused_until = float(cfg.get("paused_until") or 0)
-            if paused_until > time.time():
-                await self._sleep(min(paused_until - time.time(), 5.0))
-                continue
-            if cfg.get("session") == "expired":
-                try:
-                    await self.svc.ilink.notifystart(token=token, base_url=base)
-                    log.info("ilink notifystart after session pause", extra={"binding_id": self.binding_id})
-                except ILinkError as exc:
-                    log.warning("ilink notifystart failed", extra={"binding_id": self.binding_id, "error": str(exc)})
-            if not self.lease.held():
-                return
-            self.polls += 1
             try:
-                resp = await self.svc.ilink.getupdates(str(cfg.get("cursor") or ""), token=token, base_url=base)
-            except SessionExpired:
-                pause = self.svc.cs.ilink_session_pause
-                log.warning("ilink session expired; pausing the long poll",
-                            extra={"binding_id": self.binding_id, "pause_seconds": pause})
+                if not await self._turn():
+                    return
+            except Exception:  # a database or bus hiccup must not end the loop
+                log.exception("ilink loop turn failed", extra={"binding_id": self.binding_id})
+                await self._sleep(RETRY_DELAY_SECONDS)
 
-                def expire(c: dict[str, Any]) -> dict[str, Any]:
-                    c["session"] = "expired"
-                    c["paused_until"] = time.time() + pause
-                    return c
-
-                await self._update(expire)
-                failures = 0
-                continue
+    async def _turn(self) -> bool:
+        """One long poll and its messages; False when the loop must stop."""
+        binding = await bindings.get_binding(self.svc.sessions, self.binding_id)
+        if binding is None or not bindings.usable(binding):
+            log.info("ilink binding gone or inactive; stopping its loop", extra={"binding_id": self.binding_id})
+            return False
+        cfg = binding.config or {}
+        token = bindings.get_secret(self.svc.key, cfg, "bot_token")
+        if not token:
+            return False
+        base = cfg.get("baseurl")
+        paused_until = float(cfg.get("paused_until") or 0)
+        if paused_until > time.time():
+            await self._sleep(min(paused_until - time.time(), 5.0))
+            return True
+        if cfg.get("session") == "expired":
+            try:
+                await self.poll_client.notifystart(token=token, base_url=base)
+                log.info("ilink notifystart after session pause", extra={"binding_id": self.binding_id})
             except ILinkError as exc:
-                failures += 1
-                log.warning("ilink getupdates failed", extra={"binding_id": self.binding_id, "error": str(exc),
-                                                             "failures": failures})
-                if failures >= MAX_CONSECUTIVE_FAILURES:
-                    failures = 0
-                    await self._sleep(BACKOFF_SECONDS)
-                else:
-                    await self._sleep(RETRY_DELAY_SECONDS)
-                continue
-            failures = 0
-            if not self.lease.held():
-                return  # the new holder re-fetches from the persisted cursor
-            for msg in resp.get("msgs") or []:
-                try:
-                    await self._inbound(binding, msg)
-                except Exception:
-                    log.exception("ilink inbound message failed", extra={"binding_id": self.binding_id})
-            new_cursor = resp.get("get_updates_buf")
-            recovered = cfg.get("session") == "expired" or "paused_until" in cfg
+                log.warning("ilink notifystart failed", extra={"binding_id": self.binding_id, "error": str(exc)})
+        if not self.lease.held():
+            return False
+        self.polls += 1
+        try:
+            resp = await self.poll_client.getupdates(str(cfg.get("cursor") or ""), token=token, base_url=base,
+                                                   timeout=self.poll_timeout)
+        except SessionExpired:
+            pause = self.svc.cs.ilink_session_pause
+            log.warning("ilink session expired; pausing the long poll",
+                        extra={"binding_id": self.binding_id, "pause_seconds": pause})
 
-            def advance(c: dict[str, Any]) -> dict[str, Any]:
-                if new_cursor:
-                    c["cursor"] = new_cursor
-                if recovered:
-                    c["session"] = "ok"
-                    c.pop("paused_until", None)
+            def expire(c: dict[str, Any]) -> dict[str, Any]:
+                c["session"] = "expired"
+                c["paused_until"] = time.time() + pause
                 return c
 
-            if (new_cursor and new_cursor != cfg.get("cursor")) or recovered:
-                await self._update(advance)
-                if recovered:
-                    log.info("ilink session recovered", extra={"binding_id": self.binding_id})
+            await self._update(expire)
+            self.failures = 0
+            return True
+        except ILinkError as exc:
+            self.failures += 1
+            log.warning("ilink getupdates failed", extra={"binding_id": self.binding_id, "error": str(exc),
+                                                         "failures": self.failures})
+            if self.failures >= MAX_CONSECUTIVE_FAILURES:
+                self.failures = 0
+                await self._sleep(BACKOFF_SECONDS)
+            else:
+                await self._sleep(RETRY_DELAY_SECONDS)
+            return True
+        self.failures = 0
+        suggested = resp.get("longpolling_timeout_ms")
+        if isinstance(suggested, (int, float)) and suggested > 0:  # the server's hold + a margin
+            self.poll_timeout = min(suggested / 1000.0 + 3.0, POLL_TIMEOUT_CAP_SECONDS)
+        if not self.lease.held():
+            return False  # the new holder re-fetches from the persisted cursor
+        all_handled = True
+        for msg in resp.get("msgs") or []:
+            try:
+                await self._inbound(binding, msg)
+            except Exception:
+                all_handled = False  # keep the old cursor: the next poll re-fetches (claimed ones are deduped)
+                log.exception("ilink inbound message failed", extra={"binding_id": self.binding_id})
+        new_cursor = resp.get("get_updates_buf") if all_handled else None
+        recovered = cfg.get("session") == "expired" or "paused_until" in cfg
+
+        def advance(c: dict[str, Any]) -> dict[str, Any]:
+            if new_cursor:
+                c["cursor"] = new_cursor
+            if recovered:
+                c["session"] = "ok"
+                c.pop("paused_until", None)
+            return c
+
+        if (new_cursor and new_cursor != cfg.get("cursor")) or recovered:
+            await self._update(advance)
+            if recovered:
+                log.info("ilink session recovered", extra={"binding_id": self.binding_id})
+        if not all_handled:
+            await self._sleep(RETRY_DELAY_SECONDS)
+        return True
 
     def _seen_recently(self, key: str) -> bool:
         if key in self._recent:
@@ -222,11 +266,72 @@ class ILinkPoller:
             if has_media(msg):
                 self.svc.spawn(replier.send_text(MEDIA_ONLY_REPLY))
             return
-        self.svc.spawn(self._converse(binding.user_id, text, replier))
+        self._own(self._converse(binding.user_id, text, replier))
+
+    def _own(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.conversations.add(task)
+        task.add_done_callback(self.conversations.discard)
+
+    def _hooks(self, to_user_id: str) -> ReplyHooks:
+        """Persist the reply in progress under `pending_replies` so a new lease holder can finish it."""
+
+        async def submitted(task_id: str, run_id: str, started: float) -> None:
+            def add(c: dict[str, Any]) -> dict[str, Any]:
+                pending = dict(c.get("pending_replies") or {})
+                pending[run_id] = {"task_id": task_id, "started": started, "to": to_user_id, "text_sent": False}
+                c["pending_replies"] = pending
+                return c
+
+            await self._update(add)
+
+        async def text_sent(run_id: str) -> None:
+            def mark(c: dict[str, Any]) -> dict[str, Any] | None:
+                pending = dict(c.get("pending_replies") or {})
+                if run_id not in pending:
+                    return None
+                pending[run_id] = {**pending[run_id], "text_sent": True}
+                c["pending_replies"] = pending
+                return c
+
+            await self._update(mark)
+
+        async def finished(run_id: str) -> None:
+            def drop(c: dict[str, Any]) -> dict[str, Any] | None:
+                pending = dict(c.get("pending_replies") or {})
+                if pending.pop(run_id, None) is None:
+                    return None
+                c["pending_replies"] = pending
+                return c
+
+            await self._update(drop)
+
+        return ReplyHooks(submitted=submitted, text_sent=text_sent, finished=finished)
+
+    async def _resume_pending(self) -> None:
+        binding = await bindings.get_binding(self.svc.sessions, self.binding_id)
+        if binding is None:
+            return
+        for run_id, item in dict((binding.config or {}).get("pending_replies") or {}).items():
+            replier = ILinkReplier(self.svc, self.binding_id, str(item.get("to") or ""))
+            log.info("ilink resuming a pending reply", extra={"binding_id": self.binding_id, "run_id": run_id})
+            self._own(self._resume(binding.user_id, run_id, item, replier))
+
+    async def _resume(self, user_id: str, run_id: str, item: dict[str, Any], replier: ILinkReplier) -> None:
+        try:
+            await resume_reply(self.svc.conversation_deps, user_id, bindings.ILINK, str(item["task_id"]), run_id,
+                               float(item.get("started") or 0), replier, self._hooks(replier.to),
+                               text_sent=bool(item.get("text_sent")))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("ilink pending reply failed", extra={"binding_id": self.binding_id, "run_id": run_id})
+            await self._hooks(replier.to).finished(run_id)  # type: ignore[misc]
 
     async def _converse(self, user_id: str, text: str, replier: ILinkReplier) -> None:
         try:
-            outcome = await run_message(self.svc.conversation_deps, user_id, bindings.ILINK, text, replier)
+            outcome = await run_message(self.svc.conversation_deps, user_id, bindings.ILINK, text, replier,
+                                        hooks=self._hooks(replier.to))
             log.info("ilink message handled", extra={"binding_id": self.binding_id, "status": outcome.status,
                                                      "run_id": outcome.run_id})
         except asyncio.CancelledError:

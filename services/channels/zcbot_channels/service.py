@@ -7,7 +7,8 @@
   success runs its loop, refreshing the lease (`kv.update` at our revision) until it stops or the
   lease is lost. Two replicas therefore never poll one binding at the same time.
 - Drain: stop scanning and taking pushes, stop the loops (releasing their leases so another
-  replica takes over at its next scan), give in-flight conversations a grace period, close.
+  replica takes over at its next scan; their in-flight conversations are cancelled and resumed
+  there from `pending_replies`), give in-flight pushes a grace period, close.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from zcbot_core.config import ConfigError
 from zcbot_core.db.models import Message, Task
 from zcbot_core.llm.profiles import get_profile
 from zcbot_core.runs import finish_run, now, publish_run
+from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_runner import metrics
 from zcbot_runner.host_tools import ModelSwitcher
@@ -66,7 +67,7 @@ class RunExecutor:
 
     async def _pending_cancel(self, task_id: str, run_id: str) -> str | None:
         try:
-            kv = await self.rt.js.key_value(self.rt.topo.cancel_bucket)
+            kv = await kv_bucket(self.rt.js, self.rt.topo.cancel_bucket)
             entry = await kv.get(self.rt.topo.kv_key(task_id))
         except Exception:
             return None
@@ -161,10 +162,13 @@ class RunExecutor:
                 try:  # soft reset, threshold fold, then the window as the model will see it
                     history = await active.token.race(prepare_run_context(
                         self.rt.sessions, task.task_id, profile, sink.emit,
-                        system_prompt=loop.system_prompt, tools=loop.tools.schemas() or None, run_id=req.run_id))
+                        system_prompt=loop.system_prompt, tools=loop.tools.schemas() or None, run_id=req.run_id,
+                        current=claim.history))
                 except RunCancelled:
                     pass  # the loop sees the token and ends the run as cancelled
+                setup = time.monotonic() - active.started
                 result = await loop.run(history)
+                result.timings["setup"] = round(setup, 4)
         except Exception as exc:  # a bug: the run must still end, never stay `running`
             log.exception("run crashed", extra={"task_id": task.task_id, "run_id": req.run_id})
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=f"internal error: {exc.__class__.__name__}", code="internal"))
@@ -186,7 +190,9 @@ class RunExecutor:
             result = LoopResult(status="error", error=message, timings=result.timings)
         timings = {**result.timings, "queue_wait": round(queue_wait, 4),
                    "total": round(time.monotonic() - active.started, 4)}
+        finish_started = time.monotonic()
         await self._finish(req, result, timings, sink)
+        metrics.FINISH_SECONDS.observe(time.monotonic() - finish_started)
         await active.msg.ack()
 
     async def _build_loop(self, req: RunRequest, task: Task, profile: Any, sink: BusEventSink,
@@ -217,7 +223,7 @@ class RunExecutor:
         await sink.emit(ev.Done(run_id=req.run_id, status=status, timings=timings, final_text=result.final_text[:2000]))
         await sink.flush()
         try:
-            kv = await self.rt.js.key_value(self.rt.topo.cancel_bucket)
+            kv = await kv_bucket(self.rt.js, self.rt.topo.cancel_bucket)
             await kv.delete(self.rt.topo.kv_key(req.task_id))
         except Exception:
             pass

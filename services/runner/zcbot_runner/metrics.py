@@ -9,3 +9,5 @@ QUEUE_WAIT = Histogram("zcbot_run_queue_wait_seconds", "Time from POST to a runn
 TTFT = Histogram("zcbot_run_ttft_seconds", "Time to first token of a run",
                  buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
 ACTIVE_RUNS = Gauge("zcbot_runner_active_runs", "Runs in flight in this runner process")
+FINISH_SECONDS = Histogram("zcbot_run_finish_seconds", "Time to record a run's terminal state and publish done",
+                           buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))

@@ -18,6 +18,7 @@ from zcbot_core.bus import events as ev
 from zcbot_core.bus import encode
 from zcbot_core.db.models import Task
 from zcbot_core.runs import now
+from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ async def register_liveness(rt: Runtime, runner_id: str, stop: asyncio.Event) ->
     key = liveness_key(runner_id)
     while not stop.is_set():
         try:
-            kv = await rt.js.key_value(rt.topo.leases_bucket)
+            kv = await kv_bucket(rt.js, rt.topo.leases_bucket)
             await kv.put(key, b"alive")
         except Exception as exc:
             log.warning("liveness refresh failed", extra={"error": repr(exc)})
@@ -44,7 +45,7 @@ async def register_liveness(rt: Runtime, runner_id: str, stop: asyncio.Event) ->
         except asyncio.TimeoutError:
             pass
     try:
-        kv = await rt.js.key_value(rt.topo.leases_bucket)
+        kv = await kv_bucket(rt.js, rt.topo.leases_bucket)
         await kv.delete(key)
     except Exception:
         pass
@@ -57,7 +58,7 @@ class Reaper:
     async def _owner_alive(self, owner: str | None) -> bool:
         if not owner:
             return False
-        kv = await self.rt.js.key_value(self.rt.topo.leases_bucket)
+        kv = await kv_bucket(self.rt.js, self.rt.topo.leases_bucket)
         try:
             entry = await kv.get(liveness_key(owner))
         except Exception:  # KeyNotFoundError / KeyDeletedError

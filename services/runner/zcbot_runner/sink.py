@@ -16,6 +16,7 @@ from zcbot_core.bus import events as ev
 
 log = logging.getLogger(__name__)
 COALESCE_SECONDS = 0.025
+MAX_UNACKED = 256
 
 
 class BusEventSink:
@@ -27,21 +28,45 @@ class BusEventSink:
         self._buffer: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
         self._lock = asyncio.Lock()
+        self._acks: list[tuple[asyncio.Future[object], bytes, str]] = []
         self.published = 0
 
     async def _publish(self, event: ev.RunEvent) -> None:
+        """Publish now (order is the call order), collect the ack later: no round trip per event."""
+        data = encode(event)
+        try:
+            ack = await self.js.publish_async(self.subject, data, wait_stall=5)
+        except Exception as exc:  # stalled or disconnected: fall back to an acked publish with retries
+            log.warning("async event publish failed", extra={"type": event.type, "error": repr(exc)})
+            await self._publish_acked(data, event.type)
+            return
+        self._acks.append((ack, data, event.type))
+        if len(self._acks) >= MAX_UNACKED:
+            await self._settle()
+
+    async def _publish_acked(self, data: bytes, kind: str) -> None:
         for attempt in range(3):
             try:
-                await self.js.publish(self.subject, encode(event), timeout=5)
+                await self.js.publish(self.subject, data, timeout=5)
                 self.published += 1
                 return
             except Exception as exc:  # NATS reconnecting: retry briefly, then give up on this event
                 if attempt == 2:
-                    log.warning("event publish failed", extra={"type": event.type, "error": repr(exc)})
+                    log.warning("event publish failed", extra={"type": kind, "error": repr(exc)})
                     return
                 await asyncio.sleep(0.2 * (attempt + 1))
 
-    async def _flush_locked(self) -> None:
+    async def _settle(self) -> None:
+        """Wait for the stream's acks of everything published; republish what was not stored."""
+        acks, self._acks = self._acks, []
+        for ack, data, kind in acks:
+            try:
+                await asyncio.wait_for(ack, 5)
+                self.published += 1
+            except Exception:
+                await self._publish_acked(data, kind)
+
+    async def _flush_locked(self) -> None:  # publishes buffered deltas; acks settle in flush()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -51,13 +76,20 @@ class BusEventSink:
             await self._publish(event)
 
     async def flush(self) -> None:
+        """Publish buffered deltas and wait until the stream has stored every event."""
         async with self._lock:
+            await self._flush_locked()
+            await self._settle()
+
+    async def _timer_flush(self) -> None:
+        async with self._lock:
+            self._timer = None
             await self._flush_locked()
 
     def _schedule_flush(self) -> None:
         if self._timer is None:
             loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(COALESCE_SECONDS, lambda: asyncio.ensure_future(self.flush()))
+            self._timer = loop.call_later(COALESCE_SECONDS, lambda: asyncio.ensure_future(self._timer_flush()))
 
     async def emit(self, event: ev.RunEvent) -> None:
         async with self._lock:

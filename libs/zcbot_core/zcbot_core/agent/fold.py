@@ -362,8 +362,18 @@ async def maybe_fold(sessions: async_sessionmaker[AsyncSession], task_id: str, p
 
 async def prepare_run_context(sessions: async_sessionmaker[AsyncSession], task_id: str, profile: Any, emit: Emit, *,
                               system_prompt: str | None = None, tools: list[dict[str, Any]] | None = None,
-                              run_id: str | None = None, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Run start in one call: soft reset, fold if needed, then the (re)loaded window for the loop."""
-    await apply_soft_reset(sessions, task_id, now or datetime.now(timezone.utc))
+                              run_id: str | None = None, now: datetime | None = None,
+                              current: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Run start in one call: soft reset, fold if needed, then the (re)loaded window for the loop.
+
+    `current` is the window the caller already loaded; when neither a reset nor a fold changes it
+    (and it is clearly below the fold threshold) it is returned as is, sparing two DB reads.
+    """
+    reset = await apply_soft_reset(sessions, task_id, now or datetime.now(timezone.utc))
+    if reset is None and current is not None:
+        system_msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        limit = reliable_context(profile)
+        if limit > 0 and estimate_tokens([*system_msgs, *current]) < FOLD_RATIO * limit * 0.9:
+            return current
     await maybe_fold(sessions, task_id, profile, emit, system_prompt=system_prompt, tools=tools, run_id=run_id)
     return await load_window(sessions, task_id)

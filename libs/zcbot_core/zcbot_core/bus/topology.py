@@ -18,6 +18,7 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.kv import KeyValue
 
 from zcbot_core.bus.subjects import Topology
 
@@ -35,6 +36,20 @@ class StreamLimits:
     max_deliver: int = 5
     max_ack_pending: int = 10_000
     duplicate_window_seconds: float = 120.0
+
+
+_KV_CACHE: dict[tuple[int, str], tuple[JetStreamContext, KeyValue]] = {}
+
+
+async def kv_bucket(js: JetStreamContext, bucket: str) -> KeyValue:
+    """A bucket handle, looked up once per JetStream context (each lookup is a STREAM.INFO round trip)."""
+    key = (id(js), bucket)
+    cached = _KV_CACHE.get(key)
+    if cached is not None and cached[0] is js:
+        return cached[1]
+    handle = await js.key_value(bucket)
+    _KV_CACHE[key] = (js, handle)
+    return handle
 
 
 async def connect(url: str, name: str) -> NATS:

@@ -6,6 +6,8 @@ second run. Otherwise we wait for the run's end (the `done` event on the task's 
 with a database poll as a fallback), then send back the final assistant text (read from the
 database: the `done` event's `final_text` is capped at 2000 characters) and every new file in
 the task folder (mtime after the run started; hidden files skipped; at most `MAX_FILES`).
+`ReplyHooks` report progress (submitted / text sent / finished) so an owner can persist the
+pending reply, and `resume_reply` finishes one whose original waiter went away.
 
 Channel tasks: `channel` = 'wecom' / 'ilink', working dir `wecom` / `wechat` (or a variant when
 that folder nests with another task's), created on first use under an advisory lock shared with
@@ -23,6 +25,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from nats.aio.client import Client as NATS
@@ -236,23 +239,53 @@ async def wait_for_run(deps: ConversationDeps, task_id: str, run_id: str, done_q
     return "timeout", ""
 
 
-async def run_message(deps: ConversationDeps, user_id: str, channel: str, text: str, replier: Replier) -> RunOutcome:
+@dataclass
+class ReplyHooks:
+    """Progress callbacks, so an owner can persist a pending reply and resume it elsewhere.
+
+    `submitted(task_id, run_id, started)` after the run is queued; `text_sent(run_id)` once the
+    answer text went out; `finished(run_id)` when nothing remains to send.
+    """
+
+    submitted: Callable[[str, str, float], Awaitable[None]] | None = None
+    text_sent: Callable[[str], Awaitable[None]] | None = None
+    finished: Callable[[str], Awaitable[None]] | None = None
+
+
+class _DoneWatch:
+    """A core subscription to the task's events that keeps the `done` events (subscribe first)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[ev.Done] = asyncio.Queue()
+        self.sub: Any = None
+
+    async def start(self, deps: ConversationDeps, task_id: str) -> "_DoneWatch":
+        async def on_event(msg: Any) -> None:
+            try:
+                event = decode(msg.data)
+            except BusDecodeError:
+                return
+            if isinstance(event, ev.Done):
+                self.queue.put_nowait(event)
+
+        self.sub = await deps.nc.subscribe(deps.topo.event_subject(task_id), cb=on_event)
+        return self
+
+    async def stop(self) -> None:
+        try:
+            await self.sub.unsubscribe()
+        except Exception:
+            pass
+
+
+async def run_message(deps: ConversationDeps, user_id: str, channel: str, text: str, replier: Replier,
+                      hooks: ReplyHooks | None = None) -> RunOutcome:
     """Submit one inbound message to the user's channel task and send the result back."""
     settings = deps.settings
+    hooks = hooks or ReplyHooks()
     task = await ensure_channel_task(deps.sessions, settings, user_id, channel)
     content = await expand_shortcuts(settings, user_id, text)
-    folder = paths.resolve_user_path(paths.user_root(settings.storage_root, user_id), task.working_dir)
-    done_q: asyncio.Queue[ev.Done] = asyncio.Queue()
-
-    async def on_event(msg: Any) -> None:
-        try:
-            event = decode(msg.data)
-        except BusDecodeError:
-            return
-        if isinstance(event, ev.Done):
-            done_q.put_nowait(event)
-
-    sub = await deps.nc.subscribe(deps.topo.event_subject(task.task_id), cb=on_event)
+    watch = await _DoneWatch().start(deps, task.task_id)
     try:
         started = time.time()
         try:
@@ -268,26 +301,56 @@ async def run_message(deps: ConversationDeps, user_id: str, channel: str, text: 
             await replier.send_text(f"I can't start on this right now: {exc}")
             return RunOutcome(status="rejected", task_id=task.task_id)
         log.info("channel run started", extra={"channel": channel, "task_id": task.task_id, "run_id": result.run_id})
-        status, final_text = await wait_for_run(deps, task.task_id, result.run_id, done_q, deps.timeout)
+        if hooks.submitted is not None:
+            await hooks.submitted(task.task_id, result.run_id, started)
+        status, final_text = await wait_for_run(deps, task.task_id, result.run_id, watch.queue, deps.timeout)
     finally:
-        try:
-            await sub.unsubscribe()
-        except Exception:
-            pass
-    outcome = RunOutcome(status=status, run_id=result.run_id, task_id=task.task_id)
+        await watch.stop()
+    return await deliver_result(deps, user_id, channel, task.task_id, task.working_dir, result.run_id, started,
+                                status, final_text, replier, hooks)
+
+
+async def resume_reply(deps: ConversationDeps, user_id: str, channel: str, task_id: str, run_id: str, started: float,
+                       replier: Replier, hooks: ReplyHooks | None = None, text_sent: bool = False) -> RunOutcome:
+    """Finish a reply whose waiter went away (e.g. its replica drained): wait if needed, then send."""
+    async with deps.sessions() as session:
+        working_dir = (await session.execute(select(Task.working_dir).where(Task.task_id == task_id))).scalar_one()
+    watch = await _DoneWatch().start(deps, task_id)
+    try:
+        current, state, _ = await _task_state(deps.sessions, task_id)
+        if current == run_id and state in ACTIVE_STATUSES:
+            status, final_text = await wait_for_run(deps, task_id, run_id, watch.queue, deps.timeout)
+        else:
+            status, final_text = ("error" if current == run_id and state == "error" else "ok"), ""
+    finally:
+        await watch.stop()
+    return await deliver_result(deps, user_id, channel, task_id, working_dir, run_id, started, status, final_text,
+                                replier, hooks or ReplyHooks(), skip_text=text_sent)
+
+
+async def deliver_result(deps: ConversationDeps, user_id: str, channel: str, task_id: str, working_dir: str,
+                         run_id: str, started: float, status: str, final_text: str, replier: Replier,
+                         hooks: ReplyHooks, skip_text: bool = False) -> RunOutcome:
+    folder = paths.resolve_user_path(paths.user_root(deps.settings.storage_root, user_id), working_dir)
+    outcome = RunOutcome(status=status, run_id=run_id, task_id=task_id)
     if status == "timeout":
         outcome.text = "This is taking longer than expected; I'm still on it. The result will be in the web app."
         await replier.send_text(outcome.text)
+        if hooks.finished is not None:
+            await hooks.finished(run_id)
         return outcome
-    body = await _final_text(deps.sessions, task.task_id, result.run_id) or final_text
+    body = await _final_text(deps.sessions, task_id, run_id) or final_text
     if status == "error":
-        _, _, error = await _task_state(deps.sessions, task.task_id)
+        _, _, error = await _task_state(deps.sessions, task_id)
         body = f"{body}\n\n" if body else ""
         body += f"⚠️ The run failed: {error or 'unknown error'}. Reply \"continue\" to retry."
     elif status == "cancelled":
         body = body or "(The run was cancelled.)"
     outcome.text = body or "(No text answer.)"
-    await replier.send_text(outcome.text)
+    if not skip_text:
+        await replier.send_text(outcome.text)
+        if hooks.text_sent is not None:
+            await hooks.text_sent(run_id)
     outcome.files = new_files(folder, started)
     for path in outcome.files:
         try:
@@ -297,6 +360,8 @@ async def run_message(deps: ConversationDeps, user_id: str, channel: str, text: 
                                                            "error": exc.__class__.__name__})
             rel = path.relative_to(folder).as_posix()
             await replier.send_text(f"(Could not send {rel} here: {str(exc)[:200]}. It is in the web app.)")
+    if hooks.finished is not None:
+        await hooks.finished(run_id)
     return outcome
 
 

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 RECENT_IDS = 4096
 UNBOUND_NOTICE_EVERY = 3600.0
+MAX_MESSAGE_AGE = 24 * 3600.0  # the dedupe window: anything older could be a replay
 
 
 class WeComReplier:
@@ -78,6 +79,10 @@ class WeComInbound:
         msg_type = fields.get("MsgType", "")
         if not sender or msg_type == "event":
             return "ignored"
+        created = fields.get("CreateTime", "")
+        if created.isdigit() and abs(time.time() - int(created)) > MAX_MESSAGE_AGE:
+            log.info("wecom message too old; ignored (replay?)")
+            return "stale"
         key = fields.get("MsgId") or f"{sender}:{fields.get('CreateTime', '')}:{msg_type}"
         if self._seen_recently(key):
             log.info("wecom duplicate dropped", extra={"msg_id": key})

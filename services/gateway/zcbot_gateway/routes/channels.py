@@ -69,7 +69,10 @@ class ChannelsState:
 def _state(app: FastAPI, rt: Runtime) -> ChannelsState:
     state: ChannelsState | None = getattr(app.state, "channels", None)
     if state is None:
-        cs = ChannelSettings.from_env()
+        try:
+            cs = ChannelSettings.from_env()
+        except ConfigError as exc:
+            raise ServiceUnavailable(f"channels are misconfigured: {exc}") from None
         state = ChannelsState(cs=cs, ilink=ILinkClient(cs))
         if cs.wecom_callback_enabled:
             assert rt.sessions is not None
