@@ -3,7 +3,7 @@ router, in-process channels-service replicas and a runner whose agent can write 
 
 - `fake_wecom`, `fake_ilink`: the fakes of `fakes.py`, listening on free ports.
 - `chan`: a `ChannelStack` over the e2e `bare_stack` (env pointing the adapters at the fakes):
-  `chan.gateway_url` (create_app + channels router), `await chan.start_channels()` (a replica;
+  `chan.gateway_url` (a second gateway, created after that env is set: create_app + channels router), `await chan.start_channels()` (a replica;
   several may run), `await chan.stop_channels(svc)`, `chan.user_headers(user_id)`, and a runner
   with the host tool `make_file {name, content}` (writes into the task folder) and `wechat_push`.
 """
@@ -100,8 +100,10 @@ async def _start_gateway(settings: Any) -> tuple[str, Any, Any]:
     from zcbot_gateway.routes import channels as channel_routes
 
     app = create_app(settings)
-    app.include_router(channel_routes.router)
-    channel_routes.install(app)
+    if not any(getattr(r, "path", "") == "/v1/channels/wecom/callback" for r in app.routes):
+        app.include_router(channel_routes.router)
+    if channel_routes._shutdown not in app.state.on_shutdown:
+        channel_routes.install(app)
     port = free_port()
     task, server = await serve_http(app, "127.0.0.1", port, lifespan="on")
     for _ in range(400):

@@ -479,9 +479,12 @@ class FakeILink(_Server):
                 fresh = [m for m in bot.msgs if m["seq"] > after]
                 if fresh or time.monotonic() >= deadline:
                     break
+                if await request.is_disconnected():  # the client gave up: this poll is over
+                    bot.polls.append((time.monotonic(), "abandoned"))
+                    return JSONResponse({"ret": 0, "msgs": [], "get_updates_buf": buf})
                 bot.new_msg.clear()
                 try:
-                    await asyncio.wait_for(bot.new_msg.wait(), deadline - time.monotonic())
+                    await asyncio.wait_for(bot.new_msg.wait(), min(deadline - time.monotonic(), 0.05))
                 except asyncio.TimeoutError:
                     pass
             last = max([m["seq"] for m in fresh], default=after)

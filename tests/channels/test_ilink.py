@@ -95,13 +95,18 @@ async def test_ilink_login_poll_reply_dedupe_and_failover(chan: ChannelStack, ca
     users = db_rows(url, "select count(*) from messages where task_id=:t and payload->>'role'='user'", t=task_id)
     assert users[0][0] == 1
 
-    # Failover: the holder drains (releasing its lease); the other replica takes over from the
-    # persisted cursor, and never were two polls of the bot in flight at once.
+    # Failover mid-run: the holder drains while a run is in progress (releasing its lease); the
+    # other replica takes over from the persisted cursor and delivers the pending reply.
+    chan.stack.fake.script("KEY-ilink-second", [{"text": "Hello again, bob.", "first_delay": 1.0}])
+    fake.user_sends(bot, "KEY-ilink-second hello again")
+    await wait_for(lambda: db_rows(url, "select 1 from channel_bindings where user_id='bob' and "
+                                        "config->'pending_replies' <> '{}'::jsonb"), what="pending reply")
     await chan.stop_channels(holder)
     await wait_for(lambda: len(other.pollers) == 1, what="takeover")
-    fake.user_sends(bot, "KEY-ilink-second hello again")
-    chan.stack.fake.script("KEY-ilink-second", [{"text": "Hello again, bob."}])
     await fake.wait_sent(lambda: "Hello again, bob." in fake.texts_to(bot))
+    assert fake.texts_to(bot).count("Hello again, bob.") == 1
+    await wait_for(lambda: db_rows(url, "select config->'pending_replies' from channel_bindings "
+                                        "where user_id='bob'")[0][0] == {}, what="pending reply cleared")
     assert bot.max_active_polls == 1
     users = db_rows(url, "select count(*) from messages where task_id=:t and payload->>'role'='user'", t=task_id)
     assert users[0][0] == 2

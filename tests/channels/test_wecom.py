@@ -21,6 +21,14 @@ def db_rows(url: str, sql: str, **params: object) -> list[tuple]:
         engine.dispose()
 
 
+async def wait_until_run_active(url: str, user_id: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not db_rows(url, "select 1 from tasks where user_id=:u and channel='wecom' "
+                           "and run_status in ('queued', 'running')", u=user_id):
+        assert time.monotonic() < deadline, "the run did not start"
+        await asyncio.sleep(0.05)
+
+
 REPORT = "Quarterly numbers: 42 widgets.\n" * 3
 LONG_ANSWER = "这是一个很长的回答。" * 260  # ~7.8 KB of UTF-8: four messages of <= 2048 bytes
 
@@ -71,7 +79,7 @@ async def test_wecom_message_runs_and_replies_with_text_and_file(chan: ChannelSt
         # Busy: a message while a run is active gets the short "still working" reply.
         q1, b1 = fake.text_callback("alice_w", "KEY-wecom-slow tell me everything", 1002)
         assert (await c.post("/v1/channels/wecom/callback", params=q1, content=b1)).status_code == 200
-        await asyncio.sleep(0.5)
+        await wait_until_run_active(chan.settings.zcbot_db_url, "alice")
         q2, b2 = fake.text_callback("alice_w", "and another thing", 1003)
         assert (await c.post("/v1/channels/wecom/callback", params=q2, content=b2)).status_code == 200
         await fake.wait_sent(lambda: any("still working" in t for t in fake.texts_to("alice_w")))

@@ -191,7 +191,9 @@ def _parents(paths: list[str]) -> list[str]:
         parts = path.strip("/").split("/")[:-1]
         for i in range(1, len(parts) + 1):
             parent = "/" + "/".join(parts[:i])
-            if parent in provided or parent.startswith(("/usr/", "/tmp/")) or parent in out:
+            # Under /tmp (the sandbox tmpfs) bwrap would create missing parents 0700 root-owned, which
+            # the unprivileged sandbox user cannot traverse (e.g. a checkout or venv under /tmp/x/).
+            if parent in provided or parent.startswith("/usr/") or parent in out:
                 continue
             out.append(parent)
     return sorted(out, key=lambda p: p.count("/"))
