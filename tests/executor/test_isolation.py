@@ -12,7 +12,7 @@ import psutil
 
 from zcbot_executor.config import Limits
 
-from conftest import Stack, sandbox_processes, wait_no_processes
+from tests.executor.conftest import Stack, sandbox_processes, wait_no_processes
 
 REPO = Path(__file__).resolve().parents[2]
 

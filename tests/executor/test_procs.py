@@ -12,7 +12,7 @@ import psutil
 
 from zcbot_executor.procs import PROCS_DIR, STALE_SECONDS, sweep_procs
 
-from conftest import Stack, drain, sandbox_processes, wait_no_processes, wait_processes
+from tests.executor.conftest import Stack, drain, sandbox_processes, wait_no_processes, wait_processes
 
 
 async def wait_status(stack: Stack, proc_id: str, statuses: set[str], text: str = "", timeout: float = 10.0):

@@ -84,6 +84,11 @@ async def get_current_user_row(
     user = await session.get(User, claims.user_id)
     if user is None:
         raise _unauthorized("invalid token: user does not exist")
+    # End the read-only auth transaction so its pooled connection goes back now: many routes open
+    # further sessions of their own (`rt.sessions()`), and holding this one meanwhile deadlocks the
+    # pool under load (every request holding one connection while waiting for a second -> 503s after
+    # the pool timeout). expire_on_commit is off, so `user` stays loaded; the session stays usable.
+    await session.commit()
     return user
 
 
