@@ -75,6 +75,7 @@ def _include_routers(app: FastAPI) -> None:
     for router in (*extra.ROUTERS, runs.router, schedules.router, skills.router, channels.router):
         app.include_router(router)
     runs.install(app)
+    channels.install(app)  # drains in-flight WeCom replies and closes HTTP clients on shutdown
 
 
 def create_app(settings: Settings) -> FastAPI:
