@@ -11,3 +11,5 @@ TTFT = Histogram("zcbot_run_ttft_seconds", "Time to first token of a run",
 ACTIVE_RUNS = Gauge("zcbot_runner_active_runs", "Runs in flight in this runner process")
 FINISH_SECONDS = Histogram("zcbot_run_finish_seconds", "Time to record a run's terminal state and publish done",
                            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+TOOL_RPC_SECONDS = Histogram("zcbot_tool_rpc_seconds", "Sandbox tool round trip runner -> executor -> sandbox -> back",
+                             ["tool"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120))

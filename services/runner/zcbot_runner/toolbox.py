@@ -10,6 +10,7 @@ from typing import Any
 
 from zcbot_core.bus import ToolCallRequest
 from zcbot_core.tools.results import ToolOutcome
+from zcbot_runner import metrics
 
 HostHandler = Callable[[dict[str, Any]], Awaitable[ToolOutcome]]
 DEFAULT_TOOL_TIMEOUT = {"shell": 60.0, "run_python": 120.0}
@@ -55,10 +56,12 @@ class RunnerToolBox:
         if name in self.host:
             outcome = await self.host[name].handler(args)
         elif name in self.sandbox_names:
+            rpc_started = time.monotonic()
             reply = await self.executor.call(ToolCallRequest(
                 call_id=call_id or uuid.uuid4().hex, user_id=self.user_id, task_id=self.task_id, run_id=self.run_id,
                 tool=name, args=args, cwd=self.cwd, timeout=self.timeout_for(name, args),
             ))
+            metrics.TOOL_RPC_SECONDS.labels(tool=name).observe(time.monotonic() - rpc_started)
             text = reply.output if reply.ok else f"ERROR: {reply.error or reply.output}"
             if not reply.ok and reply.output and reply.error:
                 text = f"ERROR: {reply.error}\n{reply.output}"
