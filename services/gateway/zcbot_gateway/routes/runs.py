@@ -11,9 +11,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from zcbot_core import runs
-from zcbot_core.db.models import Message, Task
+from zcbot_core.db.models import Message
 
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
+from zcbot_gateway.routes.tasks import get_user_task
 from zcbot_gateway.schemas import iso
 from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
 
@@ -32,17 +33,6 @@ class SubmitOut(BaseModel):
     status: str
     position: int = 0
     events_url: str
-
-
-async def _get_task(session: Any, user_id: str, task_id: str) -> Task:
-    task = (
-        await session.execute(
-            select(Task).where(Task.task_id == task_id, Task.user_id == user_id, Task.deleted_at.is_(None))
-        )
-    ).scalar_one_or_none()
-    if task is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail="task not found")
-    return task
 
 
 def get_hub(request: Request) -> EventHub:
@@ -90,7 +80,7 @@ async def list_messages(
     after: Annotated[int, Query(ge=-1, le=10_000_000)] = -1,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> dict[str, Any]:
-    await _get_task(session, user_id, task_id)
+    await get_user_task(session, user_id, task_id)
     rows = (
         await session.execute(
             select(Message).where(Message.task_id == task_id, Message.idx > after).order_by(Message.idx).limit(limit)
@@ -104,7 +94,7 @@ async def post_message(task_id: str, body: MessageIn, user_id: CurrentUser, rt: 
                        settings: SettingsDep) -> SubmitOut:
     assert rt.sessions is not None
     async with rt.sessions() as session:
-        task = await _get_task(session, user_id, task_id)
+        task = await get_user_task(session, user_id, task_id)
         if task.channel != "web":
             raise HTTPException(status.HTTP_409_CONFLICT,
                                 detail=f"this task belongs to the {task.channel} channel; reply there")
@@ -163,7 +153,7 @@ async def run_events(
     run_id: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> StreamingResponse:
-    task = await _get_task(session, user_id, task_id)
+    task = await get_user_task(session, user_id, task_id)
     resume = _parse_last_event_id(last_event_id)
     active = task.run_status in runs.ACTIVE_STATUSES
     pending_ids = {item.get("run_id") for item in (task.pending_inputs or [])}
