@@ -196,3 +196,42 @@ class Client:
 
     async def close(self) -> None:
         await self.http.aclose()
+
+
+async def raw_sse(host: str, port: int, path: str, token: str, on_event: Any, on_connected: Any = None) -> int:
+    """A lean SSE reader on a raw socket (HTTP/1.1 chunked), so a benchmark of many subscribers
+    measures the gateway rather than the client library. Calls on_event(recv_wall_time, name, data)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write((f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+                  "Accept: text/event-stream\r\n\r\n").encode())
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(head[:80])
+    if on_connected is not None:
+        on_connected(time.time())
+    buffer = b""
+    count = 0
+    try:
+        while True:
+            size_line = await reader.readline()
+            size = int(size_line.strip() or b"0", 16)
+            if size == 0:
+                break
+            buffer += (await reader.readexactly(size + 2))[:-2]  # chunk data without its CRLF
+            while b"\n\n" in buffer:
+                frame, buffer = buffer.split(b"\n\n", 1)
+                name = data = None
+                for line in frame.split(b"\n"):
+                    if line.startswith(b"event: "):
+                        name = line[7:].decode()
+                    elif line.startswith(b"data: "):
+                        data = line[6:]
+                if name is not None:
+                    count += 1
+                    on_event(time.time(), name, data)
+                    if name == "done":
+                        return count
+    finally:
+        writer.close()
+    return count

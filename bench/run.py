@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.harness import BenchStack, Client, machine_info, summarize
+from bench.harness import BenchStack, Client, machine_info, raw_sse, summarize
 from zcbot_core.agent.cancel import CancelToken
 from zcbot_core.agent.loop import AgentLoop
 from zcbot_core.bus import ToolCallRequest, Topology
@@ -211,22 +211,34 @@ async def throughput(stack: BenchStack, client: Client, sizes: list[int], label:
 
 
 async def fanout(stack: BenchStack, client: Client, sizes: list[int]) -> dict[str, Any]:
+    """Delivery = receive time - event ts, over the events created after every subscriber attached
+    (the model waits before streaming); events replayed to late subscribers are not counted."""
     headers = await client.login("fan")
-    await push_script(stack.fake_url, "BENCH-FAN", [{"chunks": [f"c{i} " for i in range(40)], "chunk_delay": 0.05}])
+    token = headers["Authorization"].split()[1]
+    port = int(stack.base_url.rsplit(":", 1)[1])
+    await push_script(stack.fake_url, "BENCH-FAN", [{"chunks": [f"c{i} " for i in range(40)], "chunk_delay": 0.05,
+                                                     "first_delay": 4.0}])
     out: dict[str, Any] = {}
     for n in sizes:
         task_id = await client.task(headers, f"fan{n}")
         body = await client.post(headers, task_id, "BENCH-FAN go")
-        latencies: list[float] = []
+        samples: list[tuple[float, float]] = []
+        connected: list[float] = []
 
-        def on_event(item: tuple[float, dict[str, Any]]) -> None:
-            ts = item[1].get("data", {}).get("ts")
-            if ts:
-                latencies.append(max(time.time() - ts, 0.0))
+        def on_event(received: float, name: str, data: bytes | None) -> None:
+            if data and name != "done":
+                at = data.find(b'"ts":')
+                if at >= 0:
+                    end = data.find(b",", at)
+                    samples.append((float(data[at + 5:end]), received))
 
-        results = await asyncio.gather(*(client.sse(headers, body["events_url"], on_event) for _ in range(n)))
-        complete = sum(1 for r in results if r and r[-1][1]["event"] == "done")
-        out[f"subscribers_{n}"] = {"complete_streams": complete, "delivery": summarize(latencies)}
+        counts = await asyncio.gather(*(raw_sse("127.0.0.1", port, body["events_url"], token, on_event,
+                                                connected.append) for _ in range(n)), return_exceptions=True)
+        attached = max(connected) if connected else 0.0
+        latencies = [max(received - ts, 0.0) for ts, received in samples if ts >= attached]
+        complete = sum(1 for c in counts if isinstance(c, int) and c > 0)
+        out[f"subscribers_{n}"] = {"complete_streams": complete, "delivery": summarize(latencies),
+                                   "attach_seconds": round(attached - min(connected), 3) if connected else None}
     return out
 
 
