@@ -242,6 +242,73 @@ async def fanout(stack: BenchStack, client: Client, sizes: list[int]) -> dict[st
     return out
 
 
+async def llm_client_overhead(stack: BenchStack, iters: int) -> dict[str, Any]:
+    """LiteLLM streaming call (our client) vs a raw OpenAI-compatible stream over httpx, same server."""
+    import httpx
+
+    from zcbot_core.llm.client import stream_chat
+
+    profile = load_profiles_from([Path(stack.env["ZCBOT_MODELS_DIR"])])["fake"]
+    os.environ["ZCBOT_FAKE_LLM_API_KEY"] = "sk-fake"
+    messages = [{"role": "system", "content": "bench"}, {"role": "user", "content": "hello"}]
+
+    async def noop(_: str) -> None:
+        return None
+
+    lite, raw = [], []
+    async with httpx.AsyncClient(timeout=30) as http:
+        for i in range(iters + 5):
+            t0 = time.perf_counter()
+            await stream_chat(profile, messages, None, noop, noop)
+            t1 = time.perf_counter()
+            async with http.stream("POST", f"{stack.fake_url}/chat/completions",
+                                   json={"model": "fake-model", "messages": messages, "stream": True,
+                                         "stream_options": {"include_usage": True}}) as r:
+                async for _ in r.aiter_lines():
+                    pass
+            t2 = time.perf_counter()
+            if i >= 5:
+                lite.append(t1 - t0)
+                raw.append(t2 - t1)
+    a, b = summarize(lite), summarize(raw)
+    return {"litellm_stream_chat": a, "raw_httpx_stream": b, "added_p50_ms": round(a["p50_ms"] - b["p50_ms"], 3)}
+
+
+async def open_runs(stack: BenchStack, client: Client, n: int) -> dict[str, Any]:
+    """n runs open at once on the runner(s), the model streaming 30 chunks/s for ~2 s each."""
+    headers = await client.login("openruns")
+    await push_script(stack.fake_url, "BENCH-OPEN", [{"chunks": ["o "] * 60, "chunk_delay": 1 / 30}])
+    tasks = [await client.task(headers, f"open{i}") for i in range(n)]
+    peak = {"active": 0.0}
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        runner_ports = [p.port for p in stack.procs if p.name == "runner" and p.port and p.popen.poll() is None]
+        while not done.is_set():
+            total = 0.0
+            for port in runner_ports:
+                r = await client.http.get(f"http://127.0.0.1:{port}/metrics")
+                for line in r.text.splitlines():
+                    if line.startswith("zcbot_runner_active_runs "):
+                        total += float(line.split()[1])
+            peak["active"] = max(peak["active"], total)
+            await asyncio.sleep(0.2)
+
+    sampler = asyncio.create_task(sample())
+    t0 = time.perf_counter()
+
+    async def one(task_id: str) -> str:
+        body = await client.post(headers, task_id, "BENCH-OPEN go")
+        events = await client.sse(headers, body["events_url"])
+        return events[-1][1]["data"]["status"]
+
+    statuses = await asyncio.gather(*(one(t) for t in tasks), return_exceptions=True)
+    done.set()
+    await sampler
+    ok = sum(1 for s in statuses if s == "ok")
+    return {"runs": n, "ok": ok, "peak_concurrently_open": peak["active"], "seconds": round(time.perf_counter() - t0, 2)}
+
+
 def _run_owner(db_url: str, task_id: str) -> str:
     import psycopg
 
@@ -295,9 +362,11 @@ async def main_async(quick: bool, only: list[str] | None = None) -> dict[str, An
         stack.service("runner")
         client = Client(stack.base_url, stack.env["PLATFORM_KEY"])
         iters = 20 if quick else 100
-        wanted = set(only or ["pipeline", "cancel", "tools", "throughput", "fanout", "recovery"])
+        wanted = set(only or ["pipeline", "llm", "cancel", "tools", "throughput", "fanout", "recovery", "open_runs"])
         if "pipeline" in wanted:
             report["pipeline"] = await pipeline(stack, client, iters)
+        if "llm" in wanted:
+            report["llm_client"] = await llm_client_overhead(stack, 20 if quick else 100)
         if "cancel" in wanted:
             report["cancel"] = await cancel_latency(stack, client, 5 if quick else 20)
         if "tools" in wanted:
@@ -310,6 +379,8 @@ async def main_async(quick: bool, only: list[str] | None = None) -> dict[str, An
             report["sse_fanout"] = await fanout(stack, client, [200] if quick else [200, 1000])
         if "recovery" in wanted:
             report["recovery"] = await recovery(stack, client, 2 if quick else 5)
+        if "open_runs" in wanted:
+            report["open_runs_one_process"] = await open_runs(stack, client, 200 if quick else 1000)
         await client.close()
     finally:
         stack.stop()
@@ -320,7 +391,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
-    parser.add_argument("--only", nargs="*", choices=("pipeline", "cancel", "tools", "throughput", "fanout", "recovery"),
+    parser.add_argument("--only", nargs="*", choices=("pipeline", "llm", "cancel", "tools", "throughput", "fanout", "recovery",
+                                                  "open_runs"),
                         help="run only these figures")
     args = parser.parse_args()
     try:
