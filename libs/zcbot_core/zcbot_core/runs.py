@@ -257,6 +257,7 @@ class FinishOutcome:
     next_request: RunRequest | None = None
     finished: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    superseded: bool = False  # `owner` was given and another execution holds the run (nothing was changed)
 
 
 async def finish_run(
@@ -269,11 +270,18 @@ async def finish_run(
     status: str,
     error: str | None,
     timings: dict[str, float],
+    owner: str | None = None,
 ) -> FinishOutcome:
-    """Terminal state for the run, then start the next enqueued message if any (same transaction)."""
+    """Terminal state for the run, then start the next enqueued message if any (same transaction).
+
+    With `owner` (the runner executing the run), nothing changes unless that runner still holds the
+    run: a runner whose run was redelivered to another one (its heartbeats were lost) must not end it.
+    """
     task = (await session.execute(select(Task).where(Task.task_id == task_id).with_for_update())).scalar_one_or_none()
     if task is None or task.run_id != run_id:
         return FinishOutcome(finished=False)
+    if owner is not None and task.run_owner != owner:
+        return FinishOutcome(finished=False, superseded=True)
     task.run_status = "error" if status == "error" else "idle"
     task.run_error = error if status == "error" else None
     task.run_owner = None

@@ -27,7 +27,7 @@ from zcbot_core.service import Runtime
 from zcbot_runner import metrics
 from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
-from zcbot_runner.store import DbStepStore
+from zcbot_runner.store import DbStepStore, RunSuperseded
 from zcbot_runner.toolbox import RunnerToolBox
 
 log = logging.getLogger(__name__)
@@ -111,26 +111,43 @@ class RunExecutor:
             log.warning("dropping undecodable run request", extra={"error": str(exc)})
             await msg.term()
             return
-        claim = await self._claim(req)
-        if claim is None:
-            await msg.ack()
+        current = self.active.get(req.task_id)
+        if current is not None and current.run_id == req.run_id:
+            # A redelivery of a run this runner is executing (its heartbeats were lost, e.g. while NATS
+            # restarted): one execution only. Later heartbeats and the final ack use the new delivery.
+            current.msg = msg
+            log.info("redelivery of a run in progress here; keeping the running execution",
+                     extra={"task_id": req.task_id, "run_id": req.run_id})
             return
         token = CancelToken()
         active = ActiveRun(run_id=req.run_id, task_id=req.task_id, token=token, msg=msg)
-        self.active[req.task_id] = active
-        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        self.active[req.task_id] = active  # before the claim, so a concurrent redelivery sees it
+        try:
+            claim = await self._claim(req)
+        except BaseException:
+            self._forget(active)
+            raise
+        if claim is None:
+            self._forget(active)
+            await msg.ack()
+            return
+        heartbeat = asyncio.create_task(self._heartbeat(active))
         try:
             await self._run(req, claim, active)
         finally:
             heartbeat.cancel()
-            self.active.pop(req.task_id, None)
+            self._forget(active)
 
-    async def _heartbeat(self, msg: Msg) -> None:
+    def _forget(self, active: ActiveRun) -> None:
+        if self.active.get(active.task_id) is active:
+            self.active.pop(active.task_id, None)
+
+    async def _heartbeat(self, active: ActiveRun) -> None:
         interval = max(self.rt.settings.zcbot_ack_wait_seconds / 3, 0.5)
         while True:
             await asyncio.sleep(interval)
             try:
-                await msg.in_progress()
+                await active.msg.in_progress()
             except Exception as exc:  # reconnecting: JetStream redelivers if we stay silent too long
                 log.warning("heartbeat failed", extra={"error": repr(exc)})
 
@@ -169,6 +186,13 @@ class RunExecutor:
                 setup = time.monotonic() - active.started
                 result = await loop.run(history)
                 result.timings["setup"] = round(setup, 4)
+        except RunSuperseded:
+            # Another runner holds the run now (it was redelivered there): leave it alone entirely;
+            # acking this stale delivery would drop the request the other runner is working on.
+            await sink.flush()
+            log.warning("run superseded by another runner; stopping this execution",
+                        extra={"task_id": task.task_id, "run_id": req.run_id})
+            return
         except Exception as exc:  # a bug: the run must still end, never stay `running`
             log.exception("run crashed", extra={"task_id": task.task_id, "run_id": req.run_id})
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=f"internal error: {exc.__class__.__name__}", code="internal"))
@@ -191,7 +215,10 @@ class RunExecutor:
         timings = {**result.timings, "queue_wait": round(queue_wait, 4),
                    "total": round(time.monotonic() - active.started, 4)}
         finish_started = time.monotonic()
-        await self._finish(req, result, timings, sink)
+        if not await self._finish(req, result, timings, sink):
+            log.warning("run superseded by another runner at its end; not finishing it here",
+                        extra={"task_id": task.task_id, "run_id": req.run_id})
+            return
         metrics.FINISH_SECONDS.observe(time.monotonic() - finish_started)
         await active.msg.ack()
 
@@ -205,18 +232,22 @@ class RunExecutor:
         if self.extend_toolbox is not None:
             await self.extend_toolbox(self.rt, toolbox, task, req, prompt_ctx, switcher)
         store = DbStepStore(self.rt.sessions, task_id=task.task_id, user_id=task.user_id, run_id=req.run_id,
-                            profile=profile.name)
+                            profile=profile.name, owner=self.runner_id)
         loop = AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
                          tools=toolbox, sink=sink, store=store, cancel=token, prepare=prepare_messages)
         switcher.loop = loop
         return loop
 
-    async def _finish(self, req: RunRequest, result: LoopResult, timings: dict[str, float], sink: BusEventSink) -> None:
+    async def _finish(self, req: RunRequest, result: LoopResult, timings: dict[str, float], sink: BusEventSink) -> bool:
+        """End the run (state, `done`, the next enqueued run); False when another runner holds it now."""
         assert self.rt.sessions is not None
         status = "error" if result.status == "error" else result.status
         async with self.rt.sessions() as session, session.begin():
             outcome = await finish_run(session, self.rt.js, self.rt.topo, task_id=req.task_id, run_id=req.run_id,
-                                       status=status, error=result.error, timings=timings)
+                                       status=status, error=result.error, timings=timings, owner=self.runner_id)
+        if outcome.superseded:
+            await sink.flush()
+            return False
         metrics.RUNS_FINISHED.labels(status=status).inc()
         if timings.get("ttft", -1) >= 0:
             metrics.TTFT.observe(timings["ttft"])
@@ -232,3 +263,4 @@ class RunExecutor:
                 await publish_run(self.rt.js, self.rt.topo, outcome.next_request)
             except Exception:
                 log.exception("could not publish the next enqueued run; the reaper will surface it")
+        return True
