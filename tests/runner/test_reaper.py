@@ -1,0 +1,56 @@
+"""The reaper turns runs that can never finish into `error` (DESIGN §4.4), and leaves live ones alone."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from zcbot_core.bus import decode
+from zcbot_core.bus import events as ev
+from zcbot_core.bus.topology import kv_bucket
+from zcbot_core.config import Settings
+from zcbot_core.db.models import Task, User
+from zcbot_core.runs import now
+from zcbot_core.service import close_runtime, open_runtime
+from zcbot_runner.reaper import LOST_MESSAGE, Reaper, liveness_key
+
+
+async def _task(rt, task_id: str, status: str, owner: str | None, queued_ago: float = 0) -> None:
+    async with rt.sessions() as s, s.begin():
+        if await s.get(User, "reaped") is None:
+            s.add(User(user_id="reaped"))
+            await s.flush()
+        s.add(Task(task_id=task_id, user_id="reaped", name=task_id, working_dir=task_id, run_status=status,
+                   run_id=f"r{task_id}", run_owner=owner, run_queued_at=now() - timedelta(seconds=queued_ago)))
+
+
+async def test_reaper_ends_lost_runs_only(settings: Settings) -> None:
+    rt = await open_runtime("runner", settings)
+    try:
+        kv = await kv_bucket(rt.js, rt.topo.leases_bucket)
+        await kv.put(liveness_key("alive-runner"), b"alive")
+        await _task(rt, "lost", "running", "dead-runner")
+        await _task(rt, "live", "running", "alive-runner")
+        await _task(rt, "old-queued", "queued", None, queued_ago=600)
+        await _task(rt, "fresh-queued", "queued", None, queued_ago=1)
+        await _task(rt, "pending-msg", "running", "dead-runner")
+        # A request still in the runs stream will be redelivered: not lost.
+        await rt.js.publish(rt.topo.run_subject("pending-msg"), b"x")
+        sub = await rt.js.subscribe(rt.topo.event_subject("lost"), ordered_consumer=True)
+        assert await Reaper(rt).sweep() == 2
+        async with rt.sessions() as s:
+            rows = dict((await s.execute(select(Task.task_id, Task.run_status))).all())
+            lost = (await s.execute(select(Task.run_error).where(Task.task_id == "lost"))).scalar_one()
+        assert rows == {"lost": "error", "live": "running", "old-queued": "error", "fresh-queued": "queued",
+                        "pending-msg": "running"}
+        assert lost == LOST_MESSAGE
+        first = decode((await sub.next_msg(timeout=5)).data, ev.RunEvent)
+        second = decode((await sub.next_msg(timeout=5)).data, ev.RunEvent)
+        assert isinstance(first, ev.ErrorEvent) and isinstance(second, ev.Done) and second.status == "error"
+        assert await Reaper(rt).sweep() == 0  # idempotent
+        async with rt.sessions() as s, s.begin():
+            await s.execute(update(Task).where(Task.task_id == "live").values(run_owner="gone"))
+        assert await Reaper(rt).sweep() == 1
+    finally:
+        await close_runtime(rt)
