@@ -201,3 +201,35 @@ async def test_last_event_id_resumes_without_gaps(stack: Stack) -> None:
                               headers={"Last-Event-ID": str(first[-1]["id"])})
     full = await stack.events(token, url)
     assert [e["id"] for e in first + rest] == [e["id"] for e in full]
+
+
+async def test_duplicate_delivery_of_a_finished_run_is_dropped(stack: Stack) -> None:
+    import time as _time
+
+    from zcbot_core.bus import RunRequest, encode
+    from zcbot_core.bus.topology import connect
+
+    token = await stack.login("nina")
+    task = await stack.create_task(token, "Dup")
+    r = await stack.post(token, task["task_id"], "hello once")
+    events = await stack.events(token, r.json()["events_url"])
+    assert events[-1]["data"]["status"] == "ok"
+    before = db_rows(stack.settings.zcbot_db_url, "select count(*) from messages where task_id=:t", t=task["task_id"])
+    nc = await connect(stack.settings.zcbot_nats_url, "dup-test")
+    try:
+        topo = stack.runners[0][1].topo
+        req = RunRequest(run_id=r.json()["run_id"], task_id=task["task_id"], user_id="nina", enqueued_at=_time.time())
+        # A different Nats-Msg-Id gets past JetStream's dedupe window: the runner itself must drop it.
+        await nc.jetstream().publish(topo.run_subject(task["task_id"]), encode(req), headers={"Nats-Msg-Id": "again"})
+        for _ in range(50):
+            info = await nc.jetstream().stream_info(topo.runs_stream)
+            if info.state.messages == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert info.state.messages == 0  # consumed and acked
+    finally:
+        await nc.close()
+    after = db_rows(stack.settings.zcbot_db_url, "select count(*) from messages where task_id=:t", t=task["task_id"])
+    assert after == before
+    async with stack.client(token) as c:
+        assert (await c.get(f"/v1/tasks/{task['task_id']}")).json()["run_status"] == "idle"
