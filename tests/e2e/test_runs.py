@@ -233,3 +233,26 @@ async def test_duplicate_delivery_of_a_finished_run_is_dropped(stack: Stack) -> 
     assert after == before
     async with stack.client(token) as c:
         assert (await c.get(f"/v1/tasks/{task['task_id']}")).json()["run_status"] == "idle"
+
+
+async def test_wall_clock_limit_ends_the_run_with_a_clear_error(bare_stack: Stack) -> None:
+    from zcbot_core.service import open_runtime
+    from zcbot_runner.service import RunnerService
+
+    stack = bare_stack
+    limited = stack.settings.model_copy(update={"zcbot_run_wall_clock_seconds": 1.0})
+    rt = await open_runtime("runner", limited)
+    svc = RunnerService()
+    await svc.start(rt)
+    stack.runners.append((svc, rt))
+    stack.fake.script("KEY-long", [{"chunks": ["x "] * 100, "chunk_delay": 0.1}])
+    token = await stack.login("olga")
+    task = await stack.create_task(token, "Long")
+    r = await stack.post(token, task["task_id"], "KEY-long go")
+    events = await stack.events(token, r.json()["events_url"])
+    errors = [e["data"]["msg"] for e in events if e["event"] == "error"]
+    assert errors and "wall-clock limit of 1 s" in errors[0] and "continue" in errors[0]
+    assert events[-1]["data"]["status"] == "error"
+    async with stack.client(token) as c:
+        t = (await c.get(f"/v1/tasks/{task['task_id']}")).json()
+    assert t["run_status"] == "error" and "wall-clock" in t["run_error"]
