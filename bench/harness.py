@@ -157,7 +157,8 @@ class BenchStack:
 
 class Client:
     def __init__(self, base_url: str, platform_key: str) -> None:
-        limits = httpx.Limits(max_connections=3000, max_keepalive_connections=3000)
+        # Expire idle connections before uvicorn does (5 s), or a reused one can be closed mid-request.
+        limits = httpx.Limits(max_connections=3000, max_keepalive_connections=3000, keepalive_expiry=2.0)
         self.http = httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits)
         self.platform_key = platform_key
 

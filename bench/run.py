@@ -216,10 +216,11 @@ async def fanout(stack: BenchStack, client: Client, sizes: list[int]) -> dict[st
     headers = await client.login("fan")
     token = headers["Authorization"].split()[1]
     port = int(stack.base_url.rsplit(":", 1)[1])
-    await push_script(stack.fake_url, "BENCH-FAN", [{"chunks": [f"c{i} " for i in range(40)], "chunk_delay": 0.05,
-                                                     "first_delay": 4.0}])
     out: dict[str, Any] = {}
     for n in sizes:
+        # The model stays silent until every subscriber can have attached (about 1 s per 100 here).
+        await push_script(stack.fake_url, "BENCH-FAN", [{"chunks": [f"c{i} " for i in range(40)],
+                                                         "chunk_delay": 0.05, "first_delay": 4.0 + n / 60}])
         task_id = await client.task(headers, f"fan{n}")
         body = await client.post(headers, task_id, "BENCH-FAN go")
         samples: list[tuple[float, float]] = []
@@ -306,7 +307,12 @@ async def open_runs(stack: BenchStack, client: Client, n: int) -> dict[str, Any]
     done.set()
     await sampler
     ok = sum(1 for s in statuses if s == "ok")
-    return {"runs": n, "ok": ok, "peak_concurrently_open": peak["active"], "seconds": round(time.perf_counter() - t0, 2)}
+    outcomes: dict[str, int] = {}
+    for s in statuses:
+        key = s if isinstance(s, str) else f"{type(s).__name__}: {str(s)[:80]}"
+        outcomes[key] = outcomes.get(key, 0) + 1
+    return {"runs": n, "ok": ok, "outcomes": outcomes, "peak_concurrently_open": peak["active"],
+            "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def _run_owner(db_url: str, task_id: str) -> str:

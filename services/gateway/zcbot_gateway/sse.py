@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from prometheus_client import Gauge
 
@@ -27,6 +27,7 @@ from zcbot_core.service import Runtime
 log = logging.getLogger(__name__)
 ACTIVE_STREAMS = Gauge("zcbot_sse_active_streams", "Open SSE streams on this gateway")
 QUEUE_LIMIT = 10_000
+RECONNECT_POLL_SECONDS = 0.25
 
 
 @dataclass
@@ -43,22 +44,66 @@ class Subscriber:
 
 
 class EventHub:
+    """The process-wide live feed. Its ordered consumer is ephemeral: a NATS server restart loses it,
+    and nats-py would only notice after two missed idle heartbeats (~10 s of silence for every SSE
+    client). So after each reconnect the hub subscribes again from the sequence after the last one
+    it saw; subscribers skip what they already sent, so nothing is lost or repeated."""
+
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.subscribers: dict[str, set[Subscriber]] = defaultdict(set)
         self._sub = None
+        self._last_seq = 0
+        self._watch: asyncio.Task[None] | None = None
         self.closing = asyncio.Event()
 
     async def start(self) -> None:
+        info = await self.rt.js.stream_info(self.rt.topo.events_stream)
+        self._last_seq = int(info.state.last_seq)
+        await self._subscribe(None)
+        self._watch = asyncio.create_task(self._resubscribe_after_reconnects())
+
+    async def _subscribe(self, start_seq: int | None) -> None:
+        if start_seq is None:  # from now on
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+        else:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq)
         self._sub = await self.rt.js.subscribe(
-            self.rt.topo.events_wildcard(), ordered_consumer=True, deliver_policy=DeliverPolicy.NEW, cb=self._on_msg,
+            self.rt.topo.events_wildcard(), ordered_consumer=True, config=config, cb=self._on_msg,
             stream=self.rt.topo.events_stream,
         )
+
+    async def _resubscribe_after_reconnects(self) -> None:
+        nc = self.rt.nc
+        seen = nc.stats["reconnects"]
+        while not self.closing.is_set():
+            await asyncio.sleep(RECONNECT_POLL_SECONDS)
+            if nc.stats["reconnects"] == seen or not nc.is_connected:
+                continue
+            try:
+                old, self._sub = self._sub, None
+                if old is not None:  # first, so two feeds never interleave (a subscriber could skip a gap)
+                    try:
+                        await old.unsubscribe()
+                    except Exception:
+                        pass
+                info = await self.rt.js.stream_info(self.rt.topo.events_stream)
+                start = min(self._last_seq, int(info.state.last_seq)) + 1  # (the stream may have been lost)
+                await self._subscribe(start)
+                seen = nc.stats["reconnects"]
+                log.info("event feed resubscribed after a NATS reconnect", extra={"from_seq": start})
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # JetStream not ready yet after a server restart: retry
+                log.warning("event feed resubscribe failed; retrying", extra={"error": repr(exc)})
+                await asyncio.sleep(0.5)
 
     async def stop(self) -> None:
         if self.closing.is_set():
             return
         self.closing.set()
+        if self._watch is not None:
+            self._watch.cancel()
         for subs in list(self.subscribers.values()):
             for sub in list(subs):
                 sub.overflowed = True  # wakes on the next item or heartbeat and ends with a reconnect hint
@@ -80,6 +125,7 @@ class EventHub:
         except BusDecodeError:
             return
         stored = StoredEvent(seq=msg.metadata.sequence.stream, event=event)
+        self._last_seq = max(self._last_seq, stored.seq)
         for sub in list(subs):
             try:
                 sub.queue.put_nowait(stored)

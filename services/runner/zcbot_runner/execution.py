@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.msg import Msg
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
 
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
@@ -31,6 +32,15 @@ from zcbot_runner.store import DbStepStore, RunSuperseded
 from zcbot_runner.toolbox import RunnerToolBox
 
 log = logging.getLogger(__name__)
+DB_OUTAGE_WARNING = "the database is unavailable; the run will resume from its last saved step once it is back"
+
+
+def is_db_outage(exc: BaseException) -> bool:
+    """The database is unreachable (not: the query is wrong). The run is then left unacked, so
+    JetStream redelivers it after ack_wait and it resumes from PostgreSQL, instead of ending in error."""
+    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)):
+        return True
+    return isinstance(exc, sa_exc.DBAPIError) and bool(exc.connection_invalidated)
 
 
 @dataclass
@@ -194,6 +204,9 @@ class RunExecutor:
                         extra={"task_id": task.task_id, "run_id": req.run_id})
             return
         except Exception as exc:  # a bug: the run must still end, never stay `running`
+            if is_db_outage(exc):
+                await self._leave_for_redelivery(req, sink, exc)
+                return
             log.exception("run crashed", extra={"task_id": task.task_id, "run_id": req.run_id})
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=f"internal error: {exc.__class__.__name__}", code="internal"))
             result = LoopResult(status="error", error=f"internal error: {exc.__class__.__name__}")
@@ -215,12 +228,28 @@ class RunExecutor:
         timings = {**result.timings, "queue_wait": round(queue_wait, 4),
                    "total": round(time.monotonic() - active.started, 4)}
         finish_started = time.monotonic()
-        if not await self._finish(req, result, timings, sink):
+        try:
+            finished = await self._finish(req, result, timings, sink)
+        except Exception as exc:
+            if not is_db_outage(exc):
+                raise
+            await self._leave_for_redelivery(req, sink, exc)
+            return
+        if not finished:
             log.warning("run superseded by another runner at its end; not finishing it here",
                         extra={"task_id": task.task_id, "run_id": req.run_id})
             return
         metrics.FINISH_SECONDS.observe(time.monotonic() - finish_started)
         await active.msg.ack()
+
+    async def _leave_for_redelivery(self, req: RunRequest, sink: BusEventSink, exc: BaseException) -> None:
+        """A database outage mid-run: say so, and neither finish nor ack. The request is redelivered
+        after ack_wait and resumes from the last saved step; if its deliveries run out first, the
+        reaper ends it with a clear error."""
+        log.warning("database unavailable mid-run; leaving the run for redelivery",
+                    extra={"task_id": req.task_id, "run_id": req.run_id, "error": exc.__class__.__name__})
+        await sink.emit(ev.Warn(run_id=req.run_id, msg=DB_OUTAGE_WARNING))
+        await sink.flush()
 
     async def _build_loop(self, req: RunRequest, task: Task, profile: Any, sink: BusEventSink,
                           token: CancelToken) -> AgentLoop:

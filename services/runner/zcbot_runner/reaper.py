@@ -2,13 +2,21 @@
 
 Each runner keeps a key in the leases bucket alive. A run whose owner has no live key and whose
 request is no longer in the runs stream (JetStream will not redeliver it) can never finish: the
-reaper turns it into `error` with a clear message so nothing stays stuck in `running`.
+reaper turns it into `error` with a clear message so nothing stays stuck in `running`. A run owned
+by the reaper's OWN runner but not executing there (it was left for redelivery, e.g. during a
+database outage) counts as ownerless: its owner being alive says nothing about it.
+
+A request whose deliveries ran out (`max_deliver`) stays in the work-queue stream but is never
+delivered again; `drop_exhausted` (on JetStream's max-deliveries advisory) deletes it, so the
+reaper sees the run as no longer queued.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 from nats.js.errors import NotFoundError
@@ -51,9 +59,28 @@ async def register_liveness(rt: Runtime, runner_id: str, stop: asyncio.Event) ->
         pass
 
 
+async def drop_exhausted(rt: Runtime, msg: object) -> None:
+    """Max-deliveries advisory handler: delete the exhausted run request from the runs stream."""
+    try:
+        seq = int(json.loads(msg.data)["stream_seq"])  # type: ignore[attr-defined]
+    except (ValueError, KeyError, TypeError):
+        return
+    try:
+        await rt.js.delete_msg(rt.topo.runs_stream, seq)
+        log.warning("run request exhausted its deliveries; removed it so the reaper can end the run",
+                    extra={"stream_seq": seq})
+    except NotFoundError:
+        pass  # another runner removed it already
+    except Exception as exc:
+        log.warning("could not remove an exhausted run request", extra={"stream_seq": seq, "error": repr(exc)})
+
+
 class Reaper:
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, runner_id: str | None = None,
+                 executing: Callable[[str, str], bool] | None = None) -> None:
         self.rt = rt
+        self.runner_id = runner_id
+        self.executing = executing  # (task_id, run_id) -> is this runner executing it right now?
 
     async def _owner_alive(self, owner: str | None) -> bool:
         if not owner:
@@ -88,7 +115,9 @@ class Reaper:
             if await self._still_queued(row.task_id):
                 continue
             if row.run_status != "queued" and await self._owner_alive(row.run_owner):
-                continue
+                mine = self.runner_id is not None and row.run_owner == self.runner_id
+                if not mine or self.executing is None or self.executing(row.task_id, row.run_id):
+                    continue
             async with self.rt.sessions() as session, session.begin():
                 result = await session.execute(
                     update(Task)

@@ -13,11 +13,11 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import ConsumerConfig
 
 from zcbot_core.bus import BusDecodeError, CancelRequest, decode
-from zcbot_core.bus.topology import runs_consumer_config
+from zcbot_core.bus.topology import max_deliveries_advisory, runs_consumer_config
 from zcbot_core.service import Runtime, stream_limits
 from zcbot_runner import metrics
 from zcbot_runner.execution import RunExecutor
-from zcbot_runner.reaper import Reaper, register_liveness
+from zcbot_runner.reaper import Reaper, drop_exhausted, register_liveness
 
 log = logging.getLogger(__name__)
 DRAIN_GRACE_SECONDS = 20.0
@@ -51,8 +51,17 @@ class RunnerService:
         self.psub = await rt.js.pull_subscribe_bind(durable=config.durable_name, stream=rt.topo.runs_stream)
         self._pull_task = asyncio.create_task(self._pull_loop())
         self._background.append(asyncio.create_task(register_liveness(rt, self.runner_id, self._stop_pulling)))
-        self._background.append(asyncio.create_task(Reaper(rt).loop(self._stop_pulling)))
+        self._exhausted_sub = await rt.nc.subscribe(max_deliveries_advisory(rt.topo), cb=self._on_exhausted,
+                                                    queue=f"{config.durable_name}-advisories")
+        self._background.append(asyncio.create_task(Reaper(rt, self.runner_id, self._executing).loop(self._stop_pulling)))
         log.info("runner started", extra={"runner_id": self.runner_id})
+
+    def _executing(self, task_id: str, run_id: str) -> bool:
+        active = self.executor.active.get(task_id)
+        return active is not None and active.run_id == run_id
+
+    async def _on_exhausted(self, msg: Any) -> None:
+        await drop_exhausted(self.rt, msg)
 
     async def _on_cancel(self, msg: Any) -> None:
         try:
@@ -108,6 +117,10 @@ class RunnerService:
         for task in self._background:
             task.cancel()
         await self._cancel_sub.unsubscribe()
+        try:
+            await self._exhausted_sub.unsubscribe()
+        except Exception:
+            pass
         try:
             await self.psub.unsubscribe()
         except Exception:  # already closed by a reconnect

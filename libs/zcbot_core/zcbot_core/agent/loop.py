@@ -148,6 +148,9 @@ class AgentLoop:
             for repaired in repair_interrupted(messages):
                 await self.store.append(repaired)
                 messages.append(repaired)
+                await self.emit(ev.ToolResultEvent(run_id=self.run_id, call_id=repaired["tool_call_id"],
+                                                   name=repaired["name"], preview=repaired["content"][:400],
+                                                   truncated=False, ok=False))
             if not needs_llm(messages):
                 return self._result("ok", final_text=str(messages[-1].get("content") or ""))
             for step in range(1, self.profile.max_iterations + 1):

@@ -78,6 +78,13 @@ async def connect(url: str, name: str) -> NATS:
     )
 
 
+def max_deliveries_advisory(topo: Topology) -> str:
+    """JetStream's advisory when a run request used up `max_deliver` without an ack. Such a request
+    stays in the work-queue stream but is never delivered again; runners delete it on this advisory so
+    the reaper can end its run (it only reaps runs whose request is no longer queued)."""
+    return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{topo.runs_stream}.{topo.runners_consumer}"
+
+
 def runs_consumer_config(topo: Topology, limits: StreamLimits) -> ConsumerConfig:
     return ConsumerConfig(
         durable_name=topo.runners_consumer,
