@@ -22,9 +22,18 @@ class PathRejected(ValueError):
     """A user-supplied path or name that is not allowed (the caller's fault: maps to 400)."""
 
 
+def _require_text(value: str, what: str) -> None:
+    """Lone surrogates (legal in JSON `\\ud800` escapes) are no text a file name or Postgres can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PathRejected(f"{what} must be valid Unicode text") from None
+
+
 def validate_task_name(name: str, what: str = "name") -> str:
     if not isinstance(name, str):
         raise PathRejected(f"{what} must be a string")
+    _require_text(name, what)
     stripped = name.strip()
     if not stripped:
         raise PathRejected(f"{what} must not be empty")
@@ -50,6 +59,7 @@ def normalize_rel(path: str, *, allow_empty: bool = True, allow_hidden: bool = T
     """Normalize a user-relative posix path; reject absolute, traversal, NUL and backslashes."""
     if not isinstance(path, str):
         raise PathRejected("path must be a string")
+    _require_text(path, "path")
     if "\x00" in path:
         raise PathRejected("path must not contain NUL")
     if "\\" in path:

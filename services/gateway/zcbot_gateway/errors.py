@@ -65,7 +65,7 @@ def is_db_outage(exc: BaseException) -> bool:
 
 
 def _json(status: int, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    return JSONResponse({"detail": _safe(detail)}, status_code=status, headers=headers)
 
 
 async def http_exception_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -74,8 +74,16 @@ async def http_exception_handler(request: Request, exc: StarletteHTTPException) 
 
 
 def _safe(value: Any) -> Any:
-    """Make a validation error field JSON-safe (bytes are decoded lossily, odd objects stringified)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+    """Make an error detail JSON-safe: bytes are decoded lossily, odd objects stringified, and text
+    that cannot be UTF-8 encoded (lone surrogates from JSON `\\ud800` escapes, echoed back as the
+    invalid `input`) has those characters replaced, so rendering the error can never become a 500."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode("utf-8")
+        return value
+    if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")

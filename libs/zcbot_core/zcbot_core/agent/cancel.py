@@ -38,7 +38,10 @@ class CancelToken:
             raise RunCancelled(self.reason)
 
     async def race(self, awaitable: Awaitable[T]) -> T:
-        self.check()
+        if self._event.is_set():
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started: close it so it is not reported as un-awaited
+            raise RunCancelled(self.reason)
         work = asyncio.ensure_future(awaitable)
         waiter = asyncio.ensure_future(self._event.wait())
         try:

@@ -1,0 +1,129 @@
+"""Helpers shared by the reliability tests (load, fuzz, escapes, auth matrix).
+
+Not a conftest (another suite owns `tests/reliability/conftest.py`): test modules import what they
+use, e.g. `from tests.reliability.conftest_shared import settings_env  # noqa: F401`.
+
+- `settings_env` (fixture override): the root fixture's env plus per-test extras, given either by
+  a module attribute `EXTRA_ENV = {...}` or by `@pytest.mark.parametrize("settings_env", [{...}],
+  indirect=True)`. The in-process stack (`tests.e2e.conftest.bare_stack`) exports the result to
+  os.environ before building `Settings`, so executor-only knobs (ZCBOT_SANDBOX_TMP_MB, ...) work too.
+- `db_rows(url, sql, *params)`: one query against the test's database (psycopg, autocommit).
+- `LLMGate(fake)`: holds every chat completion of the fake LLM until `open()` — runs stay active
+  for as long as a test needs, so caps and 429s can be asserted exactly instead of racing a timer.
+- `service_errors(caplog)`: ERROR+ records logged by zcbot loggers (services run in process).
+- `running_app(settings)`: a gateway app with its lifespan entered, behind an ASGI httpx client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from zcbot_core.config import Settings
+
+ACTIVE_RUN_STATUSES = ("queued", "running", "cancelling")
+ZCBOT_LOGGERS = ("zcbot_core", "zcbot_gateway", "zcbot_runner", "zcbot_executor", "zcbot_scheduler",
+                 "zcbot_channels", "zcbot")
+
+
+@pytest.fixture
+def settings_env(settings_env: dict[str, str], request: pytest.FixtureRequest) -> dict[str, str]:
+    extra = dict(getattr(request.module, "EXTRA_ENV", {}) or {})
+    extra.update(getattr(request, "param", None) or {})
+    return {**settings_env, **extra}
+
+
+def plain_pg_url(url: str) -> str:
+    """SQLAlchemy URL -> libpq URL (`postgresql+psycopg://` -> `postgresql://`)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme.split('+', 1)[0]}{sep}{rest}"
+
+
+async def db_rows(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    async with await psycopg.AsyncConnection.connect(plain_pg_url(url), autocommit=True) as conn:
+        cur = await conn.execute(sql, params or None)  # type: ignore[arg-type]
+        return [tuple(row) for row in await cur.fetchall()] if cur.description else []
+
+
+async def db_exec(url: str, sql: str, *params: Any) -> None:
+    async with await psycopg.AsyncConnection.connect(plain_pg_url(url), autocommit=True) as conn:
+        await conn.execute(sql, params or None)  # type: ignore[arg-type]
+
+
+class LLMGate:
+    """Hold the fake LLM's chat completions until `open()` (in-process FakeLLM only)."""
+
+    def __init__(self, fake: Any) -> None:
+        self.fake = fake
+        self.event = asyncio.Event()
+        self.waiting = 0
+        self._orig = fake._chat_completions
+
+        async def gated(req: Any, conn: Any) -> bool:
+            self.waiting += 1
+            try:
+                await self.event.wait()
+            finally:
+                self.waiting -= 1
+            return await self._orig(req, conn)
+
+        fake._chat_completions = gated
+
+    def open(self) -> None:
+        self.event.set()
+
+    def restore(self) -> None:
+        self.event.set()
+        self.fake._chat_completions = self._orig
+
+
+def service_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """ERROR and worse records from the services' loggers (as `logger: message` lines)."""
+    return [f"{r.name}: {r.getMessage()}" for r in caplog.records
+            if r.levelno >= logging.ERROR and r.name.startswith(ZCBOT_LOGGERS)]
+
+
+async def gather_limited(factories: Iterable[Callable[[], Awaitable[Any]]], limit: int = 32) -> list[Any]:
+    """Run coroutine factories concurrently, at most `limit` at a time, results in order."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(factory: Callable[[], Awaitable[Any]]) -> Any:
+        async with sem:
+            return await factory()
+
+    return list(await asyncio.gather(*(one(f) for f in factories)))
+
+
+async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float, interval: float = 0.2,
+                     what: str = "condition") -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@asynccontextmanager
+async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The real gateway app (lifespan entered: NATS + DB) behind an in-process ASGI client."""
+    from zcbot_gateway.app import create_app
+
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as client:
+            client.app = app  # type: ignore[attr-defined]
+            yield client
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
