@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
@@ -191,6 +191,9 @@ def read_text_safely(path: Path, root: Path, limit: int = MAX_SKILL_BYTES) -> st
         raise SkillFormatError("is not UTF-8 text") from None
 
 
+_BUILTIN_CACHE: dict[tuple[str, str | None], tuple[tuple[tuple[str, int], ...], list["Skill"], list["LoadError"]]] = {}
+
+
 @dataclass
 class SkillRegistry:
     sources: list[SkillSource]
@@ -216,6 +219,25 @@ class SkillRegistry:
         return f"skills/{folder.name}/{SKILL_FILE}"
 
     def _scan(self, source: SkillSource) -> list[Skill]:
+        if source.kind != "builtin":
+            return self._scan_folder(source)
+        # Built-in skills are read-only and the same for every run: parse them once per change.
+        try:
+            signature = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in source.root.glob(f"*/{SKILL_FILE}")))
+        except OSError:
+            signature = None
+        key = (str(source.root), source.sandbox_root)
+        cached = _BUILTIN_CACHE.get(key)
+        if signature is not None and cached is not None and cached[0] == signature:
+            self.load_errors.extend(cached[2])
+            return [replace(skill) for skill in cached[1]]
+        errors_before = len(self.load_errors)
+        found = self._scan_folder(source)
+        if signature is not None:
+            _BUILTIN_CACHE[key] = (signature, [replace(skill) for skill in found], self.load_errors[errors_before:])
+        return found
+
+    def _scan_folder(self, source: SkillSource) -> list[Skill]:
         root = source.root
         found: list[Skill] = []
         if not root.exists():
