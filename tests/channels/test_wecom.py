@@ -42,6 +42,7 @@ async def test_wecom_message_runs_and_replies_with_text_and_file(chan: ChannelSt
     ])
     chan.stack.fake.script("KEY-wecom-slow", [{"text": LONG_ANSWER, "first_delay": 1.5}])
     headers = await chan.user_headers("alice")
+    await chan.start_channels()  # it handles the callbacks the gateway queues
     async with chan.client(headers) as c:
         r = await c.put("/v1/channels/wecom", json={"userid": "alice_w"})
         assert r.status_code == 200, r.text
@@ -97,7 +98,6 @@ async def test_wecom_message_runs_and_replies_with_text_and_file(chan: ChannelSt
 
     # Push (the scheduler's notify path), then token refresh: an expired token (42001) is refetched
     # and the call retried once.
-    await chan.start_channels()
     rt = chan.stack.runners[0][1]
     reply = await send_to_user(rt.nc, rt.topo, "alice", "Your nightly brief is ready.", origin="scheduler")
     assert reply.delivered == ["wecom"] and not reply.errors
@@ -110,3 +110,30 @@ async def test_wecom_message_runs_and_replies_with_text_and_file(chan: ChannelSt
     assert fake.texts_to("alice_w")[-1] == "Second brief."
     assert not fake.violations
     assert_no_secrets(caplog, [fake.secret, fake.token, fake.aes_key, *fake.issued])
+
+
+async def test_wecom_reply_survives_a_channels_replica_stopping_mid_run(chan: ChannelStack) -> None:
+    """The callback is queued in JetStream; a replica drained while the run streams hands the message
+    back, and the next replica resumes that run's reply (no second run, exactly one answer)."""
+    fake = chan.wecom
+    fake.members.add("bea_w")
+    chan.stack.fake.script("KEY-wecom-handover", [{"chunks": ["slow "] * 20, "chunk_delay": 0.1}])
+    headers = await chan.user_headers("bea")
+    first = await chan.start_channels()
+    async with chan.client(headers) as c:
+        assert (await c.put("/v1/channels/wecom", json={"userid": "bea_w"})).status_code == 200
+        query, body = fake.text_callback("bea_w", "KEY-wecom-handover take your time", 2001)
+        assert (await c.post("/v1/channels/wecom/callback", params=query, content=body)).status_code == 200
+    await wait_until_run_active(chan.settings.zcbot_db_url, "bea")
+    await chan.stop_channels(first)  # drains: the in-flight handler is cancelled and its message nak'ed
+    await chan.start_channels()
+    await fake.wait_sent(lambda: any("slow" in t for t in fake.texts_to("bea_w")))
+    await asyncio.sleep(1.0)  # nothing else may follow
+    answers = [t for t in fake.texts_to("bea_w") if "slow" in t]
+    assert answers == ["slow " * 20] or answers == [("slow " * 20).strip()]
+    url = chan.settings.zcbot_db_url
+    users = db_rows(url, "select count(*) from messages m join tasks t on t.task_id=m.task_id "
+                         "where t.user_id='bea' and m.payload->>'role'='user'")
+    assert users[0][0] == 1  # one run, resumed, not repeated
+    pending = db_rows(url, "select config->'inbound_runs' from channel_bindings where user_id='bea'")
+    assert pending[0][0] in (None, {})

@@ -6,6 +6,8 @@
   loop the replica tries the lease `ilink-<binding id>` (`Lease.acquire` = `kv.create`), and on
   success runs its loop, refreshing the lease (`kv.update` at our revision) until it stops or the
   lease is lost. Two replicas therefore never poll one binding at the same time.
+- WeCom inbound: callbacks queued by the gateways on the `CHANNEL_IN` work queue are handled here
+  (`inbound.InboundConsumer`), so a reply survives a gateway restart.
 - Drain: stop scanning and taking pushes, stop the loops (releasing their leases so another
   replica takes over at its next scan; their in-flight conversations are cancelled and resumed
   there from `pending_replies`), give in-flight pushes a grace period, close.
@@ -31,7 +33,10 @@ from zcbot_core.channels_crypto import key_from_settings
 from zcbot_core.config import ConfigError
 from zcbot_core.service import Runtime
 
+from zcbot_core.channels.wecom_inbound import WeComInbound
+
 from zcbot_channels.ilink_loop import ILinkPoller
+from zcbot_channels.inbound import InboundConsumer
 from zcbot_channels.leases import Lease
 from zcbot_channels.push_handler import deliver
 
@@ -76,10 +81,16 @@ class ChannelsService:
                                                cb=self._on_push)
         if self.key is not None:
             self._scan_task = asyncio.create_task(self._scan_loop())
+        self.inbound: InboundConsumer | None = None
+        if self.cs.wecom_callback_enabled:
+            self.inbound = InboundConsumer(rt, WeComInbound(self.cs, self.conversation_deps, client=self.wecom))
+            await self.inbound.start()
         log.info("channels service started", extra={"owner": self.owner, "wecom": self.cs.wecom_send_enabled})
 
     async def drain(self) -> None:
         self._stop.set()
+        if getattr(self, "inbound", None) is not None:
+            await self.inbound.drain()
         if self._push_sub is not None:
             try:
                 await self._push_sub.unsubscribe()

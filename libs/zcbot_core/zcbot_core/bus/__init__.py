@@ -7,6 +7,7 @@ with `codec`. See DESIGN §3.
 from zcbot_core.bus.codec import BusDecodeError, decode, encode
 from zcbot_core.bus.messages import (
     CancelRequest,
+    ChannelInbound,
     PushReply,
     PushRequest,
     RunRequest,
@@ -19,6 +20,7 @@ from zcbot_core.bus.subjects import Topology
 __all__ = [
     "BusDecodeError",
     "CancelRequest",
+    "ChannelInbound",
     "PushReply",
     "PushRequest",
     "RunRequest",

@@ -78,3 +78,16 @@ class PushRequest:
 class PushReply:
     delivered: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+
+
+@message("channel_inbound")
+@dataclass
+class ChannelInbound:
+    """A verified, decrypted inbound channel message (gateway -> channels service, via JetStream)."""
+
+    channel: str
+    sender: str
+    key: str  # the channel's message id: dedupe and pending-reply key
+    msg_type: str
+    fields: dict[str, Any]
+    received_at: float

@@ -47,6 +47,14 @@ class Topology:
         return "runners"
 
     @property
+    def channel_inbound_stream(self) -> str:
+        return f"{self._upper}_CHANNEL_IN"
+
+    @property
+    def channels_consumer(self) -> str:
+        return "channels"
+
+    @property
     def cancel_bucket(self) -> str:
         return f"{self.prefix}_cancel".replace("-", "_")
 
@@ -101,6 +109,13 @@ class Topology:
 
     def exec_cancel_wildcard(self) -> str:
         return f"{self.prefix}.exec.*.cancel"
+
+    def channel_inbound_subject(self, channel: str) -> str:
+        """Inbound channel messages received by a gateway, handled durably by the channels service."""
+        return f"{self.prefix}.chin.{_token(channel)}"
+
+    def channel_inbound_wildcard(self) -> str:
+        return f"{self.prefix}.chin.*"
 
     def push_subject(self, user_id: str) -> str:
         return f"{self.prefix}.push.{_token(user_id)}"

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 CANCEL_TTL_SECONDS = 3600.0
 SANDBOX_LEASE_TTL_SECONDS = 30.0
 LEADER_LEASE_TTL_SECONDS = 20.0
+CHANNEL_ACK_WAIT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,16 @@ def runs_consumer_config(topo: Topology, limits: StreamLimits) -> ConsumerConfig
     )
 
 
+def channels_consumer_config(topo: Topology) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=topo.channels_consumer,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=CHANNEL_ACK_WAIT_SECONDS,
+        max_deliver=5,
+        filter_subject=topo.channel_inbound_wildcard(),
+    )
+
+
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     try:
         await js.stream_info(config.name)
@@ -143,6 +154,20 @@ async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLi
     except BadRequestError as exc:
         # An existing durable with other settings: the operator changed a limit; update in place.
         log.info("runners consumer exists (%s); keeping it", exc.description)
+    await _ensure_stream(
+        js,
+        StreamConfig(
+            name=topo.channel_inbound_stream,
+            subjects=[topo.channel_inbound_wildcard()],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            duplicate_window=limits.duplicate_window_seconds,
+        ),
+    )
+    try:
+        await js.add_consumer(topo.channel_inbound_stream, channels_consumer_config(topo))
+    except BadRequestError as exc:
+        log.info("channels consumer exists (%s); keeping it", exc.description)
     await _ensure_kv(js, topo.cancel_bucket, CANCEL_TTL_SECONDS)
     await _ensure_kv(js, topo.sandbox_leases_bucket, SANDBOX_LEASE_TTL_SECONDS)
     await _ensure_kv(js, topo.leases_bucket, LEADER_LEASE_TTL_SECONDS)

@@ -1,10 +1,15 @@
-"""WeCom callback messages -> conversations (used by the gateway's callback route).
+"""WeCom callback messages -> conversations.
 
-`accept()` does only what must happen before the HTTP answer (WeCom waits 5 s, then retries 3
-times): signature check, decryption, parsing, and an in-process duplicate check on MsgId. The
-rest runs in a background task: the binding lookup by the sender's UserID, the durable dedupe
-(MsgId recorded in the binding row for 24 h, so a retry reaching another gateway replica is
-dropped too), the run, and the reply via message/send.
+The gateway's callback route calls `accept()`, which does only what must happen before the HTTP
+answer (WeCom waits 5 s, then retries 3 times): signature check, decryption, parsing, an
+in-process duplicate check on MsgId, and handing the message to JetStream (`Nats-Msg-Id` =
+MsgId, so a retry reaching another gateway replica is dropped by the stream too). The channels
+service consumes it and calls `handle()`: the binding lookup by the sender's UserID, the durable
+dedupe (MsgId recorded in the binding row for 24 h), the run, and the reply via message/send.
+
+A reply survives a restart of either side: the message stays in the stream until the reply is
+sent, and once its run is submitted the run id is recorded in the binding (`inbound_runs`), so a
+redelivery resumes that run's reply instead of starting another run.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from zcbot_core.channels import bindings
-from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ConversationDeps, run_message
+from zcbot_core.bus import ChannelInbound, encode
+from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ConversationDeps, ReplyHooks, resume_reply, run_message
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.wecom_api import WeComClient
 from zcbot_core.channels.wecom_crypto import WeComCrypt, WeComCryptoError, parse_message
@@ -70,8 +76,8 @@ class WeComInbound:
             self._recent.popitem(last=False)
         return False
 
-    def accept(self, body: bytes, msg_signature: str, timestamp: str, nonce: str) -> str:
-        """Verify + decrypt + parse; start the handling in the background. Returns what happened."""
+    async def accept(self, body: bytes, msg_signature: str, timestamp: str, nonce: str, js: Any, topo: Any) -> str:
+        """Verify + decrypt + parse, then queue it for the channels service. Returns what happened."""
         fields = parse_message(self.crypt.decrypt_msg(body, msg_signature, timestamp, nonce))
         if fields.get("ToUserName") and fields["ToUserName"] != self.cs.wecom_corp_id:
             raise WeComCryptoError("message for another corp")
@@ -87,26 +93,36 @@ class WeComInbound:
         if self._seen_recently(key):
             log.info("wecom duplicate dropped", extra={"msg_id": key})
             return "duplicate"
-        task = asyncio.create_task(self._handle(sender, key, msg_type, fields))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        inbound = ChannelInbound(channel=bindings.WECOM, sender=sender, key=key, msg_type=msg_type,
+                                 fields={k: str(v) for k, v in fields.items()}, received_at=time.time())
+        await js.publish(topo.channel_inbound_subject(bindings.WECOM), encode(inbound),
+                         headers={"Nats-Msg-Id": f"wecom:{key}"}, timeout=4)
         return "accepted"
 
-    # ---- background ------------------------------------------------------------------------------
-    async def _handle(self, sender: str, key: str, msg_type: str, fields: dict[str, Any]) -> None:
+    # ---- channels service --------------------------------------------------------------------------
+    async def handle(self, inbound: ChannelInbound, redelivered: bool = False) -> None:
+        sender, key, msg_type, fields = inbound.sender, inbound.key, inbound.msg_type, inbound.fields
         replier = WeComReplier(self.client, sender)
         try:
             binding = await bindings.find_wecom_binding(self.deps.sessions, sender)
             if binding is None:
                 await self._notify_unbound(replier, sender)
                 return
-            if not await bindings.claim_inbound(self.deps.sessions, binding.id, f"wecom:{key}"):
+            pending = await self._pending(binding.id, key) if redelivered else None
+            if pending is not None:
+                outcome = await resume_reply(self.deps, binding.user_id, bindings.WECOM, pending["task_id"],
+                                             pending["run_id"], pending["started"], replier,
+                                             self._hooks(binding.id, key), text_sent=pending.get("text_sent", False))
+                log.info("wecom reply resumed", extra={"binding_id": binding.id, "run_id": pending["run_id"]})
+                return
+            if not redelivered and not await bindings.claim_inbound(self.deps.sessions, binding.id, f"wecom:{key}"):
                 log.info("wecom duplicate dropped", extra={"msg_id": key, "binding_id": binding.id})
                 return
             if msg_type != "text" or not fields.get("Content", "").strip():
                 await replier.send_text(MEDIA_ONLY_REPLY)
                 return
-            outcome = await run_message(self.deps, binding.user_id, bindings.WECOM, fields["Content"], replier)
+            outcome = await run_message(self.deps, binding.user_id, bindings.WECOM, fields["Content"], replier,
+                                        self._hooks(binding.id, key))
             log.info("wecom message handled", extra={"binding_id": binding.id, "status": outcome.status,
                                                      "run_id": outcome.run_id})
         except asyncio.CancelledError:
@@ -117,6 +133,42 @@ class WeComInbound:
                 await replier.send_text("Sorry, something went wrong while handling your message; please try again.")
             except Exception:
                 pass
+
+    async def _pending(self, binding_id: int, key: str) -> dict[str, Any] | None:
+        binding = await bindings.get_binding(self.deps.sessions, binding_id)
+        runs = (binding.config.get("inbound_runs") or {}) if binding is not None else {}
+        return runs.get(key)
+
+    def _hooks(self, binding_id: int, key: str) -> ReplyHooks:
+        """Record the run behind this inbound message so a redelivery resumes its reply."""
+
+        async def change(update: Any) -> None:
+            def apply(cfg: dict[str, Any]) -> dict[str, Any] | None:
+                runs = dict(cfg.get("inbound_runs") or {})
+                if not update(runs):
+                    return None
+                cfg["inbound_runs"] = runs
+                return cfg
+
+            await bindings.update_config(self.deps.sessions, binding_id, apply)
+
+        async def submitted(task_id: str, run_id: str, started: float) -> None:
+            await change(lambda runs: runs.__setitem__(key, {"task_id": task_id, "run_id": run_id, "started": started,
+                                                             "text_sent": False}) or True)
+
+        async def text_sent(run_id: str) -> None:
+            def mark(runs: dict[str, Any]) -> bool:
+                if key not in runs:
+                    return False
+                runs[key] = {**runs[key], "text_sent": True}
+                return True
+
+            await change(mark)
+
+        async def finished(run_id: str) -> None:
+            await change(lambda runs: runs.pop(key, None) is not None)
+
+        return ReplyHooks(submitted=submitted, text_sent=text_sent, finished=finished)
 
     async def _notify_unbound(self, replier: WeComReplier, sender: str) -> None:
         now = time.monotonic()

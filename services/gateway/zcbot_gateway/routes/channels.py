@@ -5,7 +5,8 @@ Callback (no bearer auth; WeCom signs every request):
   answers the decrypted echostr as plain text.
 - `POST /v1/channels/wecom/callback?msg_signature&timestamp&nonce`: verified, decrypted and
   de-duplicated at once, answered with an empty 200 (WeCom retries after 5 s); the run and the
-  reply (message/send) happen in a background task of this process (`zcbot_core.channels.wecom_inbound`).
+  reply (message/send) happen in the channels service, which consumes the message from JetStream
+  (`zcbot_core.channels.wecom_inbound`), so a gateway restart loses nothing.
   Bad signature/ciphertext -> 403; WeCom not configured -> 503.
 
 Bindings (bearer auth; secrets never appear in responses):
@@ -134,7 +135,7 @@ async def wecom_message(request: Request, rt: RuntimeDep, msg_signature: str = "
     if len(body) > MAX_CALLBACK_BODY:
         raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, detail="body too large")
     try:
-        inbound.accept(body, msg_signature, timestamp, nonce)
+        await inbound.accept(body, msg_signature, timestamp, nonce, rt.js, rt.topo)
     except WeComCryptoError:
         log.warning("wecom callback rejected")
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="invalid signature or message") from None
