@@ -34,6 +34,15 @@ RECONNECT_POLL_SECONDS = 0.25
 class StoredEvent:
     seq: int
     event: ev.RunEvent
+    _frame: bytes | None = None
+
+    @property
+    def frame(self) -> bytes:
+        """The SSE frame, encoded once however many subscribers receive it."""
+        if self._frame is None:
+            text = f"id: {self.seq}\nevent: {self.event.type}\ndata: {self.event.sse_data()}\n\n"
+            self._frame = text.encode()
+        return self._frame
 
 
 class Subscriber:
@@ -166,10 +175,6 @@ class EventHub:
             seq = raw.seq + 1
 
 
-def frame(stored: StoredEvent) -> str:
-    return f"id: {stored.seq}\nevent: {stored.event.type}\ndata: {stored.event.sse_data()}\n\n"
-
-
 def done_frame(run_id: str | None, status: str) -> str:
     event = ev.Done(run_id=run_id or "", status=status)
     return f"event: done\ndata: {event.sse_data()}\n\n"
@@ -184,7 +189,7 @@ class StreamPlan:
     idle_when_caught_up: bool
 
 
-async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan, heartbeat: float) -> AsyncIterator[str]:
+async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan, heartbeat: float) -> AsyncIterator[str | bytes]:
     sub = hub.register(task_id)
     last_sent = plan.start_seq - 1
     follow = plan.run_id
@@ -194,7 +199,7 @@ async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan, heartbeat
             last_sent = stored.seq
             if follow and stored.event.run_id != follow:
                 continue
-            yield frame(stored)
+            yield stored.frame
             if isinstance(stored.event, ev.Done) and (follow is None or stored.event.run_id == follow):
                 return
         if plan.idle_when_caught_up:
@@ -219,7 +224,7 @@ async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan, heartbeat
             last_sent = stored.seq
             if follow and stored.event.run_id != follow:
                 continue
-            yield frame(stored)
+            yield stored.frame
             if isinstance(stored.event, ev.Done):
                 return
     finally:
