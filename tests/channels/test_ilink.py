@@ -7,31 +7,13 @@ import asyncio
 import time
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from tests.channels.conftest import ChannelStack, assert_no_secrets
 from zcbot_core.bus import Topology
 from zcbot_core.push import send_to_user
+from tests.helpers.db import db_rows, db_exec
 
 REPORT = "name,value\nwidgets,42\n" * 20
-
-
-def db_rows(url: str, sql: str, **params: object) -> list[tuple]:
-    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql), params)]
-    finally:
-        engine.dispose()
-
-
-def db_exec(url: str, sql: str, **params: object) -> None:
-    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(sql), params)
-    finally:
-        engine.dispose()
 
 
 async def wait_for(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]

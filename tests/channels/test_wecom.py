@@ -6,19 +6,10 @@ import asyncio
 import time
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from tests.channels.conftest import ChannelStack, assert_no_secrets
 from zcbot_core.push import send_to_user
-
-
-def db_rows(url: str, sql: str, **params: object) -> list[tuple]:
-    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql), params)]
-    finally:
-        engine.dispose()
+from tests.helpers.db import db_rows
 
 
 async def wait_until_run_active(url: str, user_id: str, timeout: float = 10.0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.e2e.conftest import Stack, start_gateway
-from tests.e2e.test_runs import db_rows
+from tests.helpers.db import db_rows
 from tests.helpers.procs import ServiceProcess
 
 SLOW_TWO_STEPS = [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from sqlalchemy import create_engine, text
 
 from tests.e2e.conftest import Stack
+from tests.helpers.db import db_rows
 
 WRITE_THEN_READ = [
     {"reasoning": "I will write the file first.", "tool_calls": [
@@ -14,15 +14,6 @@ WRITE_THEN_READ = [
     {"text": "Now reading it back.", "tool_calls": [{"name": "read", "arguments": {"path": "notes.txt"}}]},
     {"text": "Done: notes.txt holds the greeting."},
 ]
-
-
-def db_rows(url: str, sql: str, **params: object) -> list[tuple]:
-    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql), params)]
-    finally:
-        engine.dispose()
 
 
 async def test_two_tool_run_streams_every_event_and_persists_steps(stack: Stack) -> None:

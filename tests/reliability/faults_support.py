@@ -24,27 +24,19 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
 from tests.e2e.conftest import FAKE_KEY_ENV, Stack, start_gateway, write_fake_profile
 from tests.helpers.procs import ServiceProcess
 from zcbot_core.config import Settings, get_settings
 from zcbot_core.service import Runtime, close_runtime, open_runtime
 from zcbot_core.testing.fake_llm import FakeLLM
+from tests.helpers.db import db_rows
+from tests.e2e.conftest import fake_llm  # noqa: F401  (the fixture, shared)
 
 ACK_WAIT_SECONDS = "3"
 
 
 # ---- database checks -----------------------------------------------------------------------
-
-
-def db_rows(url: str, sql: str, **params: object) -> list[tuple[Any, ...]]:
-    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql), params)]
-    finally:
-        engine.dispose()
 
 
 def task_status(url: str, task_id: str) -> tuple[str, str | None, str | None]:
@@ -163,14 +155,6 @@ class SseFollower:
 
 
 # ---- the harness ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def fake_llm() -> AsyncIterator[FakeLLM]:
-    fake = FakeLLM()
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 @dataclass
