@@ -110,6 +110,21 @@ def resolve_user_path(root: Path, rel: str, *, must_exist: bool = False) -> Path
     return candidate
 
 
+class FileInTheWay(PathRejected):
+    """A file stands where a folder must be created (the HTTP edge answers 409)."""
+
+
+def make_user_dir(root: Path, rel: str) -> Path:
+    """mkdir -p `rel` under the user root, refusing escapes; returns the verified folder path."""
+    root.mkdir(parents=True, exist_ok=True)
+    target = resolve_user_path(root, rel)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise FileInTheWay(f"a file (not a folder) is in the way of {rel!r}") from None
+    return resolve_user_path(root, rel, must_exist=True)
+
+
 def is_prefix_nested(a: str, b: str) -> bool:
     """True when one working dir is strictly inside the other (the no-subtask rule)."""
     if a == b:

@@ -270,11 +270,7 @@ async def nested_working_dir(session: AsyncSession, user_id: str, working_dir: s
 
 def ensure_user_folder(storage_root: Path, user_id: str, working_dir: str) -> Path:
     """mkdir -p storage_root/<user>/<working_dir>, refusing symlink escapes (PathRejected)."""
-    root = paths.user_root(storage_root, user_id)
-    root.mkdir(parents=True, exist_ok=True)
-    target = paths.resolve_user_path(root, working_dir)
-    target.mkdir(parents=True, exist_ok=True)
-    return paths.resolve_user_path(root, working_dir, must_exist=True)
+    return paths.make_user_dir(paths.user_root(storage_root, user_id), working_dir)
 
 
 # ---- CRUD ------------------------------------------------------------------------------------

@@ -138,8 +138,7 @@ async def ensure_channel_task(sessions: Sessions, settings: Settings, user_id: s
             break
         if working_dir is None:
             raise RuntimeError(f"no free folder for the {channel} conversation of this user")
-        root.mkdir(parents=True, exist_ok=True)
-        paths.resolve_user_path(root, working_dir).mkdir(parents=True, exist_ok=True)
+        paths.make_user_dir(root, working_dir)
         task = Task(user_id=user_id, name=paths.validate_task_name(CHANNEL_TASK_NAMES[channel]),
                     working_dir=working_dir, channel=channel)
         session.add(task)

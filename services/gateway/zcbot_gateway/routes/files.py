@@ -272,12 +272,10 @@ async def download_file(user: CurrentUser, settings: SettingsDep, path: PathQuer
 
 def _ensure_dir(root: Path, rel: str) -> int:
     """mkdir -p `rel` under the root and return its verified fd (409 if a file is in the way)."""
-    root.mkdir(parents=True, exist_ok=True)
-    target = paths.resolve_user_path(root, rel)
     try:
-        target.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise conflict(f"a file (not a folder) is in the way of {rel!r}") from None
+        paths.make_user_dir(root, rel)
+    except paths.FileInTheWay as exc:
+        raise conflict(str(exc)) from None
     try:
         return open_dir(root, rel)
     except (FileNotFoundError, NotADirectoryError):

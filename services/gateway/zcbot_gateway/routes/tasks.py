@@ -128,14 +128,10 @@ def _no_subtask_message(working_dir: str, existing: str) -> str:
 
 def ensure_task_dir(settings: Settings, user_id: str, working_dir: str) -> None:
     """mkdir -p storage_root/<user_id>/<working_dir>, refusing symlink escapes (400)."""
-    root = paths.user_root(settings.storage_root, user_id)
-    root.mkdir(parents=True, exist_ok=True)
-    target = paths.resolve_user_path(root, working_dir)
     try:
-        target.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise conflict(f"a file (not a folder) is in the way of {working_dir!r}") from None
-    paths.resolve_user_path(root, working_dir, must_exist=True)
+        paths.make_user_dir(paths.user_root(settings.storage_root, user_id), working_dir)
+    except paths.FileInTheWay as exc:
+        raise conflict(str(exc)) from None
 
 
 async def get_user_task(
