@@ -35,6 +35,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core import paths
+from zcbot_core.folders import lock_user_folders, nested_working_dir
 from zcbot_core.db.models import ScheduledJob, Task
 
 MODES = ("isolated", "persistent")
@@ -251,21 +252,6 @@ def firing_prompt(job: ScheduledJob, instant: datetime) -> str:
 
 
 # ---- folders (same rules and lock key as the gateway's task routes) ---------------------------
-
-
-async def lock_user_folders(session: AsyncSession, user_id: str) -> None:
-    """Serialize working-dir changes of one user until the transaction ends."""
-    key = func.hashtextextended(f"zcbot:folders:{user_id}", 0)
-    await session.execute(select(func.pg_advisory_xact_lock(key)))
-
-
-async def nested_working_dir(session: AsyncSession, user_id: str, working_dir: str) -> str | None:
-    """A live task folder of the user strictly inside or containing `working_dir` (no-subtask rule)."""
-    stmt = select(Task.working_dir).distinct().where(Task.user_id == user_id, Task.deleted_at.is_(None))
-    for existing in (await session.scalars(stmt)).all():
-        if paths.is_prefix_nested(working_dir, existing):
-            return existing
-    return None
 
 
 def ensure_user_folder(storage_root: Path, user_id: str, working_dir: str) -> Path:

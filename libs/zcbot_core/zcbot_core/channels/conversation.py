@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core import paths
@@ -38,6 +38,7 @@ from zcbot_core.bus import BusDecodeError, Topology, decode
 from zcbot_core.bus import events as ev
 from zcbot_core.config import Settings
 from zcbot_core.db.models import Message, Task
+from zcbot_core.folders import lock_user_folders
 from zcbot_core.runs import (
     ACTIVE_STATUSES,
     BusUnavailable,
@@ -95,11 +96,6 @@ class RunOutcome:
 
 
 # ---- the channel task ---------------------------------------------------------------------------
-async def _lock_user_folders(session: AsyncSession, user_id: str) -> None:
-    key = func.hashtextextended(f"zcbot:folders:{user_id}", 0)
-    await session.execute(select(func.pg_advisory_xact_lock(key)))
-
-
 def _folder_candidates(channel: str) -> list[str]:
     base = CHANNEL_FOLDERS[channel]
     return [base, f"{base}-chat", *(f"{base}-{n}" for n in range(2, 10))]
@@ -116,7 +112,7 @@ async def ensure_channel_task(sessions: Sessions, settings: Settings, user_id: s
             return task
     root = paths.user_root(settings.storage_root, user_id)
     async with sessions() as session, session.begin():
-        await _lock_user_folders(session, user_id)
+        await lock_user_folders(session, user_id)
         task = (await session.scalars(
             select(Task).where(Task.user_id == user_id, Task.channel == channel, Task.deleted_at.is_(None))
             .order_by(Task.created_at).limit(1)

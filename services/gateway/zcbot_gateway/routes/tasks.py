@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from zcbot_core import paths
 from zcbot_core.config import Settings
 from zcbot_core.db.models import Task
+from zcbot_core.folders import lock_user_folders, nested_working_dir
 
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep, check_model_profile
 from zcbot_gateway.schemas import (
@@ -97,25 +98,6 @@ def normalize_working_dir(raw: str) -> str:
     if len(wd) > MAX_WORKING_DIR:
         raise bad_request(f"working_dir must be at most {MAX_WORKING_DIR} characters")
     return wd
-
-
-async def lock_user_folders(session: AsyncSession, user_id: str) -> None:
-    """Serialize working-dir changes of one user until the transaction ends."""
-    key = func.hashtextextended(f"zcbot:folders:{user_id}", 0)
-    await session.execute(select(func.pg_advisory_xact_lock(key)))
-
-
-async def nested_working_dir(
-    session: AsyncSession, user_id: str, working_dir: str, exclude_task_id: str | None = None
-) -> str | None:
-    """An existing live working dir of the user that nests with `working_dir` (None if none)."""
-    stmt = select(Task.working_dir).distinct().where(Task.user_id == user_id, Task.deleted_at.is_(None))
-    if exclude_task_id is not None:
-        stmt = stmt.where(Task.task_id != exclude_task_id)
-    for existing in (await session.scalars(stmt)).all():
-        if paths.is_prefix_nested(working_dir, existing):
-            return existing
-    return None
 
 
 def _no_subtask_message(working_dir: str, existing: str) -> str:
