@@ -46,7 +46,7 @@ class NullStore:
     async def append(self, payload: dict[str, Any], **_: Any) -> None:
         return None
 
-    async def record_usage(self, *_: Any) -> None:
+    async def append_llm_step(self, *_: Any) -> None:
         return None
 
 

@@ -8,9 +8,11 @@ is locked too so the per-user cap on concurrent runs holds under races (Slark D-
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -18,7 +20,8 @@ from typing import Any, Literal
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
-from sqlalchemy import func, select, update
+from sqlalchemy import Integer, String, func, insert, literal, select, update
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
@@ -48,6 +51,14 @@ class TaskNotFound(Exception):
     """No such task for this user (404)."""
 
 
+class WrongChannel(Exception):
+    """The task belongs to another channel (409): its conversation continues there."""
+
+    def __init__(self, channel: str) -> None:
+        super().__init__(f"this task belongs to the {channel} channel; reply there")
+        self.channel = channel
+
+
 class BusUnavailable(Exception):
     """The run could not be handed to JetStream (503); the task is left in `error`, not stuck."""
 
@@ -75,12 +86,6 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-async def next_message_idx(session: AsyncSession, task_id: str) -> int:
-    """The real message count (never the loaded window's size: see seed 003 §8.8)."""
-    result = await session.execute(select(func.coalesce(func.max(Message.idx) + 1, 0)).where(Message.task_id == task_id))
-    return int(result.scalar_one())
-
-
 async def append_message(
     session: AsyncSession,
     task_id: str,
@@ -91,15 +96,19 @@ async def append_message(
     model_profile: str | None = None,
     tokens_in: int | None = None,
     tokens_out: int | None = None,
-) -> Message:
-    idx = await next_message_idx(session, task_id)
-    msg = Message(
-        task_id=task_id, idx=idx, payload=payload, kind=kind, run_id=run_id,
-        model_profile=model_profile, tokens_in=tokens_in, tokens_out=tokens_out,
-    )
-    session.add(msg)
-    await session.flush()
-    return msg
+) -> int:
+    """Insert the task's next message and return its idx, in one statement.
+
+    idx is the real message count (never the loaded window's size: see seed 003 §8.8); callers hold
+    the task row lock so two appends cannot pick the same idx.
+    """
+    values = {"payload": literal(payload, JSONB), "kind": literal(kind), "run_id": literal(run_id, String),
+              "model_profile": literal(model_profile, String), "tokens_in": literal(tokens_in, Integer),
+              "tokens_out": literal(tokens_out, Integer)}
+    next_idx = select(literal(task_id).label("task_id"), func.coalesce(func.max(Message.idx) + 1, 0).label("idx"),
+                      *(value.label(name) for name, value in values.items())).where(Message.task_id == task_id)
+    stmt = insert(Message).from_select(["task_id", "idx", *values], next_idx).returning(Message.idx)
+    return int((await session.execute(stmt)).scalar_one())
 
 
 async def _events_tail(js: JetStreamContext, topo: Topology, task_id: str) -> int:
@@ -124,25 +133,26 @@ async def _lock_task(session: AsyncSession, user_id: str, task_id: str) -> Task:
 
 
 async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -> None:
-    active = (
+    # Both caps in one scan of the active rows (ix_tasks_run_status): one round trip per message.
+    active, queued = (
         await session.execute(
-            select(func.count()).select_from(Task).where(Task.user_id == user_id, Task.run_status.in_(ACTIVE_STATUSES))
+            select(func.count().filter(Task.user_id == user_id), func.count().filter(Task.run_status == "queued"))
+            .select_from(Task).where(Task.run_status.in_(ACTIVE_STATUSES))
         )
-    ).scalar_one()
+    ).one()
     if active >= limits.max_runs_per_user:
         raise QuotaExceeded(
             f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}); "
             "wait for one to finish or cancel it"
         )
-    queued = (await session.execute(select(func.count()).select_from(Task).where(Task.run_status == "queued"))).scalar_one()
     if queued >= limits.max_queued_runs:
         raise QuotaExceeded("the service is busy (the run queue is full); try again in a minute")
 
 
 async def _queue_run(
-    session: AsyncSession, js: JetStreamContext, topo: Topology, task: Task, run_id: str, content: Any
+    session: AsyncSession, events_tail: Awaitable[int], task: Task, run_id: str, content: Any
 ) -> tuple[RunRequest, int]:
-    msg = await append_message(session, task.task_id, {"role": "user", "content": content}, run_id=run_id)
+    idx = await append_message(session, task.task_id, {"role": "user", "content": content}, run_id=run_id)
     task.run_status = "queued"
     task.run_id = run_id
     task.run_error = None
@@ -150,9 +160,9 @@ async def _queue_run(
     task.run_queued_at = now()
     task.run_started_at = None
     task.run_timings = None
-    task.run_events_from = await _events_tail(js, topo, task.task_id)
+    task.run_events_from = await events_tail
     req = RunRequest(run_id=run_id, task_id=task.task_id, user_id=task.user_id, enqueued_at=time.time())
-    return req, msg.idx
+    return req, idx
 
 
 async def publish_run(js: JetStreamContext, topo: Topology, req: RunRequest) -> None:
@@ -188,12 +198,37 @@ async def submit_message(
     limits: RunLimits | None = None,
     origin: str = "web",
     scheduled_job_id: str | None = None,
+    channel: str | None = None,
 ) -> SubmitResult:
-    """Append a user message and start (or enqueue) its run. Raises RunConflict / QuotaExceeded."""
+    """Append a user message and start (or enqueue) its run.
+
+    Raises TaskNotFound / WrongChannel (when `channel` is given and the task is on another) /
+    RunConflict / QuotaExceeded / BusUnavailable.
+    """
     limits = limits or RunLimits()
     run_id = new_run_id()
+    # Where the new run's events will start: asked of JetStream while the transaction runs (any
+    # sequence at or before the run's first event is right; the stream replay filters by run).
+    events_tail = asyncio.ensure_future(_events_tail(js, topo, task_id))
+    try:
+        result = await _submit(sessions, js, nc, topo, events_tail, user_id=user_id, task_id=task_id, content=content,
+                               multitask=multitask, limits=limits, origin=origin, scheduled_job_id=scheduled_job_id,
+                               channel=channel, run_id=run_id)
+    finally:
+        if not events_tail.done():
+            events_tail.cancel()
+    return result
+
+
+async def _submit(
+    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, nc: NATS, topo: Topology,
+    events_tail: "asyncio.Task[int]", *, user_id: str, task_id: str, content: Any, multitask: Multitask,
+    limits: RunLimits, origin: str, scheduled_job_id: str | None, channel: str | None, run_id: str,
+) -> SubmitResult:
     async with sessions() as session, session.begin():
         task = await _lock_task(session, user_id, task_id)
+        if channel is not None and task.channel != channel:
+            raise WrongChannel(task.channel)
         if task.run_status in ACTIVE_STATUSES:
             if multitask == "reject":
                 raise RunConflict(f"a run is already {task.run_status} on this task; wait, cancel it, or send with multitask=enqueue")
@@ -212,7 +247,7 @@ async def submit_message(
                 task.run_status = "cancelling"
         else:
             await _check_quota(session, user_id, limits)
-            req, idx = await _queue_run(session, js, topo, task, run_id, content)
+            req, idx = await _queue_run(session, events_tail, task, run_id, content)
             req.origin = origin
             req.scheduled_job_id = scheduled_job_id
             active_run = None
@@ -290,7 +325,7 @@ async def finish_run(
     if pending and task.deleted_at is None:
         item = pending.pop(0)
         task.pending_inputs = pending
-        req, _ = await _queue_run(session, js, topo, task, item["run_id"], item["content"])
+        req, _ = await _queue_run(session, _events_tail(js, topo, task.task_id), task, item["run_id"], item["content"])
         req.origin = item.get("origin", "web")
         return FinishOutcome(next_request=req)
     return FinishOutcome()

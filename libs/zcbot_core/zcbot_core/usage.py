@@ -16,7 +16,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, Date, cast, func, select, update
+from sqlalchemy import BigInteger, Date, cast, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -30,17 +30,26 @@ def to_cost(cost_usd: float | Decimal) -> Decimal:
     return cost_usd if isinstance(cost_usd, Decimal) else Decimal(str(round(float(cost_usd), 6)))
 
 
-async def record_usage(session: AsyncSession, *, user_id: str, task_id: str | None, run_id: str | None,
-                       model_profile: str | None, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
-                       cost_usd: float | Decimal, kind: str = "chat") -> Decimal:
-    """Insert one usage event and add it to the task's totals (inside the caller's transaction)."""
-    cost = to_cost(cost_usd)
-    session.add(UsageEvent(
+async def insert_usage_event(session: AsyncSession, *, user_id: str, task_id: str | None, run_id: str | None,
+                             model_profile: str | None, prompt_tokens: int, completion_tokens: int,
+                             cached_tokens: int, cost: Decimal, kind: str = "chat") -> None:
+    """The usage event row alone, for a caller that adds the task's totals in its own statement."""
+    await session.execute(insert(UsageEvent).values(
         user_id=user_id, task_id=task_id, run_id=run_id, kind=kind, model_profile=model_profile,
         units={"prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens),
                "cached_tokens": int(cached_tokens)},
         cost=cost,
     ))
+
+
+async def record_usage(session: AsyncSession, *, user_id: str, task_id: str | None, run_id: str | None,
+                       model_profile: str | None, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
+                       cost_usd: float | Decimal, kind: str = "chat") -> Decimal:
+    """Insert one usage event and add it to the task's totals (inside the caller's transaction)."""
+    cost = to_cost(cost_usd)
+    await insert_usage_event(session, user_id=user_id, task_id=task_id, run_id=run_id, model_profile=model_profile,
+                             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                             cached_tokens=cached_tokens, cost=cost, kind=kind)
     if task_id is not None:
         await session.execute(
             update(Task).where(Task.task_id == task_id).values(

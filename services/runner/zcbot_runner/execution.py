@@ -13,7 +13,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
 
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
-from zcbot_core.agent.fold import prepare_run_context
+from zcbot_core.agent.fold import meta_of, prepare_run_context, soft_reset_locked_task
 from zcbot_core.agent.context import prepare_messages, window
 from zcbot_core.agent.loop import AgentLoop, LoopResult
 from zcbot_core.agent.prompt import PromptContext, build_system_prompt
@@ -105,11 +105,14 @@ class RunExecutor:
             task.run_started_at = task.run_started_at or now()
             rows = (
                 await session.execute(
-                    select(Message.idx, Message.kind, Message.payload)
+                    select(Message.idx, Message.kind, Message.payload, Message.created_at)
                     .where(Message.task_id == task.task_id, Message.idx >= task.context_base_idx)
                     .order_by(Message.idx)
                 )
             ).all()
+            # The soft reset (a long gap, "/new") is decided on this same locked row and window.
+            if soft_reset_locked_task(task, [meta_of(*r) for r in rows], now()):
+                rows = [r for r in rows if r.idx >= task.context_base_idx]
             history = window([(r.idx, r.kind, r.payload) for r in rows], task.context_base_idx, task.context_summary)
             return Claim(task=task, history=history, cancelling=cancelling)
 
@@ -132,18 +135,22 @@ class RunExecutor:
         token = CancelToken()
         active = ActiveRun(run_id=req.run_id, task_id=req.task_id, token=token, msg=msg)
         self.active[req.task_id] = active  # before the claim, so a concurrent redelivery sees it
+        # A cancel stored in KV (e.g. sent while no runner held the run) is looked up during the claim.
+        pending_cancel = asyncio.ensure_future(self._pending_cancel(req.task_id, req.run_id))
         try:
             claim = await self._claim(req)
         except BaseException:
+            pending_cancel.cancel()
             self._forget(active)
             raise
         if claim is None:
+            pending_cancel.cancel()
             self._forget(active)
             await msg.ack()
             return
         heartbeat = asyncio.create_task(self._heartbeat(active))
         try:
-            await self._run(req, claim, active)
+            await self._run(req, claim, active, pending_cancel)
         finally:
             heartbeat.cancel()
             self._forget(active)
@@ -161,7 +168,7 @@ class RunExecutor:
             except Exception as exc:  # reconnecting: JetStream redelivers if we stay silent too long
                 log.warning("heartbeat failed", extra={"error": repr(exc)})
 
-    async def _run(self, req: RunRequest, claim: Claim, active: ActiveRun) -> None:
+    async def _run(self, req: RunRequest, claim: Claim, active: ActiveRun, pending_cancel: "asyncio.Future[str | None]") -> None:
         settings = self.rt.settings
         task = claim.task
         attempt = int(active.msg.metadata.num_delivered) if active.msg.metadata else 1
@@ -170,7 +177,7 @@ class RunExecutor:
             metrics.QUEUE_WAIT.observe(queue_wait)
         metrics.RUNS_STARTED.inc()
         sink = BusEventSink(self.rt.js, self.rt.topo, task.task_id, req.run_id)
-        pending = await self._pending_cancel(task.task_id, req.run_id)
+        pending = await pending_cancel
         if claim.cancelling or pending:
             active.token.cancel(pending or "user")
         wall = asyncio.get_running_loop().call_later(settings.zcbot_run_wall_clock_seconds, active.token.cancel, "wall_clock")
@@ -190,7 +197,7 @@ class RunExecutor:
                     history = await active.token.race(prepare_run_context(
                         self.rt.sessions, task.task_id, profile, sink.emit,
                         system_prompt=loop.system_prompt, tools=loop.tools.schemas() or None, run_id=req.run_id,
-                        current=claim.history))
+                        current=claim.history, reset_applied=True))
                 except RunCancelled:
                     pass  # the loop sees the token and ends the run as cancelled
                 setup = time.monotonic() - active.started

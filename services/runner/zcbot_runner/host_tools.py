@@ -6,6 +6,7 @@ runner stays wiring: each concept lives once in the core.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -67,6 +68,10 @@ class ModelSwitcher:
 async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Task, req: RunRequest, prompt: PromptContext,
                      switcher: ModelSwitcher) -> None:
     settings = rt.settings
+    assert rt.sessions is not None
+    # The one query here runs while the skills and memory are read from disk.
+    has_channel = asyncio.ensure_future(user_has_channel(rt.sessions, task.user_id))
+    await asyncio.sleep(0)  # let it send the query before the synchronous reads below
     root = user_root(settings.storage_root, task.user_id)
     root.mkdir(parents=True, exist_ok=True)
     registry = registry_for_user(root)
@@ -74,9 +79,8 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Task, req: RunRe
     prompt.memory_block = memory_block(root)
     prompt.extra = constitution_block(task.task_id, task.name)
     register_skill_tools(toolbox, registry, root, on_model_switch=switcher)
-    assert rt.sessions is not None
     scheduled = task.scheduled_job_id is not None or req.origin == "scheduler"
     register_schedule_tools(toolbox, rt.sessions, task.user_id, task, in_scheduled_run=scheduled)
-    if await user_has_channel(rt.sessions, task.user_id):
+    if await has_channel:
         register_push_tool(toolbox, rt.nc, rt.topo, task.user_id)
     toolbox.after_hooks.append(make_pptx_guard_hook(resolve_user_path(root, task.working_dir)))

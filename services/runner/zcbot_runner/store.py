@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core.db.models import Task, UsageEvent
+from zcbot_core.db.models import Task
 from zcbot_core.llm.client import Usage
 from zcbot_core.runs import append_message
+from zcbot_core.usage import insert_usage_event, record_usage, to_cost
 
 
 class RunSuperseded(Exception):
@@ -29,34 +29,46 @@ class DbStepStore:
         self.profile = profile
         self.owner = owner
 
+    def _fence(self, **values: Any) -> Any:
+        """Lock the task row: idx allocation must not race with a concurrent append. With an owner,
+        the lock doubles as a fence: only the execution that holds the run may write its steps."""
+        lock = update(Task).where(Task.task_id == self.task_id)
+        if self.owner is not None:
+            lock = lock.where(Task.run_id == self.run_id, Task.run_owner == self.owner)
+        return lock.values(updated_at=Task.updated_at, **values)
+
     async def append(self, payload: dict[str, Any], *, kind: str = "chat", tokens_in: int | None = None,
                      tokens_out: int | None = None) -> None:
         async with self.sessions() as session, session.begin():
-            # Lock the task row: idx allocation must not race with a concurrent append. With an owner,
-            # the lock doubles as a fence: only the execution that holds the run may write its steps.
-            lock = update(Task).where(Task.task_id == self.task_id)
-            if self.owner is not None:
-                lock = lock.where(Task.run_id == self.run_id, Task.run_owner == self.owner)
-            result = await session.execute(lock.values(updated_at=Task.updated_at))
+            result = await session.execute(self._fence())
             if self.owner is not None and not result.rowcount:
                 raise RunSuperseded(self.run_id)
             await append_message(session, self.task_id, payload, kind=kind, run_id=self.run_id,
                                  model_profile=self.profile, tokens_in=tokens_in, tokens_out=tokens_out)
 
-    async def record_usage(self, usage: Usage, cost_usd: float, profile: str) -> None:
-        cost = Decimal(str(round(cost_usd, 6)))
+    async def append_llm_step(self, message: dict[str, Any], usage: Usage, cost_usd: float, profile: str) -> None:
+        """The assistant message and its usage in one transaction (one commit per LLM call): the
+        fence adds the task's running totals, then the usage event and the message are inserted."""
+        cost = to_cost(cost_usd)
         async with self.sessions() as session, session.begin():
-            session.add(UsageEvent(
-                user_id=self.user_id, task_id=self.task_id, run_id=self.run_id, kind="chat", model_profile=profile,
-                units={"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                       "cached_tokens": usage.cached_tokens},
-                cost=cost,
-            ))
-            await session.execute(
-                update(Task).where(Task.task_id == self.task_id).values(
-                    tokens_in=Task.tokens_in + usage.prompt_tokens,
-                    tokens_out=Task.tokens_out + usage.completion_tokens,
-                    tokens_cached=Task.tokens_cached + usage.cached_tokens,
-                    cost_usd=Task.cost_usd + cost,
-                )
-            )
+            result = await session.execute(self._fence(
+                tokens_in=Task.tokens_in + usage.prompt_tokens, tokens_out=Task.tokens_out + usage.completion_tokens,
+                tokens_cached=Task.tokens_cached + usage.cached_tokens, cost_usd=Task.cost_usd + cost))
+            if self.owner is None or result.rowcount:
+                await insert_usage_event(session, user_id=self.user_id, task_id=self.task_id, run_id=self.run_id,
+                                         model_profile=profile, prompt_tokens=usage.prompt_tokens,
+                                         completion_tokens=usage.completion_tokens,
+                                         cached_tokens=usage.cached_tokens, cost=cost)
+                await append_message(session, self.task_id, message, run_id=self.run_id, model_profile=profile,
+                                     tokens_in=usage.prompt_tokens, tokens_out=usage.completion_tokens)
+                return
+        # Superseded: the call was still made and paid for, so its usage is kept; its message is not.
+        await self.record_usage(usage, cost_usd, profile)
+        raise RunSuperseded(self.run_id)
+
+    async def record_usage(self, usage: Usage, cost_usd: float, profile: str) -> None:
+        async with self.sessions() as session, session.begin():
+            await record_usage(session, user_id=self.user_id, task_id=self.task_id, run_id=self.run_id,
+                               model_profile=profile, prompt_tokens=usage.prompt_tokens,
+                               completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
+                               cost_usd=cost_usd)

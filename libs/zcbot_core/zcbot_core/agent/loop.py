@@ -37,7 +37,8 @@ class StepStore(Protocol):
     async def append(self, payload: dict[str, Any], *, kind: str = "chat", tokens_in: int | None = None,
                      tokens_out: int | None = None) -> None: ...
 
-    async def record_usage(self, usage: Usage, cost_usd: float, profile: str) -> None: ...
+    async def append_llm_step(self, message: dict[str, Any], usage: Usage, cost_usd: float, profile: str) -> None:
+        """The assistant message of one LLM call and the call's usage, stored together."""
 
 
 class ToolBox(Protocol):
@@ -157,9 +158,6 @@ class AgentLoop:
                 self.cancel.check()
                 result = await self._llm_step(messages, step)
                 assistant = result.message
-                await self.store.append(
-                    assistant, tokens_in=result.usage.prompt_tokens, tokens_out=result.usage.completion_tokens
-                )
                 messages.append(assistant)
                 tool_calls = assistant.get("tool_calls") or []
                 if not tool_calls:
@@ -216,7 +214,7 @@ class AgentLoop:
             state.llm_calls += 1
         if result.first_token_at and not state.first_token:
             state.first_token = result.first_token_at
-        await self.store.record_usage(result.usage, result.cost_usd, self.profile.name)
+        await self.store.append_llm_step(result.message, result.usage, result.cost_usd, self.profile.name)
         await self.emit(
             ev.LlmEnd(
                 run_id=self.run_id,

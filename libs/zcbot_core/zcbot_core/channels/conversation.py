@@ -378,6 +378,5 @@ async def record_push(sessions: Sessions, settings: Settings, user_id: str, chan
     async with sessions() as session, session.begin():
         # Lock the task row like the runner's step store: idx allocation must not race.
         await session.execute(update(Task).where(Task.task_id == task.task_id).values(updated_at=Task.updated_at))
-        msg = await append_message(session, task.task_id, {"role": "assistant", "content": push_summary(text, file_path)},
-                                   kind="push")
-        return msg.idx
+        return await append_message(session, task.task_id,
+                                    {"role": "assistant", "content": push_summary(text, file_path)}, kind="push")

@@ -1,7 +1,7 @@
 """One streaming LLM call through LiteLLM, with the profile's features switched on.
 
-The call streams text and reasoning deltas to callbacks as they arrive and rebuilds the full
-assistant message with `litellm.stream_chunk_builder`. Cancelling the awaiting task closes the HTTP
+The call streams text and reasoning deltas to callbacks as they arrive and folds them into the full
+assistant message as they come (`llm.assemble`). Cancelling the awaiting task closes the HTTP
 stream at once (the caller races it against the run's cancel token).
 """
 
@@ -16,6 +16,7 @@ import httpx
 import litellm
 import openai
 
+from zcbot_core.llm.assemble import StreamAssembler
 from zcbot_core.llm.profiles import Profile
 
 litellm.suppress_debug_info = True
@@ -79,31 +80,71 @@ def call_kwargs(profile: Profile, messages: list[dict[str, Any]], tools: list[di
     return kwargs
 
 
-def _message_dict(built: Any) -> dict[str, Any]:
-    choice = built.choices[0].message
-    message: dict[str, Any] = {"role": "assistant", "content": choice.content or ""}
-    reasoning = getattr(choice, "reasoning_content", None)
-    if reasoning:
-        message["reasoning_content"] = reasoning
-    if choice.tool_calls:
-        message["tool_calls"] = [
-            {
-                "id": tc.id,
-                "type": "function",
-                "function": {"name": tc.function.name, "arguments": tc.function.arguments or "{}"},
-            }
-            for tc in choice.tool_calls
-        ]
-    return message
-
-
-def compute_cost(profile: Profile, usage: Usage, built: Any | None) -> float:
+def compute_cost(profile: Profile, usage: Usage) -> float:
     if profile.pricing is not None:
         return profile.pricing.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
     try:
-        return float(litellm.completion_cost(completion_response=built)) if built is not None else 0.0
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=profile.model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+            cache_read_input_tokens=usage.cached_tokens)
+        return float(prompt_cost + completion_cost)
     except Exception:  # a model unknown to LiteLLM's local cost map costs what we cannot know
         return 0.0
+
+
+_REGISTERED: set[str] = set()
+
+
+def register_model_info(profile: Profile) -> None:
+    """Tell LiteLLM what the profile knows about a model missing from its local map, once per model.
+
+    LiteLLM looks a model's info up several times per call (cost, logging); for a model it does
+    not know, each lookup walks its fallback generalizations, ~4 ms per call (docs/performance.md).
+    Models in the map keep LiteLLM's own data.
+    """
+    if profile.model in _REGISTERED:
+        return
+    _REGISTERED.add(profile.model)
+    try:
+        litellm.get_model_info(profile.model)
+        return
+    except Exception:
+        pass
+    try:
+        _, provider, _, _ = litellm.get_llm_provider(profile.model)
+    except Exception:
+        return
+    pricing = profile.pricing
+    info: dict[str, Any] = {
+        "litellm_provider": provider, "mode": "chat",
+        "max_input_tokens": profile.max_context, "max_output_tokens": profile.max_output,
+        "max_tokens": profile.max_output,
+        "input_cost_per_token": (pricing.input_per_mtok / 1e6) if pricing else 0.0,
+        "output_cost_per_token": (pricing.output_per_mtok / 1e6) if pricing else 0.0,
+    }
+    if pricing is not None and pricing.cached_input_per_mtok is not None:
+        info["cache_read_input_token_cost"] = pricing.cached_input_per_mtok / 1e6
+    try:
+        litellm.register_model({profile.model: info})
+    except Exception:  # registration is an optimisation only
+        pass
+
+
+def _usage(raw_usage: Any, messages: list[dict[str, Any]], profile: Profile, message: dict[str, Any]) -> Usage:
+    if raw_usage is not None:
+        return Usage(
+            prompt_tokens=int(getattr(raw_usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(raw_usage, "completion_tokens", 0) or 0),
+            cached_tokens=_cached_tokens(raw_usage),
+        )
+    # The provider sent no usage: estimate it, as LiteLLM's chunk builder would.
+    try:
+        prompt = litellm.token_counter(model=profile.model, messages=messages)
+        completion = litellm.token_counter(model=profile.model, text=(message.get("content") or "")
+                                           + "".join(c["function"]["arguments"] for c in message.get("tool_calls", [])))
+    except Exception:
+        return Usage()
+    return Usage(prompt_tokens=int(prompt), completion_tokens=int(completion))
 
 
 async def stream_chat(
@@ -115,16 +156,16 @@ async def stream_chat(
     timeout: float = 600.0,
 ) -> LlmResult:
     kwargs = call_kwargs(profile, messages, tools)
+    register_model_info(profile)
     started = time.monotonic()
     first: float | None = None
-    chunks: list[Any] = []
+    assembler = StreamAssembler()
     try:
         response = await litellm.acompletion(timeout=timeout, **kwargs)
         async for chunk in response:
-            chunks.append(chunk)
-            if not chunk.choices:
+            delta = assembler.add(chunk)
+            if delta is None:
                 continue
-            delta = chunk.choices[0].delta
             reasoning = getattr(delta, "reasoning_content", None)
             if reasoning:
                 first = first or time.monotonic()
@@ -138,21 +179,14 @@ async def stream_chat(
         raise LlmCallError(f"the model provider returned an error: {exc.__class__.__name__}: {_short(exc)}") from exc
     except (openai.OpenAIError, httpx.HTTPError, TimeoutError) as exc:
         raise LlmCallError(f"the model call failed: {exc.__class__.__name__}: {_short(exc)}") from exc
-    if not chunks:
+    if not assembler.chunks:
         raise LlmCallError("the model returned an empty stream")
-    built = litellm.stream_chunk_builder(chunks, messages=messages)
-    if built is None or not built.choices:
-        raise LlmCallError("the model stream could not be assembled")
-    raw_usage = getattr(built, "usage", None)
-    usage = Usage(
-        prompt_tokens=int(getattr(raw_usage, "prompt_tokens", 0) or 0),
-        completion_tokens=int(getattr(raw_usage, "completion_tokens", 0) or 0),
-        cached_tokens=_cached_tokens(raw_usage) if raw_usage is not None else 0,
-    )
+    message = assembler.message()
+    usage = _usage(assembler.usage, messages, profile, message)
     return LlmResult(
-        message=_message_dict(built),
+        message=message,
         usage=usage,
-        cost_usd=compute_cost(profile, usage, built),
+        cost_usd=compute_cost(profile, usage),
         first_token_at=first,
         duration=time.monotonic() - started,
     )

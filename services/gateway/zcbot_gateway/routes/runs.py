@@ -14,7 +14,7 @@ from zcbot_core import runs
 from zcbot_core.db.models import Message
 
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
-from zcbot_gateway.routes.tasks import get_user_task
+from zcbot_gateway.routes.tasks import check_task_id, get_user_task
 from zcbot_gateway.schemas import iso
 from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
 
@@ -93,20 +93,18 @@ async def list_messages(
 async def post_message(task_id: str, body: MessageIn, user_id: CurrentUser, rt: RuntimeDep,
                        settings: SettingsDep) -> SubmitOut:
     assert rt.sessions is not None
-    async with rt.sessions() as session:
-        task = await get_user_task(session, user_id, task_id)
-        if task.channel != "web":
-            raise HTTPException(status.HTTP_409_CONFLICT,
-                                detail=f"this task belongs to the {task.channel} channel; reply there")
+    check_task_id(task_id)
     content = expand_shortcut(settings, user_id, body.content)
     try:
         result = await runs.submit_message(
             rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
-            multitask=body.multitask,
+            multitask=body.multitask, channel="web",
             limits=runs.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
         )
     except runs.TaskNotFound:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail="task not found") from None
+    except runs.WrongChannel as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
     except runs.RunConflict as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
     except runs.QuotaExceeded as exc:

@@ -116,6 +116,12 @@ def ensure_task_dir(settings: Settings, user_id: str, working_dir: str) -> None:
         raise conflict(str(exc)) from None
 
 
+def check_task_id(task_id: str) -> None:
+    """404 for an id no task can have, before it reaches a query or a subject."""
+    if len(task_id) > MAX_TASK_ID or "\x00" in task_id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=TASK_NOT_FOUND)
+
+
 async def get_user_task(
     session: AsyncSession,
     user_id: str,
@@ -125,8 +131,7 @@ async def get_user_task(
     include_deleted: bool = False,
 ) -> Task:
     """The user's task or 404 (another user's, missing and soft-deleted tasks look the same)."""
-    if len(task_id) > MAX_TASK_ID or "\x00" in task_id:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=TASK_NOT_FOUND)
+    check_task_id(task_id)
     stmt = select(Task).where(Task.task_id == task_id, Task.user_id == user_id)
     if not include_deleted:
         stmt = stmt.where(Task.deleted_at.is_(None))
