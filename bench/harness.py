@@ -38,6 +38,15 @@ def summarize(samples: list[float]) -> dict[str, float]:
             "p99_ms": round(p99 * 1000, 3), "max_ms": round(ordered[-1] * 1000, 3)}
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; 0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def machine_info() -> dict[str, Any]:
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "machine": platform.machine()}
@@ -160,6 +169,7 @@ class Client:
         # Expire idle connections before uvicorn does (5 s), or a reused one can be closed mid-request.
         limits = httpx.Limits(max_connections=3000, max_keepalive_connections=3000, keepalive_expiry=2.0)
         self.http = httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits)
+        self.base_url = base_url
         self.platform_key = platform_key
 
     async def login(self, user_id: str) -> dict[str, str]:
@@ -195,13 +205,26 @@ class Client:
                     event = {}
         return out
 
+    async def events(self, headers: dict[str, str], url: str) -> list[tuple[float, dict[str, Any]]]:
+        """(perf_counter receive time, event) pairs until `done`, read with the lean raw-socket client
+        (httpx's SSE parsing cost more CPU than the gateway's side of a run)."""
+        out: list[tuple[float, dict[str, Any]]] = []
+        host, port = self.base_url.split("//", 1)[1].split(":")
+
+        def on_event(received: float, name: str, data: bytes | None) -> None:
+            out.append((received, {"event": name, "data": json.loads(data) if data else {}}))
+
+        await raw_sse(host, int(port), url, headers["Authorization"].split()[1], on_event, clock=time.perf_counter)
+        return out
+
     async def close(self) -> None:
         await self.http.aclose()
 
 
-async def raw_sse(host: str, port: int, path: str, token: str, on_event: Any, on_connected: Any = None) -> int:
+async def raw_sse(host: str, port: int, path: str, token: str, on_event: Any, on_connected: Any = None,
+                  clock: Any = time.time) -> int:
     """A lean SSE reader on a raw socket (HTTP/1.1 chunked), so a benchmark of many subscribers
-    measures the gateway rather than the client library. Calls on_event(recv_wall_time, name, data)."""
+    measures the gateway rather than the client library. Calls on_event(clock(), name, data)."""
     reader, writer = await asyncio.open_connection(host, port)
     writer.write((f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
                   "Accept: text/event-stream\r\n\r\n").encode())
@@ -210,7 +233,7 @@ async def raw_sse(host: str, port: int, path: str, token: str, on_event: Any, on
     if not head.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(head[:80])
     if on_connected is not None:
-        on_connected(time.time())
+        on_connected(clock())
     buffer = b""
     count = 0
     try:
@@ -230,7 +253,7 @@ async def raw_sse(host: str, port: int, path: str, token: str, on_event: Any, on
                         data = line[6:]
                 if name is not None:
                     count += 1
-                    on_event(time.time(), name, data)
+                    on_event(clock(), name, data)
                     if name == "done":
                         return count
     finally:

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.harness import BenchStack, Client, machine_info, raw_sse, summarize
+from bench.harness import BenchStack, Client, machine_info, process_cpu_seconds, raw_sse, summarize
 from zcbot_core.agent.cancel import CancelToken
 from zcbot_core.agent.loop import AgentLoop
 from zcbot_core.bus import ToolCallRequest, Topology
@@ -82,7 +82,7 @@ async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, A
         for i in range(iters + 5):
             t0 = time.perf_counter()
             body = await client.post(headers, task_id, f"{content} {i}")
-            events = await client.sse(headers, body["events_url"])
+            events = await client.events(headers, body["events_url"])
             if i >= 5:
                 first.append(events[0][0] - t0)
                 done.append(events[-1][0] - t0)
@@ -194,19 +194,28 @@ async def throughput(stack: BenchStack, client: Client, sizes: list[int], label:
     for n in sizes:
         users = [await client.login(f"tp{label}{n}u{i % 50}") for i in range(n)]
         tasks = [await client.task(users[i], f"tp{i}") for i in range(n)]
+        runners = [p.popen.pid for p in stack.procs if p.name == "runner" and p.popen.poll() is None]
+        cpu0 = sum(process_cpu_seconds(pid) for pid in runners)
         t0 = time.perf_counter()
 
         async def one(i: int) -> dict[str, Any]:
             body = await client.post(users[i], tasks[i], f"hi {i}")
-            events = await client.sse(users[i], body["events_url"])
+            events = await client.events(users[i], body["events_url"])
             return events[-1][1]
 
         dones = await asyncio.gather(*(one(i) for i in range(n)))
         elapsed = time.perf_counter() - t0
+        runner_cpu = sum(process_cpu_seconds(pid) for pid in runners) - cpu0
         ok = sum(1 for d in dones if d["data"]["status"] == "ok")
         waits = [d["data"]["timings"].get("queue_wait", 0.0) for d in dones]
-        out[f"concurrent_{n}"] = {"runs": n, "ok": ok, "seconds": round(elapsed, 3),
-                                  "runs_per_second": round(n / elapsed, 2), "queue_wait": summarize(waits)}
+        llm_calls = sum(d["data"]["timings"].get("llm_calls", 0) for d in dones)
+        out[f"concurrent_{n}"] = {
+            "runs": n, "ok": ok, "seconds": round(elapsed, 3), "runs_per_second": round(n / elapsed, 2),
+            "llm_calls_per_second": round(llm_calls / elapsed, 2), "queue_wait": summarize(waits),
+            # What one runner process can sustain on a core of its own: LLM calls per CPU second it used.
+            "runner_cpu_ms_per_llm_call": round(1000 * runner_cpu / max(llm_calls, 1), 2),
+            "runner_capacity_llm_calls_per_cpu_second": round(llm_calls / runner_cpu, 1) if runner_cpu else None,
+        }
     return out
 
 
@@ -300,7 +309,7 @@ async def open_runs(stack: BenchStack, client: Client, n: int) -> dict[str, Any]
 
     async def one(task_id: str) -> str:
         body = await client.post(headers, task_id, "BENCH-OPEN go")
-        events = await client.sse(headers, body["events_url"])
+        events = await client.events(headers, body["events_url"])
         return events[-1][1]["data"]["status"]
 
     statuses = await asyncio.gather(*(one(t) for t in tasks), return_exceptions=True)

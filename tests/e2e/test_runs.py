@@ -6,7 +6,7 @@ import asyncio
 
 
 from tests.e2e.conftest import Stack
-from tests.helpers.db import db_rows
+from tests.helpers.db import db_exec, db_rows
 
 WRITE_THEN_READ = [
     {"reasoning": "I will write the file first.", "tool_calls": [
@@ -247,3 +247,42 @@ async def test_wall_clock_limit_ends_the_run_with_a_clear_error(bare_stack: Stac
     async with stack.client(token) as c:
         t = (await c.get(f"/v1/tasks/{task['task_id']}")).json()
     assert t["run_status"] == "error" and "wall-clock" in t["run_error"]
+
+
+async def _end_run_in_db_only(stack: Stack, user: str) -> tuple[str, str, str]:
+    """A task whose run has ended in PostgreSQL while its `done` is not on the bus yet: the moment
+    between the runner's finishing commit and its `done` publish."""
+    token = await stack.login(user)
+    task = await stack.create_task(token, "Ending")
+    run_id = "e" * 32
+    db_exec(stack.settings.zcbot_db_url,
+            "update tasks set run_id=:r, run_status='idle', run_events_from=1 where task_id=:t", r=run_id, t=task["task_id"])
+    return token, task["task_id"], run_id
+
+
+async def test_a_stream_opened_between_the_end_commit_and_done_gets_the_real_done(stack: Stack) -> None:
+    from zcbot_core.bus import encode
+    from zcbot_core.bus import events as ev
+    from zcbot_core.bus.topology import connect
+
+    token, task_id, run_id = await _end_run_in_db_only(stack, "olga")
+    reader = asyncio.create_task(stack.events(token, f"/v1/tasks/{task_id}/events?run_id={run_id}"))
+    await asyncio.sleep(0.5)  # the client is attached and has replayed an empty history
+    nc = await connect(stack.settings.zcbot_nats_url, "done-late")
+    try:
+        done = ev.Done(run_id=run_id, status="ok", timings={"total": 0.01}, final_text="hi")
+        await nc.jetstream().publish(stack.runners[0][1].topo.event_subject(task_id), encode(done))
+    finally:
+        await nc.close()
+    events = await reader
+    assert [e["event"] for e in events] == ["done"]
+    assert events[0]["data"]["status"] == "ok" and events[0]["data"]["timings"] == {"total": 0.01}
+
+
+async def test_a_run_that_ended_without_done_answers_idle_after_the_grace(stack: Stack, monkeypatch) -> None:
+    from zcbot_gateway.routes import runs as run_routes
+
+    monkeypatch.setattr(run_routes, "DONE_GRACE_SECONDS", 0.5)
+    token, task_id, run_id = await _end_run_in_db_only(stack, "pavel")
+    events = await stack.events(token, f"/v1/tasks/{task_id}/events?run_id={run_id}", timeout=10)
+    assert [(e["event"], e["data"]["status"]) for e in events] == [("done", "idle")]

@@ -37,14 +37,16 @@ log = logging.getLogger(__name__)
 _bearer = HTTPBearer(auto_error=False, description="JWT from /v1/auth/login or /v1/auth/login_password")
 
 
-def get_settings_dep(request: Request) -> Settings:
+# Dependencies are `async def` even when they do not await: FastAPI runs a plain `def` dependency
+# in its thread pool, a thread hop on every request.
+async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     rt = getattr(request.app.state, "rt", None)
     if rt is None:
         raise ServiceUnavailable("gateway is starting or stopping; retry shortly")

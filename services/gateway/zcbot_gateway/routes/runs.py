@@ -20,6 +20,7 @@ from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 MAX_CONTENT_CHARS = 200_000
+DONE_GRACE_SECONDS = 3.0
 
 
 class MessageIn(BaseModel):
@@ -158,11 +159,14 @@ async def run_events(
     current_from = task.run_events_from or 1
     if resume is not None:
         plan = StreamPlan(start_seq=resume + 1, run_id=run_id or (task.run_id if active else None),
-                          idle_when_caught_up=not active and run_id not in pending_ids)
+                          idle_when_caught_up=not active and run_id not in pending_ids,
+                          done_grace=DONE_GRACE_SECONDS if run_id == task.run_id and not active else 0.0)
     elif run_id is not None:
         known = run_id == task.run_id or run_id in pending_ids
+        just_ended = run_id == task.run_id and not active
         plan = StreamPlan(start_seq=current_from if known else 1, run_id=run_id,
-                          idle_when_caught_up=not known or (run_id == task.run_id and not active))
+                          idle_when_caught_up=not known or just_ended,
+                          done_grace=DONE_GRACE_SECONDS if just_ended else 0.0)
     elif active:
         plan = StreamPlan(start_seq=current_from, run_id=task.run_id, idle_when_caught_up=False)
     else:
