@@ -234,17 +234,34 @@ async def raw_sse(host: str, port: int, path: str, token: str, on_event: Any, on
         raise RuntimeError(head[:80])
     if on_connected is not None:
         on_connected(clock())
-    buffer = b""
+    raw = bytearray()  # the chunked body as read
+    text = b""  # de-chunked, not yet a whole frame
     count = 0
     try:
         while True:
-            size_line = await reader.readline()
-            size = int(size_line.strip() or b"0", 16)
-            if size == 0:
-                break
-            buffer += (await reader.readexactly(size + 2))[:-2]  # chunk data without its CRLF
-            while b"\n\n" in buffer:
-                frame, buffer = buffer.split(b"\n\n", 1)
+            block = await reader.read(1 << 18)  # big reads: one await for many frames
+            if not block:
+                return count
+            raw += block
+            pieces, pos, ended = [], 0, False
+            while True:
+                eol = raw.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                size = int(raw[pos:eol] or b"0", 16)
+                if size == 0:
+                    ended = True
+                    break
+                end = eol + 2 + size
+                if len(raw) < end + 2:
+                    break
+                pieces.append(bytes(raw[eol + 2:end]))
+                pos = end + 2
+            del raw[:pos]
+            frames = (text + b"".join(pieces)).split(b"\n\n")
+            text = frames.pop()
+            received = clock()
+            for frame in frames:
                 name = data = None
                 for line in frame.split(b"\n"):
                     if line.startswith(b"event: "):
@@ -253,9 +270,10 @@ async def raw_sse(host: str, port: int, path: str, token: str, on_event: Any, on
                         data = line[6:]
                 if name is not None:
                     count += 1
-                    on_event(clock(), name, data)
+                    on_event(received, name, data)
                     if name == "done":
                         return count
+            if ended:
+                return count
     finally:
         writer.close()
-    return count

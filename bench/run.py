@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -242,8 +243,15 @@ async def fanout(stack: BenchStack, client: Client, sizes: list[int]) -> dict[st
                     end = data.find(b",", at)
                     samples.append((float(data[at + 5:end]), received))
 
-        counts = await asyncio.gather(*(raw_sse("127.0.0.1", port, body["events_url"], token, on_event,
-                                                connected.append) for _ in range(n)), return_exceptions=True)
+        # The measuring client must not pause itself: a full collection in this process (~80 ms
+        # with 1000 readers) would show up as a late event for every subscriber at once.
+        gc.collect()
+        gc.disable()
+        try:
+            counts = await asyncio.gather(*(raw_sse("127.0.0.1", port, body["events_url"], token, on_event,
+                                                    connected.append) for _ in range(n)), return_exceptions=True)
+        finally:
+            gc.enable()
         attached = max(connected) if connected else 0.0
         latencies = [max(received - ts, 0.0) for ts, received in samples if ts >= attached]
         complete = sum(1 for c in counts if isinstance(c, int) and c > 0)

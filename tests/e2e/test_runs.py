@@ -286,3 +286,21 @@ async def test_a_run_that_ended_without_done_answers_idle_after_the_grace(stack:
     token, task_id, run_id = await _end_run_in_db_only(stack, "pavel")
     events = await stack.events(token, f"/v1/tasks/{task_id}/events?run_id={run_id}", timeout=10)
     assert [(e["event"], e["data"]["status"]) for e in events] == [("done", "idle")]
+
+
+async def test_a_silent_stream_gets_keepalive_comments(stack: Stack) -> None:
+    """Heartbeat 1 s here: a model silent for 2.5 s leaves the stream with keep-alive comments
+    (so proxies keep it open), then the run's events follow on the same stream."""
+    stack.fake.script("KEY-quiet", [{"text": "after the pause", "first_delay": 2.5}])
+    token = await stack.login("quinn")
+    task = await stack.create_task(token, "Quiet")
+    r = await stack.post(token, task["task_id"], "KEY-quiet go")
+    lines: list[str] = []
+    async with stack.client(token) as c, c.stream("GET", r.json()["events_url"]) as resp:
+        async for line in resp.aiter_lines():
+            lines.append(line)
+            if line.startswith("event: done"):
+                break
+    first_text = next(i for i, line in enumerate(lines) if line == "event: text")
+    assert lines[:first_text].count(": keep-alive") >= 1
+    assert "event: done" in lines

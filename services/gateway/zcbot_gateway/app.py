@@ -19,7 +19,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from zcbot_core import __version__
 from zcbot_core.config import Settings
-from zcbot_core.service import close_runtime, health_routes, open_runtime
+from zcbot_core.service import close_runtime, health_routes, open_runtime, settle_heap
 
 from zcbot_gateway.errors import install_error_handlers
 from zcbot_gateway.routes import auth as auth_routes
@@ -57,6 +57,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         for fn in list(app.state.on_startup):
             await fn(app)
+        settle_heap()
         log.info("gateway started")
         yield
     finally:

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from zcbot_core.config import ConfigError, get_settings
 from zcbot_core.logs import setup_logging
+from zcbot_core.service import own_process_heap
 
 from zcbot_gateway.app import create_app
 
@@ -44,6 +45,7 @@ def main() -> None:
     except ConfigError as exc:
         raise SystemExit(f"zcbot gateway: {exc}") from None
     setup_logging("gateway", settings.zcbot_log_level)
+    own_process_heap()
     app = create_app(settings)
     config = uvicorn.Config(
         app,

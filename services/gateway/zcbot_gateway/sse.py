@@ -48,13 +48,16 @@ class StoredEvent:
 class Subscriber:
     """One SSE stream's live backlog. The hub appends; the stream takes everything pending at each
     wake-up and writes it as one chunk, so a client that fell behind catches up in few writes.
-    (A plain deque and one waiter future: `asyncio.wait_for(queue.get())` made a task and a timer
-    per event per subscriber, the largest cost of a 1000-subscriber fan-out.)"""
+    A plain deque and one waiter future, no timer: `asyncio.wait_for(queue.get(), heartbeat)` made
+    a task and a timer per event per subscriber, the largest cost of a 1000-subscriber fan-out;
+    keep-alives are due from the hub's one sweep instead."""
 
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         self.pending: deque[StoredEvent | None] = deque()
         self.overflowed = False
+        self.keepalive_due = False
+        self.last_activity = asyncio.get_running_loop().time()
         self._waiter: asyncio.Future[None] | None = None
 
     def push(self, item: StoredEvent | None) -> None:
@@ -62,21 +65,36 @@ class Subscriber:
             self.overflowed = True  # a stalled client: it resumes from the stream via Last-Event-ID
         else:
             self.pending.append(item)
+        self._wake()
+
+    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def take(self, timeout: float) -> list[StoredEvent | None]:
-        """Everything pending, waiting up to `timeout` for something; [] on timeout."""
-        if not self.pending and not self.overflowed:
-            self._waiter = asyncio.get_running_loop().create_future()
+    def want_keepalive(self, now: float, heartbeat: float) -> None:
+        if not self.pending and now - self.last_activity >= heartbeat:
+            self.keepalive_due = True
+            self._wake()
+
+    async def take(self, deadline: float | None = None) -> list[StoredEvent | None]:
+        """Everything pending, waiting for something (or until `deadline`, loop time); [] when a
+        keep-alive is due or the deadline passed."""
+        loop = asyncio.get_running_loop()
+        if not self.pending and not self.overflowed and not self.keepalive_due:
+            self._waiter = loop.create_future()
             try:
-                async with asyncio.timeout(max(timeout, 0.0)):
+                if deadline is None:
                     await self._waiter
+                else:
+                    async with asyncio.timeout_at(deadline):
+                        await self._waiter
             except TimeoutError:
                 return []
             finally:
                 self._waiter = None
+        self.keepalive_due = False
+        self.last_activity = loop.time()
         items = list(self.pending)
         self.pending.clear()
         return items
@@ -88,12 +106,14 @@ class EventHub:
     client). So after each reconnect the hub subscribes again from the sequence after the last one
     it saw; subscribers skip what they already sent, so nothing is lost or repeated."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, heartbeat: float = 15.0) -> None:
         self.rt = rt
+        self.heartbeat = heartbeat
         self.subscribers: dict[str, set[Subscriber]] = defaultdict(set)
         self._sub = None
         self._last_seq = 0
         self._watch: asyncio.Task[None] | None = None
+        self._keepalives: asyncio.Task[None] | None = None
         self.closing = asyncio.Event()
 
     async def start(self) -> None:
@@ -101,6 +121,17 @@ class EventHub:
         self._last_seq = int(info.state.last_seq)
         await self._subscribe(None)
         self._watch = asyncio.create_task(self._resubscribe_after_reconnects())
+        self._keepalives = asyncio.create_task(self._keepalive_sweep())
+
+    async def _keepalive_sweep(self) -> None:
+        """Streams silent for a heartbeat get a comment line (proxies close idle connections)."""
+        loop = asyncio.get_running_loop()
+        while not self.closing.is_set():
+            await asyncio.sleep(self.heartbeat / 4)
+            now = loop.time()
+            for subs in list(self.subscribers.values()):
+                for sub in list(subs):
+                    sub.want_keepalive(now, self.heartbeat)
 
     async def _subscribe(self, start_seq: int | None) -> None:
         if start_seq is None:  # from now on
@@ -141,8 +172,9 @@ class EventHub:
         if self.closing.is_set():
             return
         self.closing.set()
-        if self._watch is not None:
-            self._watch.cancel()
+        for task in (self._watch, self._keepalives):
+            if task is not None:
+                task.cancel()
         for subs in list(self.subscribers.values()):
             for sub in list(subs):
                 sub.overflowed = True  # wakes and ends with a reconnect hint
@@ -219,7 +251,7 @@ class StreamPlan:
     done_grace: float = 0.0
 
 
-async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan, heartbeat: float) -> AsyncIterator[str | bytes]:
+async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan) -> AsyncIterator[str | bytes]:
     sub = hub.register(task_id)
     last_sent = plan.start_seq - 1
     follow = plan.run_id
@@ -239,8 +271,7 @@ async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan, heartbeat
                 return
             deadline = asyncio.get_running_loop().time() + plan.done_grace
         while True:
-            wait = heartbeat if deadline is None else deadline - asyncio.get_running_loop().time()
-            items = await sub.take(wait)
+            items = await sub.take(deadline)
             if not items:
                 if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                     yield done_frame(follow, "idle")

@@ -49,7 +49,7 @@ def install(app: Any) -> None:
 
     async def start_hub(app: Any) -> None:
         rt = app.state.rt
-        hub = EventHub(rt)
+        hub = EventHub(rt, heartbeat=rt.settings.zcbot_sse_heartbeat_seconds)
         await hub.start()
         app.state.event_hub = hub
 
@@ -148,7 +148,7 @@ def _parse_last_event_id(value: str | None) -> int | None:
 @router.get("/tasks/{task_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}, "description": "SSE stream of run events"}})
 async def run_events(
-    request: Request, task_id: str, user_id: CurrentUser, session: SessionDep, rt: RuntimeDep, settings: SettingsDep,
+    request: Request, task_id: str, user_id: CurrentUser, session: SessionDep, rt: RuntimeDep,
     run_id: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> StreamingResponse:
@@ -179,5 +179,5 @@ async def run_events(
 
         return StreamingResponse(idle(), media_type="text/event-stream", headers=headers)
     hub = get_hub(request)
-    return StreamingResponse(stream_events(hub, task_id, plan, settings.zcbot_sse_heartbeat_seconds),
+    return StreamingResponse(stream_events(hub, task_id, plan),
                              media_type="text/event-stream", headers=headers)
