@@ -292,20 +292,23 @@ async def llm_client_overhead(stack: BenchStack, iters: int) -> dict[str, Any]:
     return {"litellm_stream_chat": a, "raw_httpx_stream": b, "added_p50_ms": round(a["p50_ms"] - b["p50_ms"], 3)}
 
 
-async def open_runs(stack: BenchStack, client: Client, n: int) -> dict[str, Any]:
-    """n runs open at once on the runner(s), the model streaming 30 chunks/s for ~2 s each."""
+async def open_runs(stack: BenchStack, client: Client, n: int, stream_seconds: float) -> dict[str, Any]:
+    """n runs submitted at once, the model streaming 30 chunks/s for `stream_seconds` each: how many
+    runs one runner process holds open at the same time, and the chunk rate it actually sustains
+    (a stream the runner cannot keep up with slows down by TCP backpressure; it stays open)."""
     headers = await client.login("openruns")
-    await push_script(stack.fake_url, "BENCH-OPEN", [{"chunks": ["o "] * 60, "chunk_delay": 1 / 30}])
+    chunks = int(30 * stream_seconds)
+    await push_script(stack.fake_url, "BENCH-OPEN", [{"chunks": ["o "] * chunks, "chunk_delay": 1 / 30}])
     tasks = [await client.task(headers, f"open{i}") for i in range(n)]
     peak = {"active": 0.0}
     done = asyncio.Event()
+    runners = [p for p in stack.procs if p.name == "runner" and p.port and p.popen.poll() is None]
 
     async def sample() -> None:
-        runner_ports = [p.port for p in stack.procs if p.name == "runner" and p.port and p.popen.poll() is None]
         while not done.is_set():
             total = 0.0
-            for port in runner_ports:
-                r = await client.http.get(f"http://127.0.0.1:{port}/metrics")
+            for proc in runners:
+                r = await client.http.get(f"http://127.0.0.1:{proc.port}/metrics")
                 for line in r.text.splitlines():
                     if line.startswith("zcbot_runner_active_runs "):
                         total += float(line.split()[1])
@@ -313,14 +316,19 @@ async def open_runs(stack: BenchStack, client: Client, n: int) -> dict[str, Any]
             await asyncio.sleep(0.2)
 
     sampler = asyncio.create_task(sample())
+    cpu0 = sum(process_cpu_seconds(p.popen.pid) for p in runners)
     t0 = time.perf_counter()
 
     async def one(task_id: str) -> str:
         body = await client.post(headers, task_id, "BENCH-OPEN go")
         events = await client.events(headers, body["events_url"])
-        return events[-1][1]["data"]["status"]
+        text = "".join(e[1]["data"].get("delta", "") for e in events if e[1]["event"] == "text")
+        status = events[-1][1]["data"]["status"]
+        return status if text == "o " * chunks else f"{status}, text incomplete"
 
     statuses = await asyncio.gather(*(one(t) for t in tasks), return_exceptions=True)
+    elapsed = time.perf_counter() - t0
+    runner_cpu = sum(process_cpu_seconds(p.popen.pid) for p in runners) - cpu0
     done.set()
     await sampler
     ok = sum(1 for s in statuses if s == "ok")
@@ -329,7 +337,10 @@ async def open_runs(stack: BenchStack, client: Client, n: int) -> dict[str, Any]
         key = s if isinstance(s, str) else f"{type(s).__name__}: {str(s)[:80]}"
         outcomes[key] = outcomes.get(key, 0) + 1
     return {"runs": n, "ok": ok, "outcomes": outcomes, "peak_concurrently_open": peak["active"],
-            "seconds": round(time.perf_counter() - t0, 2)}
+            "chunks_per_run": chunks, "seconds": round(elapsed, 2),
+            "model_chunks_per_second_sustained": round(n * chunks / elapsed, 1),
+            "runner_cpu_share_of_a_core": round(runner_cpu / elapsed, 2),
+            "runner_cpu_us_per_chunk": round(1e6 * runner_cpu / max(n * chunks, 1), 1)}
 
 
 def _run_owner(db_url: str, task_id: str) -> str:
@@ -403,7 +414,8 @@ async def main_async(quick: bool, only: list[str] | None = None) -> dict[str, An
         if "recovery" in wanted:
             report["recovery"] = await recovery(stack, client, 2 if quick else 5)
         if "open_runs" in wanted:
-            report["open_runs_one_process"] = await open_runs(stack, client, 200 if quick else 1000)
+            report["open_runs_one_process"] = await open_runs(stack, client, 200 if quick else 1000,
+                                                              5.0 if quick else 10.0)
         await client.close()
     finally:
         stack.stop()

@@ -312,17 +312,29 @@ async def finish_run(
     With `owner` (the runner executing the run), nothing changes unless that runner still holds the
     run: a runner whose run was redelivered to another one (its heartbeats were lost) must not end it.
     """
-    task = (await session.execute(select(Task).where(Task.task_id == task_id).with_for_update())).scalar_one_or_none()
-    if task is None or task.run_id != run_id:
-        return FinishOutcome(finished=False)
-    if owner is not None and task.run_owner != owner:
-        return FinishOutcome(finished=False, superseded=True)
-    task.run_status = "error" if status == "error" else "idle"
-    task.run_error = error if status == "error" else None
-    task.run_owner = None
-    task.run_timings = timings
+    # One conditional UPDATE ends the run when this caller still holds it (the usual case); only a
+    # miss or waiting messages need the row itself.
+    holds = [Task.task_id == task_id, Task.run_id == run_id]
+    if owner is not None:
+        holds.append(Task.run_owner == owner)
+    ended = (await session.execute(
+        update(Task).where(*holds)
+        .values(run_status="error" if status == "error" else "idle", run_error=error if status == "error" else None,
+                run_owner=None, run_timings=timings)
+        .returning(Task.pending_inputs, Task.deleted_at)
+        .execution_options(synchronize_session=False)
+    )).first()
+    if ended is None:
+        current = (await session.execute(select(Task.run_id).where(Task.task_id == task_id))).first()
+        held_elsewhere = current is not None and current.run_id == run_id  # so the owner differs
+        return FinishOutcome(finished=False, superseded=held_elsewhere)
+    if not ended.pending_inputs or ended.deleted_at is not None:
+        return FinishOutcome()
+    task = (await session.execute(
+        select(Task).where(Task.task_id == task_id).execution_options(populate_existing=True)
+    )).scalar_one()
     pending = list(task.pending_inputs or [])
-    if pending and task.deleted_at is None:
+    if pending:
         item = pending.pop(0)
         task.pending_inputs = pending
         req, _ = await _queue_run(session, _events_tail(js, topo, task.task_id), task, item["run_id"], item["content"])

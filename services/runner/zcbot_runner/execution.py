@@ -10,7 +10,7 @@ from typing import Any
 
 from nats.aio.msg import Msg
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import select
+from sqlalchemy import case, func, select, update
 
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.fold import meta_of, prepare_run_context, soft_reset_locked_task
@@ -22,7 +22,7 @@ from zcbot_core.bus import events as ev
 from zcbot_core.config import ConfigError
 from zcbot_core.db.models import Message, Task
 from zcbot_core.llm.profiles import get_profile
-from zcbot_core.runs import finish_run, now, publish_run
+from zcbot_core.runs import ACTIVE_STATUSES, finish_run, now, publish_run
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_runner import metrics
@@ -93,16 +93,19 @@ class RunExecutor:
     async def _claim(self, req: RunRequest) -> Claim | None:
         assert self.rt.sessions is not None
         async with self.rt.sessions() as session, session.begin():
-            task = (
-                await session.execute(select(Task).where(Task.task_id == req.task_id).with_for_update())
-            ).scalar_one_or_none()
-            if task is None or task.run_id != req.run_id or task.run_status not in ("queued", "running", "cancelling"):
-                return None  # stale or duplicate delivery of a finished run
+            # One conditional UPDATE takes the row lock and claims the run (a cancel requested
+            # before the claim keeps `cancelling`); no row: a stale or duplicate delivery.
+            task = (await session.scalars(
+                update(Task)
+                .where(Task.task_id == req.task_id, Task.run_id == req.run_id, Task.run_status.in_(ACTIVE_STATUSES))
+                .values(run_status=case((Task.run_status == "cancelling", "cancelling"), else_="running"),
+                        run_owner=self.runner_id, run_started_at=func.coalesce(Task.run_started_at, func.now()))
+                .returning(Task)
+                .execution_options(populate_existing=True)
+            )).first()
+            if task is None:
+                return None
             cancelling = task.run_status == "cancelling"
-            if not cancelling:
-                task.run_status = "running"
-            task.run_owner = self.runner_id
-            task.run_started_at = task.run_started_at or now()
             rows = (
                 await session.execute(
                     select(Message.idx, Message.kind, Message.payload, Message.created_at)
