@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     zcbot_executor_port: int = Field(default=8767, alias="ZCBOT_EXECUTOR_PORT")
     zcbot_scheduler_port: int = Field(default=8768, alias="ZCBOT_SCHEDULER_PORT")
     zcbot_channels_port: int = Field(default=8769, alias="ZCBOT_CHANNELS_PORT")
+    # Database connections per process: `pool_size` stay open (a run touches the database four times,
+    # and a connection opened per touch costs more than the query); up to `max_overflow` more under bursts.
+    zcbot_db_pool_size: int = Field(default=30, ge=1, alias="ZCBOT_DB_POOL_SIZE")
+    zcbot_db_max_overflow: int = Field(default=20, ge=0, alias="ZCBOT_DB_MAX_OVERFLOW")
     # Runs.
     zcbot_runner_concurrency: int = Field(default=200, alias="ZCBOT_RUNNER_CONCURRENCY")
     zcbot_max_runs_per_user: int = Field(default=3, alias="ZCBOT_MAX_RUNS_PER_USER")

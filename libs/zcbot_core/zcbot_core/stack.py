@@ -389,7 +389,8 @@ class Stack:
         if not db_url:
             port = choose_port(self.home, "postgres", DEFAULT_PG_PORT)
             self.say(f"starting embedded PostgreSQL on port {port}, data in {self.home / 'pg'}")
-            self.pg = EmbeddedPostgres(self.home / "pg", port)
+            # Four services with a database pool each (ZCBOT_DB_POOL_SIZE + ZCBOT_DB_MAX_OVERFLOW).
+            self.pg = EmbeddedPostgres(self.home / "pg", port, options={"max_connections": "300"})
             self.pg.start()
             ensure_database(self.pg.url, DB_NAME)
             db_url = self.pg.url_for(DB_NAME)

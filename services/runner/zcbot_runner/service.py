@@ -45,6 +45,7 @@ class RunnerService:
         schemas = self._sandbox_schemas if self._sandbox_schemas is not None else _default_sandbox_schemas()
         extend = self._extend_toolbox if self._extend_toolbox is not None else _default_extend_toolbox(rt)
         self.executor = RunExecutor(rt, self.runner_id, client, schemas, extend)
+        await _warm_llm_client(rt)
         self.slots = asyncio.Semaphore(rt.settings.zcbot_runner_concurrency)
         self._cancel_sub = await rt.nc.subscribe(rt.topo.cancel_wildcard(), cb=self._on_cancel)
         config: ConsumerConfig = runs_consumer_config(rt.topo, stream_limits(rt.settings))
@@ -125,6 +126,18 @@ class RunnerService:
             await self.psub.unsubscribe()
         except Exception:  # already closed by a reconnect
             pass
+
+
+async def _warm_llm_client(rt: Runtime) -> None:
+    """LiteLLM's first call loads tokenizers and the cost map: done before pulling the first run."""
+    from zcbot_core.llm.client import warm_up
+    from zcbot_core.llm.profiles import get_profile
+
+    try:
+        profile = get_profile(rt.settings, None)
+    except Exception:  # a misconfigured default profile is reported by the run that uses it
+        return
+    await asyncio.to_thread(warm_up, profile)
 
 
 def _default_executor_client(rt: Runtime) -> Any:

@@ -12,7 +12,7 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, pool_size: int = 10, max_overflow: int = 40) -> AsyncEngine:
+def make_engine(url: str, pool_size: int = 30, max_overflow: int = 20) -> AsyncEngine:
     return create_async_engine(
         normalize_url(url),
         pool_size=pool_size,
