@@ -20,7 +20,7 @@ from typing import Any, Literal
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
-from sqlalchemy import Integer, String, func, insert, literal, select, update
+from sqlalchemy import Integer, String, bindparam, func, insert, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -86,6 +86,20 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
+_messages = Message.__table__
+_APPEND_COLUMNS = {"payload": JSONB, "kind": String, "run_id": String, "model_profile": String,
+                   "tokens_in": Integer, "tokens_out": Integer}
+# Built once (expression building cost more CPU than the round trip): the next idx and the row in
+# one INSERT ... SELECT.
+_APPEND = insert(_messages).from_select(
+    ["task_id", "idx", *_APPEND_COLUMNS],
+    select(bindparam("append_task", type_=String).label("task_id"),
+           func.coalesce(func.max(_messages.c.idx) + 1, 0).label("idx"),
+           *(bindparam(f"append_{name}", type_=kind).label(name) for name, kind in _APPEND_COLUMNS.items()))
+    .where(_messages.c.task_id == bindparam("append_task", type_=String)),
+).returning(_messages.c.idx)
+
+
 async def append_message(
     session: AsyncSession,
     task_id: str,
@@ -102,13 +116,9 @@ async def append_message(
     idx is the real message count (never the loaded window's size: see seed 003 §8.8); callers hold
     the task row lock so two appends cannot pick the same idx.
     """
-    values = {"payload": literal(payload, JSONB), "kind": literal(kind), "run_id": literal(run_id, String),
-              "model_profile": literal(model_profile, String), "tokens_in": literal(tokens_in, Integer),
-              "tokens_out": literal(tokens_out, Integer)}
-    next_idx = select(literal(task_id).label("task_id"), func.coalesce(func.max(Message.idx) + 1, 0).label("idx"),
-                      *(value.label(name) for name, value in values.items())).where(Message.task_id == task_id)
-    stmt = insert(Message).from_select(["task_id", "idx", *values], next_idx).returning(Message.idx)
-    return int((await session.execute(stmt)).scalar_one())
+    params = {"append_task": task_id, "append_payload": payload, "append_kind": kind, "append_run_id": run_id,
+              "append_model_profile": model_profile, "append_tokens_in": tokens_in, "append_tokens_out": tokens_out}
+    return int((await session.execute(_APPEND, params)).scalar_one())
 
 
 async def _events_tail(js: JetStreamContext, topo: Topology, task_id: str) -> int:
@@ -295,6 +305,19 @@ class FinishOutcome:
     superseded: bool = False  # `owner` was given and another execution holds the run (nothing was changed)
 
 
+def _end_run_statement(owned: bool) -> Any:
+    tasks = Task.__table__
+    stmt = update(tasks).where(tasks.c.task_id == bindparam("end_task"), tasks.c.run_id == bindparam("end_run"))
+    if owned:
+        stmt = stmt.where(tasks.c.run_owner == bindparam("end_owner"))
+    return (stmt.values(run_status=bindparam("end_status"), run_error=bindparam("end_error"), run_owner=None,
+                        run_timings=bindparam("end_timings", type_=JSONB))
+            .returning(tasks.c.pending_inputs, tasks.c.deleted_at))
+
+
+_END_RUN = {owned: _end_run_statement(owned) for owned in (True, False)}  # built once
+
+
 async def finish_run(
     session: AsyncSession,
     js: JetStreamContext,
@@ -314,16 +337,11 @@ async def finish_run(
     """
     # One conditional UPDATE ends the run when this caller still holds it (the usual case); only a
     # miss or waiting messages need the row itself.
-    holds = [Task.task_id == task_id, Task.run_id == run_id]
+    params = {"end_task": task_id, "end_run": run_id, "end_status": "error" if status == "error" else "idle",
+              "end_error": error if status == "error" else None, "end_timings": timings}
     if owner is not None:
-        holds.append(Task.run_owner == owner)
-    ended = (await session.execute(
-        update(Task).where(*holds)
-        .values(run_status="error" if status == "error" else "idle", run_error=error if status == "error" else None,
-                run_owner=None, run_timings=timings)
-        .returning(Task.pending_inputs, Task.deleted_at)
-        .execution_options(synchronize_session=False)
-    )).first()
+        params["end_owner"] = owner
+    ended = (await session.execute(_END_RUN[owner is not None], params)).first()
     if ended is None:
         current = (await session.execute(select(Task.run_id).where(Task.task_id == task_id))).first()
         held_elsewhere = current is not None and current.run_id == run_id  # so the owner differs

@@ -16,7 +16,8 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, Date, cast, func, insert, select, update
+from sqlalchemy import BigInteger, Date, Numeric, bindparam, cast, func, insert, select, update
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -30,16 +31,23 @@ def to_cost(cost_usd: float | Decimal) -> Decimal:
     return cost_usd if isinstance(cost_usd, Decimal) else Decimal(str(round(float(cost_usd), 6)))
 
 
+_INSERT_USAGE = insert(UsageEvent.__table__).values(  # built once: one is written per LLM call
+    user_id=bindparam("usage_user"), task_id=bindparam("usage_task"), run_id=bindparam("usage_run"),
+    kind=bindparam("usage_kind"), model_profile=bindparam("usage_profile"), units=bindparam("usage_units", type_=JSONB),
+    cost=bindparam("usage_cost", type_=Numeric(14, 6)),
+)
+
+
 async def insert_usage_event(session: AsyncSession, *, user_id: str, task_id: str | None, run_id: str | None,
                              model_profile: str | None, prompt_tokens: int, completion_tokens: int,
                              cached_tokens: int, cost: Decimal, kind: str = "chat") -> None:
     """The usage event row alone, for a caller that adds the task's totals in its own statement."""
-    await session.execute(insert(UsageEvent).values(
-        user_id=user_id, task_id=task_id, run_id=run_id, kind=kind, model_profile=model_profile,
-        units={"prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens),
-               "cached_tokens": int(cached_tokens)},
-        cost=cost,
-    ))
+    await session.execute(_INSERT_USAGE, {
+        "usage_user": user_id, "usage_task": task_id, "usage_run": run_id, "usage_kind": kind,
+        "usage_profile": model_profile, "usage_cost": cost,
+        "usage_units": {"prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens),
+                        "cached_tokens": int(cached_tokens)},
+    })
 
 
 async def record_usage(session: AsyncSession, *, user_id: str, task_id: str | None, run_id: str | None,

@@ -10,22 +10,21 @@ from typing import Any
 
 from nats.aio.msg import Msg
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import case, func, select, update
 
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
-from zcbot_core.agent.fold import meta_of, prepare_run_context, soft_reset_locked_task
-from zcbot_core.agent.context import prepare_messages, window
+from zcbot_core.agent.fold import prepare_run_context
+from zcbot_core.agent.context import prepare_messages
 from zcbot_core.agent.loop import AgentLoop, LoopResult
 from zcbot_core.agent.prompt import PromptContext, build_system_prompt
 from zcbot_core.bus import BusDecodeError, CancelRequest, RunRequest, decode
 from zcbot_core.bus import events as ev
 from zcbot_core.config import ConfigError
-from zcbot_core.db.models import Message, Task
 from zcbot_core.llm.profiles import get_profile
-from zcbot_core.runs import ACTIVE_STATUSES, finish_run, now, publish_run
+from zcbot_core.runs import finish_run, publish_run
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_runner import metrics
+from zcbot_runner.claim import Claim, claim_run
 from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
 from zcbot_runner.store import DbStepStore, RunSuperseded
@@ -50,13 +49,6 @@ class ActiveRun:
     token: CancelToken
     msg: Msg
     started: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class Claim:
-    task: Task
-    history: list[dict[str, Any]]
-    cancelling: bool
 
 
 class RunExecutor:
@@ -90,35 +82,6 @@ class RunExecutor:
         return req.reason if req.run_id == run_id else None
 
     # ---- claim -----------------------------------------------------------------------------
-    async def _claim(self, req: RunRequest) -> Claim | None:
-        assert self.rt.sessions is not None
-        async with self.rt.sessions() as session, session.begin():
-            # One conditional UPDATE takes the row lock and claims the run (a cancel requested
-            # before the claim keeps `cancelling`); no row: a stale or duplicate delivery.
-            task = (await session.scalars(
-                update(Task)
-                .where(Task.task_id == req.task_id, Task.run_id == req.run_id, Task.run_status.in_(ACTIVE_STATUSES))
-                .values(run_status=case((Task.run_status == "cancelling", "cancelling"), else_="running"),
-                        run_owner=self.runner_id, run_started_at=func.coalesce(Task.run_started_at, func.now()))
-                .returning(Task)
-                .execution_options(populate_existing=True)
-            )).first()
-            if task is None:
-                return None
-            cancelling = task.run_status == "cancelling"
-            rows = (
-                await session.execute(
-                    select(Message.idx, Message.kind, Message.payload, Message.created_at)
-                    .where(Message.task_id == task.task_id, Message.idx >= task.context_base_idx)
-                    .order_by(Message.idx)
-                )
-            ).all()
-            # The soft reset (a long gap, "/new") is decided on this same locked row and window.
-            if soft_reset_locked_task(task, [meta_of(*r) for r in rows], now()):
-                rows = [r for r in rows if r.idx >= task.context_base_idx]
-            history = window([(r.idx, r.kind, r.payload) for r in rows], task.context_base_idx, task.context_summary)
-            return Claim(task=task, history=history, cancelling=cancelling)
-
     # ---- run -------------------------------------------------------------------------------
     async def handle(self, msg: Msg) -> None:
         try:
@@ -141,7 +104,7 @@ class RunExecutor:
         # A cancel stored in KV (e.g. sent while no runner held the run) is looked up during the claim.
         pending_cancel = asyncio.ensure_future(self._pending_cancel(req.task_id, req.run_id))
         try:
-            claim = await self._claim(req)
+            claim = await claim_run(self.rt.sessions, req, self.runner_id)
         except BaseException:
             pending_cancel.cancel()
             self._forget(active)
@@ -261,7 +224,7 @@ class RunExecutor:
         await sink.emit(ev.Warn(run_id=req.run_id, msg=DB_OUTAGE_WARNING))
         await sink.flush()
 
-    async def _build_loop(self, req: RunRequest, task: Task, profile: Any, sink: BusEventSink,
+    async def _build_loop(self, req: RunRequest, task: Any, profile: Any, sink: BusEventSink,
                           token: CancelToken) -> AgentLoop:
         assert self.rt.sessions is not None
         toolbox = RunnerToolBox(executor=self.executor_client, sandbox_schemas=self.sandbox_schemas,

@@ -184,21 +184,6 @@ def meta_of(idx: int, kind: str, payload: dict[str, Any], created_at: datetime) 
     return MessageMeta(idx=idx, role=role, created_at=created_at, content=head, kind=kind)
 
 
-def soft_reset_locked_task(task: Task, metas: Sequence[MessageMeta], now: datetime, *,
-                           gap_hours: float = GAP_HOURS) -> ResetDecision | None:
-    """The soft reset applied to a task row the caller holds locked (the runner's claim), from the
-    window it loaded in the same transaction: no second transaction at run start."""
-    base = int(task.context_base_idx or 0)
-    decision = plan_reset(metas, now, base_idx=base, gap_hours=gap_hours)
-    if decision is None:
-        return None
-    task.context_base_idx = decision.base_idx
-    if decision.clear_summary:
-        task.context_summary = None
-    log.info("context soft reset", extra={"task_id": task.task_id, "base_idx": decision.base_idx, "reason": decision.reason})
-    return decision
-
-
 async def apply_soft_reset(sessions: async_sessionmaker[AsyncSession], task_id: str, now: datetime, *,
                            gap_hours: float = GAP_HOURS) -> ResetDecision | None:
     """Move the task's window start after a gap or a new-topic command (see the module docstring).
@@ -392,7 +377,7 @@ async def prepare_run_context(sessions: async_sessionmaker[AsyncSession], task_i
 
     `current` is the window the caller already loaded; when neither a reset nor a fold changes it
     (and it is clearly below the fold threshold) it is returned as is, sparing two DB reads.
-    `reset_applied`: the caller already applied the soft reset to `current` (`soft_reset_locked_task`).
+    `reset_applied`: the caller already applied the soft reset to `current` (the runner's claim).
     """
     reset = None if reset_applied else await apply_soft_reset(sessions, task_id, now or datetime.now(timezone.utc))
     if reset is None and current is not None:
