@@ -115,15 +115,18 @@ def register_model_info(profile: Profile) -> None:
     except Exception:
         return
     pricing = profile.pricing
+    input_cost = (pricing.input_per_mtok / 1e6) if pricing else 0.0
+    cached = pricing.cached_input_per_mtok if pricing and pricing.cached_input_per_mtok is not None else None
     info: dict[str, Any] = {
         "litellm_provider": provider, "mode": "chat",
         "max_input_tokens": profile.max_context, "max_output_tokens": profile.max_output,
         "max_tokens": profile.max_output,
-        "input_cost_per_token": (pricing.input_per_mtok / 1e6) if pricing else 0.0,
+        "input_cost_per_token": input_cost,
         "output_cost_per_token": (pricing.output_per_mtok / 1e6) if pricing else 0.0,
+        # as `Pricing.cost` prices them (and stated, so LiteLLM does not warn that it assumes 0)
+        "cache_read_input_token_cost": (cached / 1e6) if cached is not None else input_cost,
+        "cache_creation_input_token_cost": input_cost,
     }
-    if pricing is not None and pricing.cached_input_per_mtok is not None:
-        info["cache_read_input_token_cost"] = pricing.cached_input_per_mtok / 1e6
     try:
         litellm.register_model({profile.model: info})
     except Exception:  # registration is an optimisation only
