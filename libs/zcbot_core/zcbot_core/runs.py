@@ -20,17 +20,16 @@ from typing import Any, Literal
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
-from sqlalchemy import Integer, String, bindparam, func, insert, select, update
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
 from zcbot_core.bus.topology import kv_bucket
-from zcbot_core.db.models import Message, Task, User
+from zcbot_core import run_sql as sql
+from zcbot_core.run_sql import ACTIVE_STATUSES
 
 log = logging.getLogger(__name__)
 
-ACTIVE_STATUSES = ("queued", "running", "cancelling")
 Multitask = Literal["reject", "enqueue", "interrupt"]
 MAX_PENDING_INPUTS = 20
 
@@ -86,20 +85,6 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-_messages = Message.__table__
-_APPEND_COLUMNS = {"payload": JSONB, "kind": String, "run_id": String, "model_profile": String,
-                   "tokens_in": Integer, "tokens_out": Integer}
-# Built once (expression building cost more CPU than the round trip): the next idx and the row in
-# one INSERT ... SELECT.
-_APPEND = insert(_messages).from_select(
-    ["task_id", "idx", *_APPEND_COLUMNS],
-    select(bindparam("append_task", type_=String).label("task_id"),
-           func.coalesce(func.max(_messages.c.idx) + 1, 0).label("idx"),
-           *(bindparam(f"append_{name}", type_=kind).label(name) for name, kind in _APPEND_COLUMNS.items()))
-    .where(_messages.c.task_id == bindparam("append_task", type_=String)),
-).returning(_messages.c.idx)
-
-
 async def append_message(
     session: AsyncSession,
     task_id: str,
@@ -118,7 +103,7 @@ async def append_message(
     """
     params = {"append_task": task_id, "append_payload": payload, "append_kind": kind, "append_run_id": run_id,
               "append_model_profile": model_profile, "append_tokens_in": tokens_in, "append_tokens_out": tokens_out}
-    return int((await session.execute(_APPEND, params)).scalar_one())
+    return int((await session.execute(sql.APPEND_MESSAGE, params)).scalar_one())
 
 
 async def _events_tail(js: JetStreamContext, topo: Topology, task_id: str) -> int:
@@ -130,26 +115,17 @@ async def _events_tail(js: JetStreamContext, topo: Topology, task_id: str) -> in
         return 0
 
 
-async def _lock_task(session: AsyncSession, user_id: str, task_id: str) -> Task:
-    await session.execute(select(User.user_id).where(User.user_id == user_id).with_for_update())
-    task = (
-        await session.execute(
-            select(Task).where(Task.task_id == task_id, Task.user_id == user_id, Task.deleted_at.is_(None)).with_for_update()
-        )
-    ).scalar_one_or_none()
+async def _lock_task(session: AsyncSession, user_id: str, task_id: str) -> Any:
+    """The user's task row, locked (after the user row), or TaskNotFound."""
+    await session.execute(sql.LOCK_USER, {"lock_user": user_id})
+    task = (await session.execute(sql.LOCK_TASK, {"lock_task": task_id, "lock_user": user_id})).first()
     if task is None:
         raise TaskNotFound(task_id)
     return task
 
 
 async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -> None:
-    # Both caps in one scan of the active rows (ix_tasks_run_status): one round trip per message.
-    active, queued = (
-        await session.execute(
-            select(func.count().filter(Task.user_id == user_id), func.count().filter(Task.run_status == "queued"))
-            .select_from(Task).where(Task.run_status.in_(ACTIVE_STATUSES))
-        )
-    ).one()
+    active, queued = (await session.execute(sql.QUOTA, {"quota_user": user_id})).one()
     if active >= limits.max_runs_per_user:
         raise QuotaExceeded(
             f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}); "
@@ -160,18 +136,17 @@ async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -
 
 
 async def _queue_run(
-    session: AsyncSession, events_tail: Awaitable[int], task: Task, run_id: str, content: Any
+    session: AsyncSession, events_tail: Awaitable[int], task_id: str, user_id: str, run_id: str, content: Any,
+    still_pending: list[Any] | None = None,
 ) -> tuple[RunRequest, int]:
-    idx = await append_message(session, task.task_id, {"role": "user", "content": content}, run_id=run_id)
-    task.run_status = "queued"
-    task.run_id = run_id
-    task.run_error = None
-    task.run_owner = None
-    task.run_queued_at = now()
-    task.run_started_at = None
-    task.run_timings = None
-    task.run_events_from = await events_tail
-    req = RunRequest(run_id=run_id, task_id=task.task_id, user_id=task.user_id, enqueued_at=time.time())
+    """The message and the task's new `queued` run (`still_pending`: what keeps waiting behind it)."""
+    idx = await append_message(session, task_id, {"role": "user", "content": content}, run_id=run_id)
+    params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id, "queue_events_from": await events_tail}
+    if still_pending is None:
+        await session.execute(sql.QUEUE_RUN, params)
+    else:
+        await session.execute(sql.QUEUE_NEXT_PENDING, {**params, "queue_pending": still_pending})
+    req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time())
     return req, idx
 
 
@@ -188,8 +163,9 @@ async def _publish_or_fail(
         log.error("run publish failed", extra={"task_id": req.task_id, "run_id": req.run_id, "error": repr(exc)})
         async with sessions() as session, session.begin():
             await session.execute(
-                update(Task)
-                .where(Task.task_id == req.task_id, Task.run_id == req.run_id, Task.run_status == "queued")
+                update(sql.tasks)
+                .where(sql.tasks.c.task_id == req.task_id, sql.tasks.c.run_id == req.run_id,
+                       sql.tasks.c.run_status == "queued")
                 .values(run_status="error", run_error="the run could not be queued (message bus unavailable); send again")
             )
         raise BusUnavailable("the message bus is unavailable; the message was saved, send again to retry") from exc
@@ -250,14 +226,14 @@ async def _submit(
                 pending.insert(0, item)
             else:
                 pending.append(item)
-            task.pending_inputs = pending
             active_run = task.run_id
             position = pending.index(item) + 1
-            if multitask == "interrupt" and task.run_status != "cancelling":
-                task.run_status = "cancelling"
+            await session.execute(sql.SET_PENDING, {
+                "pending_task": task_id, "pending_inputs": pending,
+                "pending_status": "cancelling" if multitask == "interrupt" else task.run_status})
         else:
             await _check_quota(session, user_id, limits)
-            req, idx = await _queue_run(session, events_tail, task, run_id, content)
+            req, idx = await _queue_run(session, events_tail, task_id, user_id, run_id, content)
             req.origin = origin
             req.scheduled_job_id = scheduled_job_id
             active_run = None
@@ -291,7 +267,7 @@ async def request_cancel(
         task = await _lock_task(session, user_id, task_id)
         if task.run_status not in ACTIVE_STATUSES or not task.run_id:
             raise NothingToCancel("no run is active on this task")
-        task.run_status = "cancelling"
+        await session.execute(sql.MARK_CANCELLING, {"cancel_task": task_id})
         run_id = task.run_id
     await signal_cancel(nc, js, topo, task_id, run_id, reason)
     return run_id
@@ -303,19 +279,6 @@ class FinishOutcome:
     finished: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     superseded: bool = False  # `owner` was given and another execution holds the run (nothing was changed)
-
-
-def _end_run_statement(owned: bool) -> Any:
-    tasks = Task.__table__
-    stmt = update(tasks).where(tasks.c.task_id == bindparam("end_task"), tasks.c.run_id == bindparam("end_run"))
-    if owned:
-        stmt = stmt.where(tasks.c.run_owner == bindparam("end_owner"))
-    return (stmt.values(run_status=bindparam("end_status"), run_error=bindparam("end_error"), run_owner=None,
-                        run_timings=bindparam("end_timings", type_=JSONB))
-            .returning(tasks.c.pending_inputs, tasks.c.deleted_at))
-
-
-_END_RUN = {owned: _end_run_statement(owned) for owned in (True, False)}  # built once
 
 
 async def finish_run(
@@ -341,21 +304,16 @@ async def finish_run(
               "end_error": error if status == "error" else None, "end_timings": timings}
     if owner is not None:
         params["end_owner"] = owner
-    ended = (await session.execute(_END_RUN[owner is not None], params)).first()
+    ended = (await session.execute(sql.END_RUN[owner is not None], params)).first()
     if ended is None:
-        current = (await session.execute(select(Task.run_id).where(Task.task_id == task_id))).first()
+        current = (await session.execute(sql.RUN_OF_TASK, {"of_task": task_id})).first()
         held_elsewhere = current is not None and current.run_id == run_id  # so the owner differs
         return FinishOutcome(finished=False, superseded=held_elsewhere)
-    if not ended.pending_inputs or ended.deleted_at is not None:
+    pending = list(ended.pending_inputs or [])
+    if not pending or ended.deleted_at is not None:
         return FinishOutcome()
-    task = (await session.execute(
-        select(Task).where(Task.task_id == task_id).execution_options(populate_existing=True)
-    )).scalar_one()
-    pending = list(task.pending_inputs or [])
-    if pending:
-        item = pending.pop(0)
-        task.pending_inputs = pending
-        req, _ = await _queue_run(session, _events_tail(js, topo, task.task_id), task, item["run_id"], item["content"])
-        req.origin = item.get("origin", "web")
-        return FinishOutcome(next_request=req)
-    return FinishOutcome()
+    item = pending.pop(0)
+    req, _ = await _queue_run(session, _events_tail(js, topo, task_id), task_id, ended.user_id, item["run_id"],
+                              item["content"], still_pending=pending)
+    req.origin = item.get("origin", "web")
+    return FinishOutcome(next_request=req)

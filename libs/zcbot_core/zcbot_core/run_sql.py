@@ -1,0 +1,82 @@
+"""The run state machine's SQL (`zcbot_core.runs`, the runner's claim and step store), built once.
+
+Each statement takes bind parameters: building SQLAlchemy expressions per call, and the ORM's
+load-mutate-flush cycle, cost more CPU than the round trips themselves on the per-message and
+per-step paths (docs/performance.md). Rows come back as read-only `Row`s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Integer, String, bindparam, func, insert, select, update
+from sqlalchemy.dialects.postgresql import JSONB
+
+from zcbot_core.db.models import Message, Task, User
+
+ACTIVE_STATUSES = ("queued", "running", "cancelling")
+
+tasks = Task.__table__
+messages = Message.__table__
+users = User.__table__
+
+# The user row first, then the task row: every writer locks in this order (per-user caps hold).
+LOCK_USER = select(users.c.user_id).where(users.c.user_id == bindparam("lock_user")).with_for_update()
+LOCK_TASK = (
+    select(tasks)
+    .where(tasks.c.task_id == bindparam("lock_task"), tasks.c.user_id == bindparam("lock_user"),
+           tasks.c.deleted_at.is_(None))
+    .with_for_update()
+)
+
+# Both caps in one scan of the active rows (ix_tasks_run_status).
+QUOTA = (
+    select(func.count().filter(tasks.c.user_id == bindparam("quota_user")),
+           func.count().filter(tasks.c.run_status == "queued"))
+    .where(tasks.c.run_status.in_(ACTIVE_STATUSES))
+)
+
+_APPEND_COLUMNS = {"payload": JSONB, "kind": String, "run_id": String, "model_profile": String,
+                   "tokens_in": Integer, "tokens_out": Integer}
+# The next idx and the row in one INSERT ... SELECT (the caller holds the task row lock).
+APPEND_MESSAGE = insert(messages).from_select(
+    ["task_id", "idx", *_APPEND_COLUMNS],
+    select(bindparam("append_task", type_=String).label("task_id"),
+           func.coalesce(func.max(messages.c.idx) + 1, 0).label("idx"),
+           *(bindparam(f"append_{name}", type_=kind).label(name) for name, kind in _APPEND_COLUMNS.items()))
+    .where(messages.c.task_id == bindparam("append_task", type_=String)),
+).returning(messages.c.idx)
+
+
+def _queue_statement(with_pending: bool) -> Any:
+    values: dict[str, Any] = {
+        "run_status": "queued", "run_id": bindparam("queue_run"), "run_error": None, "run_owner": None,
+        "run_queued_at": func.now(), "run_started_at": None, "run_timings": None,
+        "run_events_from": bindparam("queue_events_from", type_=Integer),
+    }
+    if with_pending:
+        values["pending_inputs"] = bindparam("queue_pending", type_=JSONB)
+    return update(tasks).where(tasks.c.task_id == bindparam("queue_task")).values(**values)
+
+
+QUEUE_RUN = _queue_statement(False)
+QUEUE_NEXT_PENDING = _queue_statement(True)  # the next waiting message starts; the rest keep waiting
+
+SET_PENDING = (
+    update(tasks).where(tasks.c.task_id == bindparam("pending_task"))
+    .values(pending_inputs=bindparam("pending_inputs", type_=JSONB), run_status=bindparam("pending_status"))
+)
+MARK_CANCELLING = update(tasks).where(tasks.c.task_id == bindparam("cancel_task")).values(run_status="cancelling")
+
+
+def _end_run_statement(owned: bool) -> Any:
+    stmt = update(tasks).where(tasks.c.task_id == bindparam("end_task"), tasks.c.run_id == bindparam("end_run"))
+    if owned:
+        stmt = stmt.where(tasks.c.run_owner == bindparam("end_owner"))
+    return (stmt.values(run_status=bindparam("end_status"), run_error=bindparam("end_error"), run_owner=None,
+                        run_timings=bindparam("end_timings", type_=JSONB))
+            .returning(tasks.c.user_id, tasks.c.pending_inputs, tasks.c.deleted_at))
+
+
+END_RUN = {owned: _end_run_statement(owned) for owned in (True, False)}
+RUN_OF_TASK = select(tasks.c.run_id).where(tasks.c.task_id == bindparam("of_task"))
