@@ -43,6 +43,15 @@ class Runtime:
     engine: AsyncEngine | None
     sessions: async_sessionmaker[AsyncSession] | None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    _reads: AsyncEngine | None = None
+
+    @property
+    def reads(self) -> AsyncEngine:
+        """The same pool in autocommit mode, for single statements: no BEGIN/COMMIT round trips."""
+        assert self.engine is not None
+        if self._reads is None:
+            self._reads = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        return self._reads
 
     async def ready(self) -> dict[str, bool]:
         checks = {"nats": self.nc.is_connected}

@@ -104,7 +104,7 @@ class RunExecutor:
         # A cancel stored in KV (e.g. sent while no runner held the run) is looked up during the claim.
         pending_cancel = asyncio.ensure_future(self._pending_cancel(req.task_id, req.run_id))
         try:
-            claim = await claim_run(self.rt.sessions, req, self.runner_id)
+            claim = await claim_run(self.rt.reads, req, self.runner_id)
         except BaseException:
             pending_cancel.cancel()
             self._forget(active)
