@@ -159,11 +159,11 @@ class RunExecutor:
             else:
                 loop = await self._build_loop(req, task, profile, sink, active.token)
                 history = claim.history
-                try:  # soft reset, threshold fold, then the window as the model will see it
+                try:  # threshold fold (the claim applied the soft reset), then the window as the model will see it
                     history = await active.token.race(prepare_run_context(
                         self.rt.sessions, task.task_id, profile, sink.emit,
                         system_prompt=loop.system_prompt, tools=loop.tools.schemas() or None, run_id=req.run_id,
-                        current=claim.history, reset_applied=True))
+                        current=claim.history))
                 except RunCancelled:
                     pass  # the loop sees the token and ends the run as cancelled
                 setup = time.monotonic() - active.started

@@ -5,7 +5,7 @@ window fed to the model (`tasks.context_base_idx`) moves, and a summary of what 
 kept in `tasks.context_summary` (injected in memory by `context.window` as a user message). The web
 UI still pages through the full history.
 
-**Soft reset** (`soft_reset_base`, `apply_soft_reset`)
+**Soft reset** (`plan_reset`, applied by the runner's claim on the window it loads)
 - *Gap*: when the new user message comes more than `gap_hours` (6) after the previous message of
   the conversation (push records excluded: they are not in the window), the window restarts at the
   previous turn's user message — not an amnesia wall: the last exchange stays as the anchor for
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.agent.context import (
@@ -159,53 +159,12 @@ def soft_reset_base(messages_meta: Sequence[MessageMeta | tuple[Any, ...]], now:
     return decision.base_idx if decision else None
 
 
-async def _load_meta(session: AsyncSession, task_id: str, base_idx: int) -> list[MessageMeta]:
-    role = Message.payload["role"].astext
-    content = Message.payload["content"].astext  # a list content comes back as JSON text: never a command
-    rows = (await session.execute(
-        select(Message.idx, role.label("role"), Message.created_at, Message.kind,
-               func.left(content, 32).label("head"), func.length(content).label("length"))
-        .where(Message.task_id == task_id, Message.idx >= base_idx)
-        .order_by(Message.idx)
-    )).all()
-    return [
-        MessageMeta(idx=r.idx, role=r.role, created_at=r.created_at,
-                    content=r.head if r.role == "user" and r.length is not None and r.length <= 32 else None,
-                    kind=r.kind)
-        for r in rows
-    ]
-
-
 def meta_of(idx: int, kind: str, payload: dict[str, Any], created_at: datetime) -> MessageMeta:
-    """`MessageMeta` of a message already loaded in full (what `_load_meta` selects in SQL)."""
+    """`MessageMeta` of a stored message (a list content is never a command)."""
     role = payload.get("role")
     content = payload.get("content")
     head = content if role == "user" and isinstance(content, str) and len(content) <= 32 else None
     return MessageMeta(idx=idx, role=role, created_at=created_at, content=head, kind=kind)
-
-
-async def apply_soft_reset(sessions: async_sessionmaker[AsyncSession], task_id: str, now: datetime, *,
-                           gap_hours: float = GAP_HOURS) -> ResetDecision | None:
-    """Move the task's window start after a gap or a new-topic command (see the module docstring).
-
-    Returns the decision applied (None when nothing changed); callers may ignore it.
-    """
-    async with sessions() as session, session.begin():
-        task = (await session.execute(
-            select(Task.context_base_idx).where(Task.task_id == task_id).with_for_update()
-        )).one_or_none()
-        if task is None:
-            return None
-        base = int(task.context_base_idx or 0)
-        decision = plan_reset(await _load_meta(session, task_id, base), now, base_idx=base, gap_hours=gap_hours)
-        if decision is None:
-            return None
-        values: dict[str, Any] = {"context_base_idx": decision.base_idx}
-        if decision.clear_summary:
-            values["context_summary"] = None
-        await session.execute(update(Task).where(Task.task_id == task_id).values(**values))
-    log.info("context soft reset", extra={"task_id": task_id, "base_idx": decision.base_idx, "reason": decision.reason})
-    return decision
 
 
 # ---- fold ------------------------------------------------------------------------------------
@@ -369,21 +328,14 @@ async def maybe_fold(sessions: async_sessionmaker[AsyncSession], task_id: str, p
 
 
 async def prepare_run_context(sessions: async_sessionmaker[AsyncSession], task_id: str, profile: Any, emit: Emit, *,
-                              system_prompt: str | None = None, tools: list[dict[str, Any]] | None = None,
-                              run_id: str | None = None, now: datetime | None = None,
-                              current: list[dict[str, Any]] | None = None,
-                              reset_applied: bool = False) -> list[dict[str, Any]]:
-    """Run start in one call: soft reset, fold if needed, then the (re)loaded window for the loop.
-
-    `current` is the window the caller already loaded; when neither a reset nor a fold changes it
-    (and it is clearly below the fold threshold) it is returned as is, sparing two DB reads.
-    `reset_applied`: the caller already applied the soft reset to `current` (the runner's claim).
-    """
-    reset = None if reset_applied else await apply_soft_reset(sessions, task_id, now or datetime.now(timezone.utc))
-    if reset is None and current is not None:
-        system_msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        limit = reliable_context(profile)
-        if limit > 0 and estimate_tokens([*system_msgs, *current]) < FOLD_RATIO * limit * 0.9:
-            return current
+                              current: list[dict[str, Any]], system_prompt: str | None = None,
+                              tools: list[dict[str, Any]] | None = None,
+                              run_id: str | None = None) -> list[dict[str, Any]]:
+    """Run start after the claim (which applied the soft reset to `current`): fold if needed, then
+    the window for the loop. Clearly below the fold threshold, `current` is returned as is."""
+    system_msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    limit = reliable_context(profile)
+    if limit > 0 and estimate_tokens([*system_msgs, *current]) < FOLD_RATIO * limit * 0.9:
+        return current
     await maybe_fold(sessions, task_id, profile, emit, system_prompt=system_prompt, tools=tools, run_id=run_id)
     return await load_window(sessions, task_id)
