@@ -16,7 +16,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, Date, Numeric, bindparam, cast, func, insert, select, update
+from sqlalchemy import BigInteger, Date, Integer, Numeric, bindparam, cast, func, insert, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
@@ -36,6 +36,23 @@ _INSERT_USAGE = insert(UsageEvent.__table__).values(  # built once: one is writt
     kind=bindparam("usage_kind"), model_profile=bindparam("usage_profile"), units=bindparam("usage_units", type_=JSONB),
     cost=bindparam("usage_cost", type_=Numeric(14, 6)),
 )
+
+
+_tasks = Task.__table__
+# A task's running totals plus one call's usage (bind parameters from `totals_params`): written by
+# `record_usage` and, inside its fence statement, by the runner's step store.
+TASK_TOTALS_DELTA: dict[str, Any] = {
+    "tokens_in": _tasks.c.tokens_in + bindparam("add_in", type_=Integer),
+    "tokens_out": _tasks.c.tokens_out + bindparam("add_out", type_=Integer),
+    "tokens_cached": _tasks.c.tokens_cached + bindparam("add_cached", type_=Integer),
+    "cost_usd": _tasks.c.cost_usd + bindparam("add_cost", type_=Numeric(14, 6)),
+}
+_ADD_TO_TOTALS = update(_tasks).where(_tasks.c.task_id == bindparam("totals_task")).values(**TASK_TOTALS_DELTA)
+
+
+def totals_params(prompt_tokens: int, completion_tokens: int, cached_tokens: int, cost: Decimal) -> dict[str, Any]:
+    return {"add_in": int(prompt_tokens), "add_out": int(completion_tokens), "add_cached": int(cached_tokens),
+            "add_cost": cost}
 
 
 async def insert_usage_event(session: AsyncSession, *, user_id: str, task_id: str | None, run_id: str | None,
@@ -59,14 +76,8 @@ async def record_usage(session: AsyncSession, *, user_id: str, task_id: str | No
                              prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                              cached_tokens=cached_tokens, cost=cost, kind=kind)
     if task_id is not None:
-        await session.execute(
-            update(Task).where(Task.task_id == task_id).values(
-                tokens_in=Task.tokens_in + int(prompt_tokens),
-                tokens_out=Task.tokens_out + int(completion_tokens),
-                tokens_cached=Task.tokens_cached + int(cached_tokens),
-                cost_usd=Task.cost_usd + cost,
-            )
-        )
+        await session.execute(_ADD_TO_TOTALS, {"totals_task": task_id,
+                                               **totals_params(prompt_tokens, completion_tokens, cached_tokens, cost)})
     return cost
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, Numeric, bindparam, update
+from sqlalchemy import bindparam, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.db.models import Task
 from zcbot_core.llm.client import Usage
 from zcbot_core.runs import append_message
-from zcbot_core.usage import insert_usage_event, record_usage, to_cost
+from zcbot_core.usage import TASK_TOTALS_DELTA, insert_usage_event, record_usage, to_cost, totals_params
 
 
 class RunSuperseded(Exception):
@@ -28,10 +28,7 @@ def _fence_statement(owned: bool, counters: bool) -> Any:
         stmt = stmt.where(_tasks.c.run_id == bindparam("fence_run"), _tasks.c.run_owner == bindparam("fence_owner"))
     values: dict[str, Any] = {"updated_at": _tasks.c.updated_at}
     if counters:  # the task's running totals, in the same statement
-        values.update(tokens_in=_tasks.c.tokens_in + bindparam("add_in", type_=Integer),
-                      tokens_out=_tasks.c.tokens_out + bindparam("add_out", type_=Integer),
-                      tokens_cached=_tasks.c.tokens_cached + bindparam("add_cached", type_=Integer),
-                      cost_usd=_tasks.c.cost_usd + bindparam("add_cost", type_=Numeric(14, 6)))
+        values.update(TASK_TOTALS_DELTA)
     return stmt.values(**values)
 
 
@@ -56,6 +53,7 @@ class DbStepStore:
         if self.owner is not None:
             params.update(fence_run=self.run_id, fence_owner=self.owner)
         return _FENCES[(self.owner is not None, counters)], params
+
     async def append(self, payload: dict[str, Any], *, kind: str = "chat", tokens_in: int | None = None,
                      tokens_out: int | None = None) -> None:
         async with self.sessions() as session, session.begin():
@@ -71,8 +69,7 @@ class DbStepStore:
         cost = to_cost(cost_usd)
         async with self.sessions() as session, session.begin():
             stmt, params = self._fence(counters=True)
-            params.update(add_in=usage.prompt_tokens, add_out=usage.completion_tokens, add_cached=usage.cached_tokens,
-                          add_cost=cost)
+            params.update(totals_params(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, cost))
             result = await session.execute(stmt, params)
             if self.owner is None or result.rowcount:
                 await insert_usage_event(session, user_id=self.user_id, task_id=self.task_id, run_id=self.run_id,
