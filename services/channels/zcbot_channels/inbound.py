@@ -15,6 +15,7 @@ from typing import Any
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from zcbot_core.bus import BusDecodeError, ChannelInbound, decode
+from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus.topology import CHANNEL_ACK_WAIT_SECONDS
 from zcbot_core.channels.wecom_inbound import WeComInbound
 from zcbot_core.service import Runtime
@@ -56,14 +57,6 @@ class InboundConsumer:
                 self.handlers[task] = msg
                 task.add_done_callback(lambda t: self.handlers.pop(t, None))
 
-    async def _heartbeat(self, msg: Any) -> None:
-        while True:
-            await asyncio.sleep(CHANNEL_ACK_WAIT_SECONDS / 3)
-            try:
-                await msg.in_progress()
-            except Exception as exc:
-                log.warning("inbound heartbeat failed", extra={"error": repr(exc)})
-
     async def _handle(self, msg: Any) -> None:
         try:
             inbound = decode(msg.data, ChannelInbound)
@@ -72,7 +65,7 @@ class InboundConsumer:
             await msg.term()
             return
         redelivered = bool(msg.metadata and msg.metadata.num_delivered > 1)
-        beat = asyncio.create_task(self._heartbeat(msg))
+        beat = asyncio.create_task(keep_in_progress(lambda: msg, CHANNEL_ACK_WAIT_SECONDS / 3))
         try:
             await self.wecom.handle(inbound, redelivered=redelivered)
         finally:

@@ -17,6 +17,7 @@ from zcbot_core.agent.context import prepare_messages
 from zcbot_core.agent.loop import AgentLoop, LoopResult
 from zcbot_core.agent.prompt import PromptContext, build_system_prompt
 from zcbot_core.bus import BusDecodeError, CancelRequest, RunRequest, decode
+from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus import events as ev
 from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import get_profile
@@ -81,7 +82,6 @@ class RunExecutor:
             return None
         return req.reason if req.run_id == run_id else None
 
-    # ---- claim -----------------------------------------------------------------------------
     # ---- run -------------------------------------------------------------------------------
     async def handle(self, msg: Msg) -> None:
         try:
@@ -125,16 +125,12 @@ class RunExecutor:
         if self.active.get(active.task_id) is active:
             self.active.pop(active.task_id, None)
 
-    async def _heartbeat(self, active: ActiveRun) -> None:
+    def _heartbeat(self, active: ActiveRun) -> Any:
         interval = max(self.rt.settings.zcbot_ack_wait_seconds / 3, 0.5)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await active.msg.in_progress()
-            except Exception as exc:  # reconnecting: JetStream redelivers if we stay silent too long
-                log.warning("heartbeat failed", extra={"error": repr(exc)})
+        return keep_in_progress(lambda: active.msg, interval)  # a redelivery here replaces active.msg
 
-    async def _run(self, req: RunRequest, claim: Claim, active: ActiveRun, pending_cancel: "asyncio.Future[str | None]") -> None:
+    async def _run(self, req: RunRequest, claim: Claim, active: ActiveRun,
+                   pending_cancel: "asyncio.Future[str | None]") -> None:
         settings = self.rt.settings
         task = claim.task
         attempt = int(active.msg.metadata.num_delivered) if active.msg.metadata else 1
