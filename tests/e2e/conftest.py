@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers.sse import sse_events
 from zcbot_core.config import Settings
 from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http
 from zcbot_core.testing.fake_llm import FakeLLM
@@ -78,20 +79,10 @@ class Stack:
                 async with c.stream("GET", url, headers=headers or {}) as r:
                     assert r.status_code == 200, await r.aread()
                     assert r.headers["x-accel-buffering"] == "no"
-                    current: dict[str, Any] = {}
-                    async for line in r.aiter_lines():
-                        if line == "":
-                            if "event" in current:
-                                out.append(current)
-                                if stop_after is not None and len(out) >= stop_after:
-                                    return out
-                            current = {}
-                        elif line.startswith("id: "):
-                            current["id"] = int(line[4:])
-                        elif line.startswith("event: "):
-                            current["event"] = line[7:]
-                        elif line.startswith("data: "):
-                            current["data"] = json.loads(line[6:])
+                    async for event in sse_events(r):
+                        out.append(event)
+                        if stop_after is not None and len(out) >= stop_after:
+                            return out
         return out
 
     async def add_runner(self) -> Any:

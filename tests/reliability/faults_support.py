@@ -31,6 +31,7 @@ from zcbot_core.config import Settings, get_settings
 from zcbot_core.service import Runtime, close_runtime, open_runtime
 from zcbot_core.testing.fake_llm import FakeLLM
 from tests.helpers.db import db_rows
+from tests.helpers.sse import sse_events
 from tests.e2e.conftest import fake_llm  # noqa: F401  (the fixture, shared)
 
 ACK_WAIT_SECONDS = "3"
@@ -138,20 +139,10 @@ class SseFollower:
             async with client.stream("GET", url, headers=headers) as resp:
                 resp.raise_for_status()
                 self.connections += 1
-                current: dict[str, Any] = {}
-                async for line in resp.aiter_lines():
-                    if line == "":
-                        if "event" in current:
-                            self.events.append(current)
-                            if current["event"] == "done":
-                                return
-                        current = {}
-                    elif line.startswith("id: "):
-                        current["id"] = int(line[4:])
-                    elif line.startswith("event: "):
-                        current["event"] = line[7:]
-                    elif line.startswith("data: "):
-                        current["data"] = json.loads(line[6:])
+                async for event in sse_events(resp):
+                    self.events.append(event)
+                    if event["event"] == "done":
+                        return
 
 
 # ---- the harness ---------------------------------------------------------------------------
