@@ -30,6 +30,7 @@ import jwt
 import pytest
 
 from tests.reliability.conftest_shared import bearer, db_exec, db_rows, running_app, settings_env  # noqa: F401
+from tests.helpers.seed import seed_extended_memory, seed_schedule
 from zcbot_core import auth
 from zcbot_core.config import Settings
 from zcbot_core.embedded import free_port
@@ -118,21 +119,8 @@ async def _world(client: httpx.AsyncClient, settings: Settings) -> World:
     assert r.status_code == 201, r.text
     r = await client.put("/v1/channels/wecom", json={"userid": "alice-wecom"}, headers=owner)
     assert r.status_code == 200, r.text
-    from zcbot_core import schedules
-    from zcbot_core.db.engine import make_engine, make_sessionmaker
-
-    engine = make_engine(db, pool_size=1, max_overflow=0)
-    try:
-        async with make_sessionmaker(engine)() as session:
-            job = await schedules.create_schedule(session, user_id=OWNER, name="daily", cron="0 9 * * *",
-                                                  prompt="brief me", timezone="UTC")
-            job_id = job.job_id
-            await session.commit()
-    finally:
-        await engine.dispose()
-    ext = settings.storage_root / OWNER / ".memory" / "extended"
-    ext.mkdir(parents=True, exist_ok=True)
-    (ext / "diary.md").write_text("---\ndescription: private\n---\nalice's secret diary\n")
+    job_id = await seed_schedule(db, OWNER, "daily", "brief me")
+    seed_extended_memory(settings.storage_root, OWNER, "diary.md", "private", "alice's secret diary")
     params = {"task_id": task_id, "job_id": job_id, "filename": "diary.md", "channel": "wecom"}
     return World(client=client, settings=settings, tokens=tokens, params=params)
 

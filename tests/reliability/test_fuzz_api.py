@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.e2e.conftest import Stack, bare_stack, fake_llm, stack  # noqa: F401
+from tests.helpers.seed import seed_extended_memory, seed_schedule
 from tests.reliability.conftest_shared import (  # noqa: F401
     db_exec,
     db_rows,
@@ -132,21 +133,8 @@ def _run_schemathesis(doc: dict[str, Any], base_url: str, token: str,
 async def _fuzz_resources(stack: Stack, token: str, user: str) -> dict[str, list[str]]:
     """Real path-parameter values owned by the fuzzing user."""
     tasks = [(await stack.create_task(token, f"fz-{i}"))["task_id"] for i in range(3)]
-    from zcbot_core import schedules
-    from zcbot_core.db.engine import make_engine, make_sessionmaker
-
-    engine = make_engine(stack.settings.zcbot_db_url, pool_size=1, max_overflow=0)
-    try:
-        async with make_sessionmaker(engine)() as session:
-            job = await schedules.create_schedule(session, user_id=user, name="fuzz job", cron="0 9 * * *",
-                                                  prompt="daily brief", timezone="UTC")
-            job_id = job.job_id
-            await session.commit()
-    finally:
-        await engine.dispose()
-    ext = stack.settings.storage_root / user / ".memory" / "extended"
-    ext.mkdir(parents=True, exist_ok=True)
-    (ext / "notes.md").write_text("---\ndescription: fuzz notes\n---\nremember this\n")
+    job_id = await seed_schedule(stack.settings.zcbot_db_url, user, "fuzz job", "daily brief")
+    seed_extended_memory(stack.settings.storage_root, user, "notes.md", "fuzz notes", "remember this")
     return {"task_id": tasks, "job_id": [job_id], "filename": ["notes.md"], "channel": ["wecom", "ilink"]}
 
 

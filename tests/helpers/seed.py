@@ -1,0 +1,28 @@
+"""Resources a test seeds directly (no HTTP route creates them in one step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zcbot_core import schedules
+from zcbot_core.db.engine import make_engine, make_sessionmaker
+
+
+async def seed_schedule(db_url: str, user_id: str, name: str, prompt: str) -> str:
+    """A daily 09:00 UTC scheduled job of the user; returns its job_id."""
+    engine = make_engine(db_url, pool_size=1, max_overflow=0)
+    try:
+        async with make_sessionmaker(engine)() as session:
+            job = await schedules.create_schedule(session, user_id=user_id, name=name, cron="0 9 * * *",
+                                                  prompt=prompt, timezone="UTC")
+            await session.commit()
+            return job.job_id
+    finally:
+        await engine.dispose()
+
+
+def seed_extended_memory(storage_root: Path, user_id: str, filename: str, description: str, body: str) -> None:
+    """One extended-memory file of the user (front matter + body)."""
+    folder = storage_root / user_id / ".memory" / "extended"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / filename).write_text(f"---\ndescription: {description}\n---\n{body}\n")
