@@ -31,9 +31,8 @@ from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.wecom_api import WeComClient
 from zcbot_core.channels_crypto import key_from_settings
 from zcbot_core.config import ConfigError
-from zcbot_core.service import Runtime
-
 from zcbot_core.channels.wecom_inbound import WeComInbound
+from zcbot_core.service import Runtime
 
 from zcbot_channels.ilink_loop import ILinkPoller
 from zcbot_channels.inbound import InboundConsumer

@@ -115,6 +115,14 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
         await js.add_stream(config)
 
 
+async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
+    try:
+        await js.add_consumer(stream, config)
+    except BadRequestError as exc:
+        # An existing durable with other settings (an operator changed a limit): kept as it is.
+        log.info("consumer %s exists (%s); keeping it", config.durable_name, exc.description)
+
+
 async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float) -> None:
     try:
         await js.key_value(bucket)
@@ -149,11 +157,7 @@ async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLi
             duplicate_window=min(limits.duplicate_window_seconds, limits.events_max_age_seconds),
         ),
     )
-    try:
-        await js.add_consumer(topo.runs_stream, runs_consumer_config(topo, limits))
-    except BadRequestError as exc:
-        # An existing durable with other settings: the operator changed a limit; update in place.
-        log.info("runners consumer exists (%s); keeping it", exc.description)
+    await _ensure_consumer(js, topo.runs_stream, runs_consumer_config(topo, limits))
     await _ensure_stream(
         js,
         StreamConfig(
@@ -164,10 +168,7 @@ async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLi
             duplicate_window=limits.duplicate_window_seconds,
         ),
     )
-    try:
-        await js.add_consumer(topo.channel_inbound_stream, channels_consumer_config(topo))
-    except BadRequestError as exc:
-        log.info("channels consumer exists (%s); keeping it", exc.description)
+    await _ensure_consumer(js, topo.channel_inbound_stream, channels_consumer_config(topo))
     await _ensure_kv(js, topo.cancel_bucket, CANCEL_TTL_SECONDS)
     await _ensure_kv(js, topo.sandbox_leases_bucket, SANDBOX_LEASE_TTL_SECONDS)
     await _ensure_kv(js, topo.leases_bucket, LEADER_LEASE_TTL_SECONDS)
