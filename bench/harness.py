@@ -217,17 +217,36 @@ class Client:
         await raw_sse(host, int(port), url, headers["Authorization"].split()[1], on_event, clock=time.perf_counter)
         return out
 
+    async def post_events(self, headers: dict[str, str], task_id: str, content: str) -> list[tuple[float, dict[str, Any]]]:
+        """POST a message asking for its run's event stream (one request): (receive time, event) pairs."""
+        out: list[tuple[float, dict[str, Any]]] = []
+        host, port = self.base_url.split("//", 1)[1].split(":")
+
+        def on_event(received: float, name: str, data: bytes | None) -> None:
+            out.append((received, {"event": name, "data": json.loads(data) if data else {}}))
+
+        await raw_sse(host, int(port), f"/v1/tasks/{task_id}/messages", headers["Authorization"].split()[1], on_event,
+                      clock=time.perf_counter, json_body={"content": content})
+        return out
+
     async def close(self) -> None:
         await self.http.aclose()
 
 
 async def raw_sse(host: str, port: int, path: str, token: str, on_event: Any, on_connected: Any = None,
-                  clock: Any = time.time) -> int:
+                  clock: Any = time.time, json_body: Any = None) -> int:
     """A lean SSE reader on a raw socket (HTTP/1.1 chunked), so a benchmark of many subscribers
-    measures the gateway rather than the client library. Calls on_event(clock(), name, data)."""
+    measures the gateway rather than the client library. Calls on_event(clock(), name, data).
+    With `json_body`, the request is a POST of it (a message asking for its run's event stream)."""
     reader, writer = await asyncio.open_connection(host, port)
-    writer.write((f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
-                  "Accept: text/event-stream\r\n\r\n").encode())
+    if json_body is None:
+        head, payload = f"GET {path} HTTP/1.1\r\n", b""
+    else:
+        payload = json.dumps(json_body).encode()
+        head = (f"POST {path} HTTP/1.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\n")
+    writer.write((f"{head}Host: {host}\r\nAuthorization: Bearer {token}\r\n"
+                  "Accept: text/event-stream\r\n\r\n").encode() + payload)
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 200"):

@@ -71,6 +71,8 @@ class LocalTools:
 
 
 async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, Any]:
+    """Each iteration runs the same message three ways: POST then GET its `events_url` (two requests),
+    POST asking for the event stream (one request), and the loop called in-process (no bus, no DB)."""
     headers = await client.login("pipe")
     await push_script(stack.fake_url, "BENCH-2T", TWO_TOOLS)
     profile = load_profiles_from([Path(stack.env["ZCBOT_MODELS_DIR"])])["fake"]
@@ -78,15 +80,19 @@ async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, A
     result: dict[str, Any] = {}
     for label, content in (("no_tools", "hello"), ("two_tools", "BENCH-2T go")):
         task_id = await client.task(headers, f"pipe-{label}")
-        first, done, local_done, queue_wait, runner_total = [], [], [], [], []
+        first, done, first_one, done_one, local_done, queue_wait, runner_total = [], [], [], [], [], [], []
         stages: dict[str, list[float]] = {}
         for i in range(iters + 5):
             t0 = time.perf_counter()
             body = await client.post(headers, task_id, f"{content} {i}")
             events = await client.events(headers, body["events_url"])
+            t1 = time.perf_counter()
+            one = await client.post_events(headers, task_id, f"{content} {i}b")
             if i >= 5:
                 first.append(events[0][0] - t0)
                 done.append(events[-1][0] - t0)
+                first_one.append(one[0][0] - t1)
+                done_one.append(one[-1][0] - t1)
                 timings = events[-1][1]["data"].get("timings", {})
                 queue_wait.append(timings.get("queue_wait", 0.0))
                 runner_total.append(timings.get("total", 0.0))
@@ -94,18 +100,23 @@ async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, A
                     stages.setdefault(key, []).append(timings.get(key, 0.0))
             loop = AgentLoop(run_id=uuid.uuid4().hex, profile=profile, system_prompt="bench", tools=LocalTools(),
                              sink=NullSink(), store=NullStore(), cancel=CancelToken())
-            t1 = time.perf_counter()
+            t2 = time.perf_counter()
             await loop.run([{"role": "user", "content": f"{content} {i}"}])
             if i >= 5:
-                local_done.append(time.perf_counter() - t1)
-        p_done, l_done = summarize(done), summarize(local_done)
+                local_done.append(time.perf_counter() - t2)
+        p_done, p_one, l_done = summarize(done), summarize(done_one), summarize(local_done)
         result[label] = {
-            "post_to_first_event": summarize(first), "post_to_done": p_done, "in_process_loop_done": l_done,
+            "post_to_first_event": summarize(first), "post_to_done": p_done,
+            "post_stream_to_first_event": summarize(first_one), "post_stream_to_done": p_one,
+            "in_process_loop_done": l_done,
             "runner_queue_wait": summarize(queue_wait), "runner_total": summarize(runner_total),
             **{f"runner_{k}": summarize(v) for k, v in stages.items()},
             "overhead_p50_ms": round(p_done["p50_ms"] - l_done["p50_ms"], 3),
             "overhead_p99_ms": round(p_done["p99_ms"] - l_done["p99_ms"], 3),
             "ratio_p50": round(p_done["p50_ms"] / max(l_done["p50_ms"], 1e-6), 2),
+            "overhead_one_request_p50_ms": round(p_one["p50_ms"] - l_done["p50_ms"], 3),
+            "overhead_one_request_p99_ms": round(p_one["p99_ms"] - l_done["p99_ms"], 3),
+            "ratio_one_request_p50": round(p_one["p50_ms"] / max(l_done["p50_ms"], 1e-6), 2),
         }
     return result
 

@@ -85,6 +85,20 @@ class Stack:
                             return out
         return out
 
+    async def post_stream(self, token: str, task_id: str, content: str, timeout: float = 30.0,
+                          **extra: Any) -> tuple[httpx.Response, list[dict[str, Any]]]:
+        """POST a message asking for the event stream (`Accept: text/event-stream`): the response and,
+        when it is a stream, its events until it closes."""
+        out: list[dict[str, Any]] = []
+        async with self.client(token) as c, asyncio.timeout(timeout):
+            async with c.stream("POST", f"/v1/tasks/{task_id}/messages", json={"content": content, **extra},
+                                headers={"Accept": "text/event-stream"}) as r:
+                if r.headers.get("content-type", "").startswith("text/event-stream"):
+                    out = [event async for event in sse_events(r)]
+                else:
+                    await r.aread()
+        return r, out
+
     async def add_runner(self) -> Any:
         from zcbot_runner.service import RunnerService
 

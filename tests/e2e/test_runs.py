@@ -304,3 +304,53 @@ async def test_a_silent_stream_gets_keepalive_comments(stack: Stack) -> None:
     first_text = next(i for i, line in enumerate(lines) if line == "event: text")
     assert lines[:first_text].count(": keep-alive") >= 1
     assert "event: done" in lines
+
+
+async def test_post_asking_for_the_event_stream_streams_the_new_run(stack: Stack) -> None:
+    stack.fake.script("KEY-inline", [{"chunks": ["one ", "two ", "three"]}])
+    token = await stack.login("ivan")
+    task = await stack.create_task(token, "Inline stream")
+    r, events = await stack.post_stream(token, task["task_id"], "KEY-inline go")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    run_id = r.headers["x-run-id"]
+    assert r.headers["x-run-status"] == "queued" and r.headers["x-accel-buffering"] == "no"
+    assert r.headers["content-location"] == f"/v1/tasks/{task['task_id']}/events?run_id={run_id}"
+    names = [e["event"] for e in events]
+    assert names[0] == "run_start" and names[-1] == "done", names
+    assert {e["data"]["run_id"] for e in events} == {run_id}
+    assert "".join(e["data"]["delta"] for e in events if e["event"] == "text") == "one two three"
+    assert events[-1]["data"]["status"] == "ok"
+    # The same events, with the same ids, as the two-request way (POST, then GET events_url).
+    replay = await stack.events(token, r.headers["content-location"])
+    assert [(e["id"], e["event"]) for e in replay] == [(e["id"], e["event"]) for e in events]
+
+
+async def test_post_asking_for_the_event_stream_keeps_json_errors_and_saves_nothing(stack: Stack) -> None:
+    stack.fake.script("KEY-hold-inline", [{"text": "held", "first_delay": 1.0}])
+    token = await stack.login("judith")
+    task = await stack.create_task(token, "Inline errors")
+    missing, events = await stack.post_stream(token, "t_" + "0" * 24, "hello")
+    assert missing.status_code == 404 and missing.json()["detail"] == "task not found" and events == []
+    first = await stack.post(token, task["task_id"], "KEY-hold-inline one")
+    assert first.status_code == 202
+    busy, events = await stack.post_stream(token, task["task_id"], "second")
+    assert busy.status_code == 409 and "already" in busy.json()["detail"] and events == []
+    empty, _ = await stack.post_stream(token, task["task_id"], "")
+    assert empty.status_code == 422
+    rows = db_rows(stack.settings.zcbot_db_url, "select payload->>'content' from messages where task_id=:t "
+                   "and payload->>'role' = 'user' order by idx", t=task["task_id"])
+    assert [row[0] for row in rows] == ["KEY-hold-inline one"]
+
+
+async def test_post_asking_for_the_event_stream_of_an_enqueued_run_follows_only_that_run(stack: Stack) -> None:
+    stack.fake.script("KEY-first-inline", [{"chunks": ["a ", "b "], "first_delay": 0.5}])
+    stack.fake.script("KEY-next-inline", [{"text": "next answer"}])
+    token = await stack.login("kim")
+    task = await stack.create_task(token, "Inline enqueue")
+    first = (await stack.post(token, task["task_id"], "KEY-first-inline go")).json()
+    r, events = await stack.post_stream(token, task["task_id"], "KEY-next-inline then", multitask="enqueue")
+    assert r.status_code == 200 and r.headers["x-run-status"] == "pending"
+    run_id = r.headers["x-run-id"]
+    assert run_id != first["run_id"] and {e["data"]["run_id"] for e in events} == {run_id}
+    assert [e["event"] for e in events][0] == "run_start" and events[-1]["event"] == "done"
+    assert "".join(e["data"]["delta"] for e in events if e["event"] == "text") == "next answer"

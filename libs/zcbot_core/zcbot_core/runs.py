@@ -69,6 +69,9 @@ class SubmitResult:
     status: str  # queued (a new run) | pending (enqueued behind the active run)
     position: int = 0
     message_idx: int | None = None
+    # A stream sequence at or before the run's first event (where its event stream can start
+    # reading); None when JetStream could not say (then read the task's events from the start).
+    events_from: int | None = None
 
 
 @dataclass
@@ -234,15 +237,21 @@ async def _submit(
         else:
             await _check_quota(session, user_id, limits)
             req, idx = await _queue_run(session, events_tail, task_id, user_id, run_id, content)
+            events_from = events_tail.result()
             req.origin = origin
             req.scheduled_job_id = scheduled_job_id
             active_run = None
     if active_run is not None:
         if multitask == "interrupt":
             await signal_cancel(nc, js, topo, task_id, active_run, "interrupt")
-        return SubmitResult(run_id=run_id, task_id=task_id, status="pending", position=position)
+        try:  # asked during the transaction; the message is saved whatever JetStream answers
+            pending_from: int | None = await events_tail
+        except Exception:
+            pending_from = None
+        return SubmitResult(run_id=run_id, task_id=task_id, status="pending", position=position,
+                            events_from=pending_from)
     await _publish_or_fail(sessions, js, topo, req)
-    return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx)
+    return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
 
 
 async def signal_cancel(nc: NATS, js: JetStreamContext, topo: Topology, task_id: str, run_id: str, reason: str) -> None:

@@ -90,11 +90,26 @@ async def list_messages(
     return {"task_id": task_id, "messages": [message_to_json(m) for m in rows]}
 
 
-@router.post("/tasks/{task_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=SubmitOut)
-async def post_message(task_id: str, body: MessageIn, user_id: CurrentUser, rt: RuntimeDep,
-                       settings: SettingsDep) -> SubmitOut:
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
+
+
+def wants_event_stream(request: Request) -> bool:
+    return "text/event-stream" in request.headers.get("accept", "").lower()
+
+
+@router.post("/tasks/{task_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=SubmitOut,
+             responses={200: {"content": {"text/event-stream": {}},
+                              "description": "With `Accept: text/event-stream`: the new run's events, as "
+                                             "`GET events_url` would stream them (run id in `X-Run-Id`)"}})
+async def post_message(request: Request, task_id: str, body: MessageIn, user_id: CurrentUser, rt: RuntimeDep,
+                       settings: SettingsDep) -> Any:
+    """Send a message: 202 with the run's `events_url`; or, asked with `Accept: text/event-stream`,
+    the run's event stream itself (one request instead of two: the stream starts where the run's
+    events will, so nothing is missed even when the runner is faster than the client)."""
     assert rt.sessions is not None
     check_task_id(task_id)
+    stream = wants_event_stream(request)
+    hub = get_hub(request) if stream else None  # before saving anything: a message is never half-sent
     content = expand_shortcut(settings, user_id, body.content)
     try:
         result = await runs.submit_message(
@@ -112,8 +127,15 @@ async def post_message(task_id: str, body: MessageIn, user_id: CurrentUser, rt: 
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, detail=str(exc)) from None
     except runs.BusUnavailable as exc:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from None
+    events_url = f"/v1/tasks/{task_id}/events?run_id={result.run_id}"
+    if hub is not None:
+        # A pending run's events come after the active run's: the plan follows this run only.
+        plan = StreamPlan(start_seq=result.events_from or 1, run_id=result.run_id, idle_when_caught_up=False)
+        headers = {**SSE_HEADERS, "X-Run-Id": result.run_id, "X-Run-Status": result.status,
+                   "Content-Location": events_url}
+        return StreamingResponse(stream_events(hub, task_id, plan), media_type="text/event-stream", headers=headers)
     return SubmitOut(run_id=result.run_id, task_id=task_id, status=result.status, position=result.position,
-                     events_url=f"/v1/tasks/{task_id}/events?run_id={result.run_id}")
+                     events_url=events_url)
 
 
 def expand_shortcut(settings: Any, user_id: str, content: str) -> str:
@@ -172,7 +194,7 @@ async def run_events(
     else:
         plan = None
     await session.close()  # the stream may live for hours: do not hold a pooled connection
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
+    headers = SSE_HEADERS
     if plan is None:
         async def idle() -> Any:
             yield done_frame(None, "idle")
