@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     # and a connection opened per touch costs more than the query); up to `max_overflow` more under bursts.
     zcbot_db_pool_size: int = Field(default=30, ge=1, alias="ZCBOT_DB_POOL_SIZE")
     zcbot_db_max_overflow: int = Field(default=20, ge=0, alias="ZCBOT_DB_MAX_OVERFLOW")
+    # A pooled connection idle this long is pinged before use (0: always, as `pool_pre_ping`).
+    zcbot_db_ping_idle_seconds: float = Field(default=1.0, ge=0, alias="ZCBOT_DB_PING_IDLE_SECONDS")
     # Runs.
     zcbot_runner_concurrency: int = Field(default=200, alias="ZCBOT_RUNNER_CONCURRENCY")
     zcbot_max_runs_per_user: int = Field(default=3, alias="ZCBOT_MAX_RUNS_PER_USER")

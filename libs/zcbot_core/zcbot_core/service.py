@@ -110,7 +110,8 @@ async def open_runtime(name: str, settings: Settings, use_db: bool = True) -> Ru
     js = nc.jetstream()
     topo = Topology(settings.zcbot_bus_prefix)
     await ensure_topology(js, topo, stream_limits(settings))
-    engine = make_engine(db_url, settings.zcbot_db_pool_size, settings.zcbot_db_max_overflow) if use_db else None
+    engine = make_engine(db_url, settings.zcbot_db_pool_size, settings.zcbot_db_max_overflow,
+                         settings.zcbot_db_ping_idle_seconds) if use_db else None
     sessions = make_sessionmaker(engine) if engine is not None else None
     return Runtime(name=name, settings=settings, topo=topo, nc=nc, js=js, engine=engine, sessions=sessions)
 

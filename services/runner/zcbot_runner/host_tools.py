@@ -70,7 +70,7 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Task, req: RunRe
     settings = rt.settings
     assert rt.sessions is not None
     # The one query here runs while the skills and memory are read from disk.
-    has_channel = asyncio.ensure_future(user_has_channel(rt.sessions, task.user_id))
+    has_channel = asyncio.ensure_future(user_has_channel(rt.reads, task.user_id))
     await asyncio.sleep(0)  # let it send the query before the synchronous reads below
     root = user_root(settings.storage_root, task.user_id)
     root.mkdir(parents=True, exist_ok=True)

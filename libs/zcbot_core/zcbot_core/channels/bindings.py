@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import bindparam, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.channels_crypto import SealError, open_sealed, seal
 from zcbot_core.db.models import ChannelBinding
@@ -58,8 +58,9 @@ def with_secret(key: bytes, config: dict[str, Any], name: str, value: str | None
     return new
 
 
-def usable(binding: ChannelBinding) -> bool:
-    """Can this binding carry messages at all (active and configured)?"""
+def usable(binding: Any) -> bool:
+    """Can this binding (a `ChannelBinding`, or a row with its channel, status and config) carry
+    messages at all (active and configured)?"""
     if binding.status != ACTIVE:
         return False
     cfg = binding.config or {}
@@ -110,9 +111,18 @@ async def active_channels(sessions: Sessions, user_id: str) -> list[str]:
     return [b.channel for b in await bindings_of(sessions, user_id) if usable(b)]
 
 
-async def user_has_channel(sessions: Sessions, user_id: str) -> bool:
-    """True when the user has at least one active, configured channel binding (`wechat_push` gate)."""
-    return bool(await active_channels(sessions, user_id))
+_ACTIVE_BINDINGS = (
+    select(ChannelBinding.channel, ChannelBinding.status, ChannelBinding.config)
+    .where(ChannelBinding.user_id == bindparam("bindings_user"), ChannelBinding.status == ACTIVE)
+)
+
+
+async def user_has_channel(reads: AsyncEngine, user_id: str) -> bool:
+    """True when the user has at least one active, configured channel binding (`wechat_push` gate).
+    Asked before every run: one statement on the autocommit pool (`Runtime.reads`), no transaction."""
+    async with reads.connect() as conn:
+        rows = (await conn.execute(_ACTIVE_BINDINGS, {"bindings_user": user_id})).all()
+    return any(usable(row) for row in rows)
 
 
 async def get_binding(sessions: Sessions, binding_id: int) -> ChannelBinding | None:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+from sqlalchemy import event, exc
+from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+# A connection used this recently is not pinged before its next use (docs/decisions.md).
+DEFAULT_PING_IDLE_SECONDS = 1.0
 
 
 def normalize_url(url: str) -> str:
@@ -12,14 +20,45 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, pool_size: int = 30, max_overflow: int = 20) -> AsyncEngine:
-    return create_async_engine(
+def make_engine(url: str, pool_size: int = 30, max_overflow: int = 20,
+                ping_idle_seconds: float = DEFAULT_PING_IDLE_SECONDS) -> AsyncEngine:
+    engine = create_async_engine(
         normalize_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=True,
         pool_timeout=30,
     )
+    ping_when_idle(engine.sync_engine, ping_idle_seconds)
+    return engine
+
+
+def ping_when_idle(engine: Engine, idle_seconds: float) -> None:
+    """Pre-ping, but only a connection that sat in the pool for `idle_seconds` or more.
+
+    `pool_pre_ping` pays a round trip on every checkout (several per request or run step). A pooled
+    connection that was in use a moment ago is alive or was cut by an outage that the request
+    using it meets anyway; when a query fails with a disconnect, SQLAlchemy invalidates every
+    connection of the pool opened before it, so the next checkouts reconnect. An idle one (a
+    PostgreSQL restart or a proxy's idle timeout while nobody was looking) is pinged first, as
+    `pool_pre_ping` would, and replaced, with the rest of the pool, when the ping finds it dead.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _mark_idle(dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.pop("idle_since", None)
+        if since is None or time.monotonic() - since < idle_seconds:
+            return  # a new connection, or one in use a moment ago
+        dialect = engine.dialect
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as err:
+            if dialect.is_disconnect(err, dbapi_connection, None):
+                raise exc.InvalidatePoolError() from err  # the pool reconnects and retries the checkout
+            raise
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
