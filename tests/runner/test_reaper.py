@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
+import pytest
+from nats.js.errors import NotFoundError
 from sqlalchemy import select, update
 
 from zcbot_core.bus import decode
@@ -52,5 +55,33 @@ async def test_reaper_ends_lost_runs_only(settings: Settings) -> None:
         async with rt.sessions() as s, s.begin():
             await s.execute(update(Task).where(Task.task_id == "live").values(run_owner="gone"))
         assert await Reaper(rt).sweep() == 1
+    finally:
+        await close_runtime(rt)
+
+
+async def test_a_request_that_ran_out_of_deliveries_is_removed_and_its_run_reaped(settings: Settings) -> None:
+    """The max-deliveries advisory went unheard (no runner listening): the sweep finds the request
+    below the consumer's ack floor, removes it and ends the run."""
+    rt = await open_runtime("runner", settings.model_copy(update={"zcbot_max_deliver": 1, "zcbot_ack_wait_seconds": 1.0}))
+    try:
+        await _task(rt, "exhausted", "running", "dead-runner")
+        await _task(rt, "waiting", "running", "dead-runner")
+        await rt.js.publish(rt.topo.run_subject("exhausted"), b"first")
+        await rt.js.publish(rt.topo.run_subject("later"), b"second")
+        pull = await rt.js.pull_subscribe_bind(rt.topo.runners_consumer, rt.topo.runs_stream)
+        (first,) = await pull.fetch(1, timeout=5)
+        assert first.data == b"first"  # delivered once, never acked: its one delivery is used up
+        await asyncio.sleep(1.5)
+        (second,) = await pull.fetch(1, timeout=5)  # the server gives up on "first" here
+        assert second.data == b"second"
+        await second.ack()  # the ack floor moves past both
+        await rt.js.publish(rt.topo.run_subject("waiting"), b"third")  # not delivered yet: still queued
+        assert await Reaper(rt).sweep() == 1
+        async with rt.sessions() as s:
+            rows = dict((await s.execute(select(Task.task_id, Task.run_status))).all())
+        assert rows == {"exhausted": "error", "waiting": "running"}
+        with pytest.raises(NotFoundError):
+            await rt.js.get_last_msg(rt.topo.runs_stream, rt.topo.run_subject("exhausted"))
+        assert (await rt.js.get_last_msg(rt.topo.runs_stream, rt.topo.run_subject("waiting"))).data == b"third"
     finally:
         await close_runtime(rt)

@@ -8,7 +8,9 @@ database outage) counts as ownerless: its owner being alive says nothing about i
 
 A request whose deliveries ran out (`max_deliver`) stays in the work-queue stream but is never
 delivered again; `drop_exhausted` (on JetStream's max-deliveries advisory) deletes it, so the
-reaper sees the run as no longer queued.
+reaper sees the run as no longer queued. The advisory is a core NATS message and can be missed, so
+the sweep also removes a request that sits at or below the runners consumer's ack floor: acked
+requests leave a work queue at once, so one still there below the floor ran out of deliveries.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from nats.js.errors import NotFoundError
@@ -92,12 +94,29 @@ class Reaper:
             return False
         return entry is not None and entry.value == b"alive"
 
-    async def _still_queued(self, task_id: str) -> bool:
+    async def _ack_floor(self) -> int:
+        """The runners consumer's ack floor (stream sequence); 0 when it cannot be read (then every
+        request still in the stream counts as queued)."""
         try:
-            await self.rt.js.get_last_msg(self.rt.topo.runs_stream, self.rt.topo.run_subject(task_id))
-            return True
+            info = await self.rt.js.consumer_info(self.rt.topo.runs_stream, self.rt.topo.runners_consumer)
+        except Exception as exc:
+            log.warning("could not read the runners consumer", extra={"error": repr(exc)})
+            return 0
+        return int(info.ack_floor.stream_seq or 0) if info.ack_floor is not None else 0
+
+    async def _still_queued(self, task_id: str, ack_floor: Callable[[], Awaitable[int]]) -> bool:
+        try:
+            request = await self.rt.js.get_last_msg(self.rt.topo.runs_stream, self.rt.topo.run_subject(task_id))
         except NotFoundError:
             return False
+        if int(request.seq) > await ack_floor():
+            return True  # waiting for a delivery, or delivered and not yet acked
+        try:  # below the floor and not acked: its deliveries ran out, and the advisory was missed
+            await self.rt.js.delete_msg(self.rt.topo.runs_stream, int(request.seq))
+        except NotFoundError:
+            pass
+        log.warning("removed a run request that ran out of deliveries", extra={"task_id": task_id, "stream_seq": request.seq})
+        return False
 
     async def sweep(self) -> int:
         assert self.rt.sessions is not None
@@ -111,8 +130,15 @@ class Reaper:
                 )
             ).all()
         reaped = 0
+        floor: list[int] = []
+
+        async def ack_floor() -> int:  # read once per sweep, when a request is found
+            if not floor:
+                floor.append(await self._ack_floor())
+            return floor[0]
+
         for row in rows:
-            if await self._still_queued(row.task_id):
+            if await self._still_queued(row.task_id, ack_floor):
                 continue
             if row.run_status != "queued" and await self._owner_alive(row.run_owner):
                 mine = self.runner_id is not None and row.run_owner == self.runner_id
