@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, String, bindparam, func, insert, select, update
+from sqlalchemy import Integer, String, Text, bindparam, cast, func, insert, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 
 from zcbot_core.db.models import Message, Task, User
@@ -69,14 +69,17 @@ SET_PENDING = (
 MARK_CANCELLING = update(tasks).where(tasks.c.task_id == bindparam("cancel_task")).values(run_status="cancelling")
 
 
-def _end_run_statement(owned: bool) -> Any:
+def _end_run_statement(owned: bool, nothing_waiting: bool = False) -> Any:
     stmt = update(tasks).where(tasks.c.task_id == bindparam("end_task"), tasks.c.run_id == bindparam("end_run"))
     if owned:
         stmt = stmt.where(tasks.c.run_owner == bindparam("end_owner"))
+    if nothing_waiting:  # no enqueued message to start in the same transaction (SQL NULL, JSON null or [])
+        stmt = stmt.where(func.coalesce(cast(tasks.c.pending_inputs, Text), "[]").in_(["[]", "null"]))
     return (stmt.values(run_status=bindparam("end_status"), run_error=bindparam("end_error"), run_owner=None,
                         run_timings=bindparam("end_timings", type_=JSONB))
             .returning(tasks.c.user_id, tasks.c.pending_inputs, tasks.c.deleted_at))
 
 
 END_RUN = {owned: _end_run_statement(owned) for owned in (True, False)}
+END_RUN_NOTHING_WAITING = {owned: _end_run_statement(owned, nothing_waiting=True) for owned in (True, False)}
 RUN_OF_TASK = select(tasks.c.run_id).where(tasks.c.task_id == bindparam("of_task"))

@@ -21,7 +21,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from sqlalchemy import update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
 from zcbot_core.bus.topology import kv_bucket
@@ -290,6 +290,30 @@ class FinishOutcome:
     superseded: bool = False  # `owner` was given and another execution holds the run (nothing was changed)
 
 
+def _end_params(task_id: str, run_id: str, status: str, error: str | None, timings: dict[str, float],
+                owner: str | None) -> dict[str, Any]:
+    params = {"end_task": task_id, "end_run": run_id, "end_status": "error" if status == "error" else "idle",
+              "end_error": error if status == "error" else None, "end_timings": timings}
+    if owner is not None:
+        params["end_owner"] = owner
+    return params
+
+
+async def end_run_if_nothing_waits(
+    reads: AsyncEngine, *, task_id: str, run_id: str, status: str, error: str | None, timings: dict[str, float],
+    owner: str | None = None,
+) -> bool:
+    """The usual end of a run in one autocommit statement (`reads`: `Runtime.reads`): True when it
+    ended it; False when a message waits behind it or the run is not (this owner's) any more, and
+    `finish_run` must decide in a transaction. A message enqueued meanwhile either makes the
+    statement miss (it was committed first) or, committed after, finds the task idle and starts
+    its own run."""
+    async with reads.connect() as conn:
+        ended = (await conn.execute(sql.END_RUN_NOTHING_WAITING[owner is not None],
+                                    _end_params(task_id, run_id, status, error, timings, owner))).first()
+    return ended is not None
+
+
 async def finish_run(
     session: AsyncSession,
     js: JetStreamContext,
@@ -309,10 +333,7 @@ async def finish_run(
     """
     # One conditional UPDATE ends the run when this caller still holds it (the usual case); only a
     # miss or waiting messages need the row itself.
-    params = {"end_task": task_id, "end_run": run_id, "end_status": "error" if status == "error" else "idle",
-              "end_error": error if status == "error" else None, "end_timings": timings}
-    if owner is not None:
-        params["end_owner"] = owner
+    params = _end_params(task_id, run_id, status, error, timings, owner)
     ended = (await session.execute(sql.END_RUN[owner is not None], params)).first()
     if ended is None:
         current = (await session.execute(sql.RUN_OF_TASK, {"of_task": task_id})).first()

@@ -21,7 +21,7 @@ from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus import events as ev
 from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import get_profile
-from zcbot_core.runs import finish_run, publish_run
+from zcbot_core.runs import FinishOutcome, end_run_if_nothing_waits, finish_run, publish_run
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_runner import metrics
@@ -240,9 +240,13 @@ class RunExecutor:
         """End the run (state, `done`, the next enqueued run); False when another runner holds it now."""
         assert self.rt.sessions is not None
         status = "error" if result.status == "error" else result.status
-        async with self.rt.sessions() as session, session.begin():
-            outcome = await finish_run(session, self.rt.js, self.rt.topo, task_id=req.task_id, run_id=req.run_id,
-                                       status=status, error=result.error, timings=timings, owner=self.runner_id)
+        ending = dict(task_id=req.task_id, run_id=req.run_id, status=status, error=result.error, timings=timings,
+                      owner=self.runner_id)
+        if await end_run_if_nothing_waits(self.rt.reads, **ending):  # the usual case: one round trip
+            outcome = FinishOutcome()
+        else:
+            async with self.rt.sessions() as session, session.begin():
+                outcome = await finish_run(session, self.rt.js, self.rt.topo, **ending)
         if outcome.superseded:
             await sink.flush()
             return False
