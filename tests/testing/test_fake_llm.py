@@ -243,13 +243,17 @@ async def test_error_turns_raise_matching_litellm_exceptions(fake: FakeLLM) -> N
     assert len(fake.requests) == 3
 
 
-async def test_malformed_chunk_raises_midstream_error(fake: FakeLLM) -> None:
-    # LiteLLM does not skip a non-JSON data line: the JSON error surfaces mid-stream,
-    # wrapped as MidStreamFallbackError (a ServiceUnavailableError), after the chunks
-    # before it ("ab", "cd": the bad line goes in the middle of the 4 content chunks).
+@pytest.mark.parametrize("litellm_handler", ["false", "true"])
+async def test_malformed_chunk_mid_stream(fake: FakeLLM, litellm_handler: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Through the OpenAI SDK, LiteLLM does not skip a non-JSON data line: the JSON error surfaces
+    # mid-stream, wrapped as MidStreamFallbackError (a ServiceUnavailableError), after the chunks before
+    # it ("ab", "cd": the bad line goes in the middle of the 4 content chunks). LiteLLM's own HTTP
+    # handler (the runner's default, `llm/client.py`) skips the line and the stream goes on.
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", litellm_handler)
     fake.script("KEY-bad", [{"text": "abcdefgh", "malformed": True}])
     received: list[Any] = []
-    with pytest.raises(litellm.exceptions.MidStreamFallbackError) as info:
+
+    async def read() -> None:
         resp = await litellm.acompletion(
             model="openai/fake-model",
             api_base=fake.base_url,
@@ -260,9 +264,17 @@ async def test_malformed_chunk_raises_midstream_error(fake: FakeLLM) -> None:
         )
         async for chunk in resp:
             received.append(chunk)
-    assert isinstance(info.value, litellm.ServiceUnavailableError)
-    assert "Expecting" in str(info.value)  # the json.JSONDecodeError message
-    assert "".join(c.choices[0].delta.content or "" for c in received if c.choices) == "abcd"
+
+    text = lambda: "".join(c.choices[0].delta.content or "" for c in received if c.choices)  # noqa: E731
+    if litellm_handler == "false":
+        with pytest.raises(litellm.exceptions.MidStreamFallbackError) as info:
+            await read()
+        assert isinstance(info.value, litellm.ServiceUnavailableError)
+        assert "Expecting" in str(info.value)  # the json.JSONDecodeError message
+        assert text() == "abcd"
+    else:
+        await read()
+        assert text() == "abcdefgh"
 
     # The server and the connection pool are fine afterwards.
     assert (await reply(fake, [{"role": "user", "content": "next"}])).choices[0].message.content == "ok: next"

@@ -6,7 +6,7 @@
   function returns, before the response body is sent, so a streaming (SSE) route never holds a
   pooled connection for the life of the stream. Routes commit explicitly.
 - `CurrentUser`: the authenticated `user_id` (str). Bearer JWT verified with `settings.jwt_secret`;
-  the user row must exist. Missing/invalid/expired token or unknown user -> 401 with
+  the user row must exist (one statement on the autocommit pool, outside the request's session). Missing/invalid/expired token or unknown user -> 401 with
   `WWW-Authenticate: Bearer`.
 - `CurrentUserRow`: the same check, giving the `User` ORM row (loaded in the request's session).
 - `AdminUser`: the `user_id` of a user whose role, read from the DB on every request, is `admin`;
@@ -23,6 +23,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core import auth
@@ -70,20 +71,23 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-async def get_current_user_row(
-    settings: SettingsDep,
-    session: SessionDep,
-    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> User:
+_USER_EXISTS = select(User.user_id).where(User.user_id == bindparam("auth_user"))
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def _verified_user_id(settings: Settings, creds: HTTPAuthorizationCredentials | None) -> str:
     if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:
         raise _unauthorized("not authenticated: send 'Authorization: Bearer <token>'")
     if not settings.jwt_secret:
         raise ServiceUnavailable("authentication is not configured (JWT_SECRET unset)")
     try:
-        claims = auth.verify_token(creds.credentials, settings.jwt_secret)
+        return auth.verify_token(creds.credentials, settings.jwt_secret).user_id
     except auth.AuthError as exc:
         raise _unauthorized(str(exc)) from None
-    user = await session.get(User, claims.user_id)
+
+
+async def get_current_user_row(settings: SettingsDep, session: SessionDep, creds: Credentials) -> User:
+    user = await session.get(User, _verified_user_id(settings, creds))
     if user is None:
         raise _unauthorized("invalid token: user does not exist")
     # End the read-only auth transaction so its pooled connection goes back now: many routes open
@@ -97,8 +101,17 @@ async def get_current_user_row(
 CurrentUserRow = Annotated[User, Depends(get_current_user_row)]
 
 
-async def get_current_user(user: CurrentUserRow) -> str:
-    return user.user_id
+async def get_current_user(settings: SettingsDep, rt: RuntimeDep, creds: Credentials) -> str:
+    """The token's user, checked to exist with one statement on the autocommit pool (no transaction,
+    and the request's own session is not opened for it)."""
+    user_id = _verified_user_id(settings, creds)
+    if rt.engine is None:
+        raise ServiceUnavailable("database not configured")
+    async with rt.reads.connect() as conn:
+        found = (await conn.execute(_USER_EXISTS, {"auth_user": user_id})).first()
+    if found is None:
+        raise _unauthorized("invalid token: user does not exist")
+    return user_id
 
 
 CurrentUser = Annotated[str, Depends(get_current_user)]
