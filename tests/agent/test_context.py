@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from zcbot_core.agent.context import (
     KEEP_TURNS,
     SUMMARY_PREFIX,
     IndexedMessage,
+    MessagePreparer,
     check_protocol,
     estimate_tokens,
     prepare_messages,
@@ -199,3 +201,31 @@ def test_property_compression_keeps_protocol_users_and_newest_turns(body: list[d
             assert after.get("content") == before.get("content")
         if before["role"] == "assistant":
             assert after.get("tool_calls") == before.get("tool_calls") and after.get("content") == before.get("content")
+
+
+@pytest.mark.parametrize(("thinking", "pressure"), [(False, False), (True, False), (False, True), (True, True)])
+def test_a_runs_preparer_sends_what_prepare_messages_sends_as_the_history_grows(thinking: bool, pressure: bool) -> None:
+    """The per-run memo (`MessagePreparer`) is an optimisation only: call after call, with messages
+    appended in between (as the loop does), its body is byte-identical to the pure function's."""
+    body = conversation(3, reasoning="thinking")
+    # Compression starts at half of reliable_context: here once the history has 5 turns.
+    profile = P(reliable_context=2 * estimate_tokens(conversation(5, reasoning="thinking")) if pressure else 10**7,
+                thinking=thinking)
+    prepare = MessagePreparer()
+    for n in range(3, 7):
+        remembered, pure = prepare(body, profile), prepare_messages(copy.deepcopy(body), profile)
+        assert dumps(remembered) == dumps(pure), n
+        assert (COMPRESSED_TAG in dumps(pure)) is (pressure and n >= 5)
+        body = [*body, *stored(turn(n, reasoning="thinking"))]
+
+
+def test_a_runs_preparer_returns_fresh_dicts_each_call() -> None:
+    """Whatever edits a request on its way to the provider must not change the next one."""
+    body = conversation(3, reasoning="thinking")
+    prepare = MessagePreparer()
+    first = prepare(body, P())
+    expected = dumps(first)
+    first[1]["content"] = "edited"
+    first[2]["tool_calls"][0]["function"]["arguments"] = "{}"
+    first[2]["cache_control"] = {"type": "ephemeral"}
+    assert dumps(prepare(body, P())) == expected

@@ -332,11 +332,18 @@ async def test_first_delay_is_honoured_and_cancellable(fake: FakeLLM) -> None:
     assert nxt.choices[0].message.content == "ok: after cancel"
 
 
-async def test_hang_hits_client_timeout_without_leaking(fake: FakeLLM) -> None:
+@pytest.mark.parametrize("litellm_handler", ["false", "true"])
+async def test_hang_hits_client_timeout_without_leaking(fake: FakeLLM, litellm_handler: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The OpenAI SDK path raises litellm.Timeout; LiteLLM's own handler (the runner's default) wraps
+    # the same timeout, met mid-stream, in a MidStreamFallbackError that says so.
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", litellm_handler)
     fake.script("KEY-hang", [{"text": "partial", "hang": True}])
     start = time.monotonic()
-    with pytest.raises(litellm.Timeout):
+    expected = litellm.Timeout if litellm_handler == "false" else litellm.exceptions.MidStreamFallbackError
+    with pytest.raises(expected) as info:
         await stream(fake, [{"role": "user", "content": "KEY-hang"}], timeout=0.3, max_retries=0)
+    assert "timed out" in str(info.value).lower()
     assert time.monotonic() - start < 3
     for _ in range(100):
         if fake.active_responses == 0:

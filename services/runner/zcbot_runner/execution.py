@@ -13,7 +13,7 @@ from sqlalchemy import exc as sa_exc
 
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.fold import prepare_run_context
-from zcbot_core.agent.context import prepare_messages
+from zcbot_core.agent.context import MessagePreparer
 from zcbot_core.agent.loop import AgentLoop, LoopResult
 from zcbot_core.agent.prompt import PromptContext, build_system_prompt
 from zcbot_core.bus import BusDecodeError, CancelRequest, RunRequest, decode
@@ -232,7 +232,7 @@ class RunExecutor:
         store = DbStepStore(self.rt.sessions, task_id=task.task_id, user_id=task.user_id, run_id=req.run_id,
                             profile=profile.name, owner=self.runner_id)
         loop = AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
-                         tools=toolbox, sink=sink, store=store, cancel=token, prepare=prepare_messages)
+                         tools=toolbox, sink=sink, store=store, cancel=token, prepare=MessagePreparer())
         switcher.loop = loop
         return loop
 

@@ -33,7 +33,7 @@ because `prepare_messages` runs before every LLM call.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 SUMMARY_PREFIX = "[Summary of the earlier conversation, for context]\n"
@@ -157,7 +157,13 @@ def _tool_turns(messages: Sequence[dict[str, Any]]) -> set[int]:
     return keep
 
 
-def strip_old_reasoning(messages: list[dict[str, Any]], keep_tool_turns: bool = False) -> list[dict[str, Any]]:
+def without_reasoning(message: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k != "reasoning_content"}
+
+
+def strip_old_reasoning(messages: list[dict[str, Any]], keep_tool_turns: bool = False,
+                        strip: Callable[[dict[str, Any]], dict[str, Any]] = without_reasoning,
+                        ) -> list[dict[str, Any]]:
     """Reasoning text of earlier turns is not sent back (providers reject or ignore it).
 
     With `keep_tool_turns` (thinking profiles), reasoning on assistant messages of earlier turns
@@ -168,7 +174,7 @@ def strip_old_reasoning(messages: list[dict[str, Any]], keep_tool_turns: bool = 
     out = []
     for i, msg in enumerate(messages):
         if i < last_user and i not in keep and msg.get("role") == "assistant" and "reasoning_content" in msg:
-            msg = {k: v for k, v in msg.items() if k != "reasoning_content"}
+            msg = strip(msg)
         out.append(msg)
     return out
 
@@ -224,8 +230,18 @@ def compressed_text(content: str, *, tool: str, idx: int | None, call: dict[str,
     return f"{head}\n…\n{pointer}"
 
 
+def shrunk_result(message: dict[str, Any], call: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of a tool result message with its content compressed (`compressed_text`)."""
+    tool = str(message.get("name") or ((call or {}).get("function") or {}).get("name") or "")
+    shrunk = dict(message)
+    shrunk["content"] = compressed_text(message["content"], tool=tool, idx=message_idx(message), call=call)
+    return shrunk
+
+
 def compress_old_results(messages: list[dict[str, Any]], keep_turns: int = KEEP_TURNS,
-                         min_chars: int = MIN_COMPRESS_CHARS) -> list[dict[str, Any]]:
+                         min_chars: int = MIN_COMPRESS_CHARS,
+                         shrink: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]] = shrunk_result,
+                         ) -> list[dict[str, Any]]:
     """Shrink tool results (and `load_skill` texts) that lie before the newest `keep_turns` turns.
 
     Only `content` of `role: tool` messages with string content of at least `min_chars` changes;
@@ -239,11 +255,7 @@ def compress_old_results(messages: list[dict[str, Any]], keep_turns: int = KEEP_
     for i, msg in enumerate(messages):
         content = msg.get("content")
         if i < start and msg.get("role") == "tool" and isinstance(content, str) and len(content) >= min_chars:
-            call = calls.get(msg.get("tool_call_id") or "")
-            tool = str(msg.get("name") or ((call or {}).get("function") or {}).get("name") or "")
-            shrunk = dict(msg)
-            shrunk["content"] = compressed_text(content, tool=tool, idx=message_idx(msg), call=call)
-            out.append(shrunk)
+            out.append(shrink(msg, calls.get(msg.get("tool_call_id") or "")))
         else:
             out.append(msg)
     return out
@@ -277,11 +289,51 @@ def prepare_messages(messages: list[dict[str, Any]], profile: Any) -> list[dict[
     Pure and deterministic. Returns new plain dicts in a canonical key order (the caller's list
     and dicts are not mutated).
     """
-    thinking = bool(getattr(profile, "thinking", False))
-    body = strip_old_reasoning(messages, keep_tool_turns=thinking)
-    if under_pressure(messages, profile):
-        body = compress_old_results(body)
-    return [canonical_message(m) for m in body]
+    return MessagePreparer()(messages, profile)
+
+
+class MessagePreparer:
+    """`prepare_messages` for the LLM calls of one run, computing each message's part once.
+
+    From one call to the next a run's history is the same message objects plus the new ones (the
+    loop appends; nothing edits a message once it is in the history), so a message's token
+    estimate, its copy without reasoning, its compressed copy and its canonical form are
+    remembered by object identity instead of recomputed for every message on every call (with a
+    600-message history that was half of the runner's CPU). The memo holds each message it keys,
+    so an identity is never reused while remembered; it lives as long as the run's loop. Each call
+    still returns new dicts (`_fresh`), as `prepare_messages` always did.
+    """
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[str, int], tuple[dict[str, Any], Any]] = {}
+
+    def _once(self, kind: str, message: dict[str, Any], compute: Callable[..., Any], *args: Any) -> Any:
+        hit = self._memo.get((kind, id(message)))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        value = compute(message, *args)
+        self._memo[(kind, id(message))] = (message, value)
+        return value
+
+    def __call__(self, messages: list[dict[str, Any]], profile: Any) -> list[dict[str, Any]]:
+        thinking = bool(getattr(profile, "thinking", False))
+        body = strip_old_reasoning(messages, keep_tool_turns=thinking,
+                                   strip=lambda m: self._once("strip", m, without_reasoning))
+        limit = reliable_context(profile)
+        # The same sum as `under_pressure` (same order), from remembered per-message estimates.
+        if limit > 0 and int(sum(self._once("tokens", m, message_tokens) for m in messages)) >= PRESSURE_RATIO * limit:
+            body = compress_old_results(body, shrink=lambda m, call: self._once("shrink", m, shrunk_result, call))
+        # Fresh containers every call: whatever edits the request on its way (a LiteLLM hook, a
+        # provider transformation) must not reach the memo. A copy keeps the canonical key order.
+        return [_fresh(self._once("canonical", m, canonical_message)) for m in body]
+
+
+def _fresh(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    return value
 
 
 def check_protocol(messages: Sequence[dict[str, Any]]) -> list[str]:
