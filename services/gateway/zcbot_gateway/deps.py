@@ -6,8 +6,8 @@
   function returns, before the response body is sent, so a streaming (SSE) route never holds a
   pooled connection for the life of the stream. Routes commit explicitly.
 - `CurrentUser`: the authenticated `user_id` (str). Bearer JWT verified with `settings.jwt_secret`;
-  the user row must exist (one statement on the autocommit pool, outside the request's session). Missing/invalid/expired token or unknown user -> 401 with
-  `WWW-Authenticate: Bearer`.
+  the user row must exist (one statement on the autocommit pool, outside the request's session).
+  Missing/invalid/expired token or unknown user -> 401 with `WWW-Authenticate: Bearer`.
 - `CurrentUserRow`: the same check, giving the `User` ORM row (loaded in the request's session).
 - `AdminUser`: the `user_id` of a user whose role, read from the DB on every request, is `admin`;
   otherwise 403.

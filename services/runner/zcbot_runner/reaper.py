@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 
 from nats.js.errors import NotFoundError
@@ -104,12 +104,14 @@ class Reaper:
             return 0
         return int(info.ack_floor.stream_seq or 0) if info.ack_floor is not None else 0
 
-    async def _still_queued(self, task_id: str, ack_floor: Callable[[], Awaitable[int]]) -> bool:
+    async def _still_queued(self, task_id: str, ack_floor: int) -> bool:
+        """`ack_floor` read before the request: a request acked since then is gone (not queued); one
+        published since then lies above it (queued)."""
         try:
             request = await self.rt.js.get_last_msg(self.rt.topo.runs_stream, self.rt.topo.run_subject(task_id))
         except NotFoundError:
             return False
-        if int(request.seq) > await ack_floor():
+        if int(request.seq) > ack_floor:
             return True  # waiting for a delivery, or delivered and not yet acked
         try:  # below the floor and not acked: its deliveries ran out, and the advisory was missed
             await self.rt.js.delete_msg(self.rt.topo.runs_stream, int(request.seq))
@@ -130,13 +132,7 @@ class Reaper:
                 )
             ).all()
         reaped = 0
-        floor: list[int] = []
-
-        async def ack_floor() -> int:  # read once per sweep, when a request is found
-            if not floor:
-                floor.append(await self._ack_floor())
-            return floor[0]
-
+        ack_floor = await self._ack_floor() if rows else 0
         for row in rows:
             if await self._still_queued(row.task_id, ack_floor):
                 continue

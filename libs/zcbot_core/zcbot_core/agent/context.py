@@ -120,18 +120,21 @@ def message_tokens(message: dict[str, Any]) -> float:
     return tokens
 
 
-def estimate_tokens(messages: Iterable[dict[str, Any]]) -> int:
-    """Cheap, deterministic token estimate of a message list (no tokenizer)."""
-    return int(sum(message_tokens(m) for m in messages))
+def estimate_tokens(messages: Iterable[dict[str, Any]],
+                    tokens: Callable[[dict[str, Any]], float] = message_tokens) -> int:
+    """Cheap, deterministic token estimate of a message list (no tokenizer); `tokens`: the
+    per-message estimate (`message_tokens`, or a remembered copy of it)."""
+    return int(sum(tokens(m) for m in messages))
 
 
 def reliable_context(profile: Any) -> int:
     return int(getattr(profile, "reliable_context", 0) or 0)
 
 
-def under_pressure(messages: Sequence[dict[str, Any]], profile: Any, ratio: float = PRESSURE_RATIO) -> bool:
+def under_pressure(messages: Sequence[dict[str, Any]], profile: Any, ratio: float = PRESSURE_RATIO,
+                   tokens: Callable[[dict[str, Any]], float] = message_tokens) -> bool:
     limit = reliable_context(profile)
-    return limit > 0 and estimate_tokens(messages) >= ratio * limit
+    return limit > 0 and estimate_tokens(messages, tokens) >= ratio * limit
 
 
 # ---- reasoning -----------------------------------------------------------------------------
@@ -319,9 +322,7 @@ class MessagePreparer:
         thinking = bool(getattr(profile, "thinking", False))
         body = strip_old_reasoning(messages, keep_tool_turns=thinking,
                                    strip=lambda m: self._once("strip", m, without_reasoning))
-        limit = reliable_context(profile)
-        # The same sum as `under_pressure` (same order), from remembered per-message estimates.
-        if limit > 0 and int(sum(self._once("tokens", m, message_tokens) for m in messages)) >= PRESSURE_RATIO * limit:
+        if under_pressure(messages, profile, tokens=lambda m: self._once("tokens", m, message_tokens)):
             body = compress_old_results(body, shrink=lambda m, call: self._once("shrink", m, shrunk_result, call))
         # Fresh containers every call: whatever edits the request on its way (a LiteLLM hook, a
         # provider transformation) must not reach the memo. A copy keeps the canonical key order.
