@@ -3,15 +3,19 @@ from the stream equals what LiteLLM's own `stream_chunk_builder` makes of the sa
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from typing import Any
 
 import litellm
 import pytest
+from litellm.integrations.custom_logger import CustomLogger
+from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
 
 from tests.e2e.conftest import FAKE_KEY_ENV
 from zcbot_core.llm import client as llm_client
 from zcbot_core.llm.assemble import StreamAssembler
-from zcbot_core.llm.client import stream_chat
+from zcbot_core.llm.client import LlmCallError, stream_chat
 from zcbot_core.llm.profiles import Pricing, Profile
 from zcbot_core.testing.fake_llm import FakeLLM
 
@@ -73,17 +77,7 @@ async def test_folded_message_equals_litellms_builder(fake: FakeLLM, key: str, t
 async def test_stream_chat_streams_deltas_and_prices_usage(fake: FakeLLM) -> None:
     fake.script("KEY-price", [{"reasoning": "hmm", "text": "the answer", "usage": {
         "prompt_tokens": 1000, "completion_tokens": 500, "cached_tokens": 400}}])
-    texts: list[str] = []
-    thoughts: list[str] = []
-
-    async def on_text(delta: str) -> None:
-        texts.append(delta)
-
-    async def on_reasoning(delta: str) -> None:
-        thoughts.append(delta)
-
-    result = await stream_chat(profile(fake, Pricing(1.0, 2.0, 0.5)), [{"role": "user", "content": "KEY-price"}],
-                               None, on_text, on_reasoning)
+    result, texts, thoughts = await _collect(fake, "KEY-price", lean_stream=True)
     assert "".join(texts) == "the answer" and "".join(thoughts) == "hmm" and len(texts) > 1
     assert result.message == {"role": "assistant", "content": "the answer", "reasoning_content": "hmm"}
     assert (result.usage.prompt_tokens, result.usage.completion_tokens, result.usage.cached_tokens) == (1000, 500, 400)
@@ -122,3 +116,124 @@ async def test_an_unknown_model_is_registered_once_with_the_profiles_facts(fake:
 
 async def _ignore(_: str) -> None:
     return None
+
+
+# -- the lean path (llm/lean.py): LiteLLM's parsed stream read without its stream wrapper -------------------
+
+LEAN_CASES = [*CASES, ("usage", [{"reasoning": "hmm", "text": "priced", "usage": {
+    "prompt_tokens": 1000, "completion_tokens": 500, "cached_tokens": 400}}])]
+
+
+async def _collect(fake: FakeLLM, key: str, *, lean_stream: bool, model: str = "openai/fake-model",
+                   timeout: float = 600.0) -> tuple[Any, list[str], list[str]]:
+    texts: list[str] = []
+    thoughts: list[str] = []
+
+    async def on_text(delta: str) -> None:
+        texts.append(delta)
+
+    async def on_reasoning(delta: str) -> None:
+        thoughts.append(delta)
+
+    chosen = dataclasses.replace(profile(fake, Pricing(1.0, 2.0, 0.5), model=model), lean_stream=lean_stream)
+    result = await stream_chat(chosen, [{"role": "user", "content": f"go {key}"}], TOOLS, on_text, on_reasoning,
+                               timeout=timeout)
+    return result, texts, thoughts
+
+
+@pytest.mark.parametrize(("key", "turns"), LEAN_CASES, ids=[c[0] for c in LEAN_CASES])
+async def test_lean_and_wrapper_paths_give_the_same_result(fake: FakeLLM, key: str,
+                                                           turns: list[dict[str, Any]]) -> None:
+    turns = [{**turn, "tool_calls": [{**call, "id": f"call_{n}"} for n, call in enumerate(turn["tool_calls"])]}
+             if "tool_calls" in turn else turn for turn in turns]  # the same ids on both paths
+    fake.script(f"LEAN-{key}", turns)
+    fake.script(f"WRAP-{key}", turns)
+    lean_result, lean_texts, lean_thoughts = await _collect(fake, f"LEAN-{key}", lean_stream=True)
+    wrap_result, wrap_texts, wrap_thoughts = await _collect(fake, f"WRAP-{key}", lean_stream=False)
+    assert lean_result.message == wrap_result.message
+    assert lean_result.usage == wrap_result.usage and lean_result.usage.prompt_tokens > 0
+    assert lean_result.cost_usd == pytest.approx(wrap_result.cost_usd) and lean_result.cost_usd > 0
+    assert (lean_texts, lean_thoughts) == (wrap_texts, wrap_thoughts)
+    assert (lean_result.first_token_at is None) == (wrap_result.first_token_at is None)
+
+
+@pytest.mark.parametrize("model", ["openai/fake-model", "deepseek/deepseek-chat"])
+async def test_the_lean_path_never_enters_the_wrapper(fake: FakeLLM, model: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    async def refuse(self: Any) -> Any:
+        raise AssertionError("the stream wrapper was iterated")
+
+    monkeypatch.setattr(CustomStreamWrapper, "__anext__", refuse)
+    fake.script("LEAN-only", [{"text": "straight from the parser", "tool_calls": [
+        {"name": "get_weather", "arguments": {"city": "Oslo"}}]}])
+    result, texts, _ = await _collect(fake, "LEAN-only", lean_stream=True, model=model)
+    assert result.message["content"] == "straight from the parser" == "".join(texts)
+    assert result.message["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    await _no_open_responses(fake)
+
+
+async def test_a_registered_litellm_callback_keeps_the_wrapper(fake: FakeLLM,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever registers a LiteLLM callback (cost tracking, tracing) still sees every call."""
+    seen: list[Any] = []
+
+    class Recorder(CustomLogger):
+        async def async_log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any,
+                                          end_time: Any) -> None:
+            seen.append(response_obj)
+
+    monkeypatch.setattr(litellm, "callbacks", [Recorder()])
+    fake.script("LEAN-cb", [{"text": "logged"}])
+    result, _, _ = await _collect(fake, "LEAN-cb", lean_stream=True)
+    assert result.message["content"] == "logged"
+    for _ in range(200):
+        if seen:
+            break
+        await asyncio.sleep(0.01)
+    assert seen and seen[0].choices[0].message.content == "logged"
+
+
+STREAM_FAILURES = [
+    ("stream_error", {"text": "partial answer", "stream_error": {"message": "engine overloaded", "code": 503}},
+     "engine overloaded"),
+    ("hang", {"text": "partial", "hang": True}, "timed out"),
+]
+
+
+@pytest.mark.parametrize("lean_stream", [True, False], ids=["lean", "wrapper"])
+@pytest.mark.parametrize(("case", "turn", "says"), STREAM_FAILURES, ids=[c[0] for c in STREAM_FAILURES])
+async def test_a_failing_stream_is_a_clear_error(fake: FakeLLM, lean_stream: bool, case: str,
+                                                 turn: dict[str, Any], says: str) -> None:
+    fake.script(f"FAIL-{case}-{lean_stream}", [turn])
+    with pytest.raises(LlmCallError) as info:
+        await _collect(fake, f"FAIL-{case}-{lean_stream}", lean_stream=lean_stream, timeout=0.5)
+    assert says in str(info.value).lower()
+    await _no_open_responses(fake)
+
+
+async def test_a_malformed_line_is_skipped_on_the_lean_path(fake: FakeLLM) -> None:
+    fake.script("LEAN-malformed", [{"chunks": ["a", "b", "c", "d"], "malformed": True}])
+    result, texts, _ = await _collect(fake, "LEAN-malformed", lean_stream=True)
+    assert result.message["content"] == "abcd" == "".join(texts)
+
+
+async def test_cancelling_a_lean_stream_closes_it(fake: FakeLLM) -> None:
+    fake.script("LEAN-slow", [{"chunks": ["x"] * 50, "chunk_delay": 0.05}])
+    call = asyncio.create_task(_collect(fake, "LEAN-slow", lean_stream=True))
+    for _ in range(200):
+        if fake.active_responses:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await _no_open_responses(fake)
+
+
+async def _no_open_responses(fake: FakeLLM) -> None:
+    for _ in range(200):
+        if fake.active_responses == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{fake.active_responses} responses still open on the fake LLM")

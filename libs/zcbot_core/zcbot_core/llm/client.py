@@ -27,6 +27,7 @@ import httpx  # noqa: E402
 import litellm  # noqa: E402
 import openai  # noqa: E402
 
+from zcbot_core.llm import lean
 from zcbot_core.llm.assemble import StreamAssembler
 from zcbot_core.llm.profiles import Profile
 
@@ -185,9 +186,12 @@ async def stream_chat(
     started = time.monotonic()
     first: float | None = None
     assembler = StreamAssembler()
+    response: Any = None
+    parsed: Any = None
     try:
         response = await litellm.acompletion(timeout=timeout, **kwargs)
-        async for chunk in response:
+        parsed = lean.parsed_stream(response) if profile.lean_stream else None
+        async for chunk in (lean.lean_chunks(parsed) if parsed is not None else response):
             delta = assembler.add(chunk)
             if delta is None:
                 continue
@@ -204,6 +208,11 @@ async def stream_chat(
         raise LlmCallError(f"the model provider returned an error: {exc.__class__.__name__}: {_short(exc)}") from exc
     except (openai.OpenAIError, httpx.HTTPError, TimeoutError) as exc:
         raise LlmCallError(f"the model call failed: {exc.__class__.__name__}: {_short(exc)}") from exc
+    except lean.ProviderStreamError as exc:
+        raise LlmCallError(f"the model call failed: {_short(exc)}") from exc
+    finally:
+        if response is not None and parsed is not None:
+            await lean.close(response)
     if not assembler.chunks:
         raise LlmCallError("the model returned an empty stream")
     message = assembler.message()

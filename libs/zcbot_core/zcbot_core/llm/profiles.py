@@ -45,6 +45,8 @@ class Profile:
     max_iterations: int = 100
     temperature: float | None = None
     pricing: Pricing | None = None
+    # Read OpenAI-compatible streams without LiteLLM's stream wrapper (llm/lean.py); false = the wrapper.
+    lean_stream: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def api_key(self) -> str | None:

@@ -76,6 +76,7 @@ _KNOWN_TURN_KEYS = frozenset(
         "chunk_delay",
         "error",
         "malformed",
+        "stream_error",
         "hang",
         "usage",
         "finish_reason",
@@ -356,6 +357,7 @@ class _Plan:
     chunk_delay: float = 0.0
     error: dict[str, Any] | None = None
     malformed: bool = False
+    stream_error: dict[str, Any] | None = None
     hang: bool = False
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
@@ -378,6 +380,8 @@ class FakeLLM:
     - ``error``: ``{"status", "message", "type"?, "code"?, "headers"?}`` -> an HTTP error in
       OpenAI's format instead of a reply (after ``first_delay``).
     - ``malformed``: one non-JSON ``data:`` line mid-stream, then the stream continues.
+    - ``stream_error``: ``{"message", "code"?}`` -> after the content, an error object inside the 200
+      stream (``data: {"error": ...}``, as vLLM and sglang send), and the stream ends there.
     - ``hang``: send headers (and any scripted chunks) then stall until the client leaves.
     - ``usage``: ``{"prompt_tokens", "completion_tokens", "cached_tokens"}`` overrides.
     - ``finish_reason``: defaults to ``"tool_calls"`` if there are tool calls, else ``"stop"``.
@@ -528,6 +532,7 @@ class FakeLLM:
             chunk_delay=float(turn.get("chunk_delay") or 0.0),
             error=turn.get("error"),
             malformed=bool(turn.get("malformed")),
+            stream_error=turn.get("stream_error"),
             hang=bool(turn.get("hang")),
             usage=turn.get("usage"),
             finish_reason=turn.get("finish_reason"),
@@ -808,7 +813,9 @@ class FakeLLM:
         if plan.malformed:
             events.insert(max(1, len(events) // 2), b'data: {"id": "broken", "choices": [\n\n')
         tail: list[bytes] = []
-        if not plan.hang:
+        if plan.stream_error is not None:
+            tail.append(b"data: " + _dumps({"error": plan.stream_error}) + b"\n\n")
+        elif not plan.hang:
             finish = self._finish_reason(plan)
             tail.append(
                 event({"choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]})
