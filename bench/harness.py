@@ -161,6 +161,9 @@ class BenchStack:
             proc.stop()
         for server in reversed(self.servers):
             server.stop()
+        if os.environ.get("ZCBOT_BENCH_KEEP"):  # the services' logs, to read after a surprising figure
+            print(f"bench workdir kept: {self.workdir}", file=sys.stderr)
+            return
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

@@ -34,12 +34,18 @@ class NullSink:
         self.first = self.first or time.perf_counter()
 
 
-class NullStore:
-    async def append(self, payload: dict[str, Any], **_: Any) -> None:
-        return None
+class HistoryStore:
+    """Keeps what the loop stores in a list, so the next in-process run sends the same window as the
+    pipeline's run on its task (the same history: LiteLLM's per-message cost is not pipeline overhead)."""
 
-    async def append_llm_step(self, *_: Any) -> None:
-        return None
+    def __init__(self, history: list[dict[str, Any]]) -> None:
+        self.history = history
+
+    async def append(self, payload: dict[str, Any], **_: Any) -> None:
+        self.history.append(payload)
+
+    async def append_llm_step(self, message: dict[str, Any], *_: Any) -> None:
+        self.history.append(message)
 
 
 class LocalTools:
@@ -63,7 +69,8 @@ class LocalTools:
 
 async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, Any]:
     """Each iteration runs the same message three ways: POST then GET its `events_url` (two requests),
-    POST asking for the event stream (one request), and the loop called in-process (no bus, no DB)."""
+    POST asking for the event stream (one request), and the loop called in-process (no bus, no DB) on
+    the same history as the pipeline's task, so the model gets the same window in all three."""
     headers = await client.login("pipe")
     await push_script(stack.fake_url, "BENCH-2T", TWO_TOOLS)
     profile = load_profiles_from([Path(stack.env["ZCBOT_MODELS_DIR"])])["fake"]
@@ -74,6 +81,7 @@ async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, A
         task_id = await client.task(headers, f"pipe-{label}")
         task_one = await client.task(headers, f"pipe-{label}-one-request")
         first, done, first_one, done_one, local_done, queue_wait, runner_total = [], [], [], [], [], [], []
+        local_history: list[dict[str, Any]] = []
         stages: dict[str, list[float]] = {}
         for i in range(iters + 5):
             t0 = time.perf_counter()
@@ -91,10 +99,11 @@ async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, A
                 runner_total.append(timings.get("total", 0.0))
                 for key in ("setup", "llm", "ttft"):
                     stages.setdefault(key, []).append(timings.get(key, 0.0))
+            local_history.append({"role": "user", "content": f"{content} {i}"})
             loop = AgentLoop(run_id=uuid.uuid4().hex, profile=profile, system_prompt="bench", tools=LocalTools(),
-                             sink=NullSink(), store=NullStore(), cancel=CancelToken())
+                             sink=NullSink(), store=HistoryStore(local_history), cancel=CancelToken())
             t2 = time.perf_counter()
-            await loop.run([{"role": "user", "content": f"{content} {i}"}])
+            await loop.run(list(local_history))
             if i >= 5:
                 local_done.append(time.perf_counter() - t2)
         p_done, p_one, l_done = summarize(done), summarize(done_one), summarize(local_done)

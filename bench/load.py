@@ -98,6 +98,9 @@ async def open_runs(stack: BenchStack, client: Client, n: int, stream_seconds: f
     peak = {"active": 0.0}
     done = asyncio.Event()
     runners = [p for p in stack.procs if p.name == "runner" and p.port and p.popen.poll() is None]
+    for extra in runners[1:]:  # one runner process: the figure is per process
+        extra.stop()
+    runners = runners[:1] or [stack.service("runner")]
 
     async def sample() -> None:
         while not done.is_set():

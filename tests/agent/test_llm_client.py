@@ -197,6 +197,7 @@ STREAM_FAILURES = [
     ("stream_error", {"text": "partial answer", "stream_error": {"message": "engine overloaded", "code": 503}},
      "engine overloaded"),
     ("hang", {"text": "partial", "hang": True}, "timed out"),
+    ("cut_off", {"text": "half an ans", "cut_off": True}, "finish"),
 ]
 
 

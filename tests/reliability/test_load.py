@@ -217,13 +217,21 @@ async def test_every_event_sequence_is_complete_and_ordered_under_load(stack: St
     assert service_errors(caplog) == []
 
 
-async def test_a_redelivered_run_request_is_not_executed_twice(bare_stack: Stack) -> None:
+@pytest.mark.parametrize("heartbeats", [True, False], ids=["beating", "beats_lost"])
+async def test_a_redelivered_run_request_is_not_executed_twice(bare_stack: Stack, heartbeats: bool,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """What the load test first tripped over: a claim delayed past ack_wait (3 s in the e2e stack)
-    by a loaded DB or event loop. JetStream redelivers the request to the runner still handling it;
-    it must not execute the run a second time (DESIGN §4: duplicate deliveries are dropped).
-    Reproduced deterministically by holding the task row lock (the claim's SELECT ... FOR UPDATE
-    waits) until the redelivery has arrived.
+    by a loaded DB or event loop. Reproduced deterministically by holding the task row lock (the
+    claim's SELECT ... FOR UPDATE waits) past ack_wait. The runner beats from receipt, so JetStream
+    keeps the delivery with it (attempt 1); with the beats lost (as while NATS restarts) JetStream
+    redelivers the request to the runner still handling it, which must not execute the run a second
+    time (DESIGN §4: duplicate deliveries are dropped).
     """
+    if not heartbeats:
+        async def silent(*_: Any) -> None:
+            await asyncio.Future()
+
+        monkeypatch.setattr("zcbot_runner.execution.keep_in_progress", silent)
     import psycopg
 
     from tests.reliability.conftest_shared import plain_pg_url
@@ -247,4 +255,5 @@ async def test_a_redelivered_run_request_is_not_executed_twice(bare_stack: Stack
                          "select payload->>'role' from messages where task_id = %s order by idx", task["task_id"])
     assert (len(calls), [row[0] for row in rows]) == (1, ["user", "assistant"])
     starts = [e["data"] for e in events if e["event"] == "run_start"]
-    assert len(starts) == 1 and starts[0]["attempt"] == 2, starts  # the redelivery did happen
+    # Beating, the delivery stays; silent, the redelivery did happen (and was not executed again).
+    assert len(starts) == 1 and starts[0]["attempt"] == (1 if heartbeats else 2), starts

@@ -103,18 +103,22 @@ class RunExecutor:
         self.active[req.task_id] = active  # before the claim, so a concurrent redelivery sees it
         # A cancel stored in KV (e.g. sent while no runner held the run) is looked up during the claim.
         pending_cancel = asyncio.ensure_future(self._pending_cancel(req.task_id, req.run_id))
+        # Beats from receipt, not from the claim: on a loaded runner the claim can wait for a pooled
+        # connection past ack_wait, and JetStream would hand the run to another runner meanwhile.
+        heartbeat = asyncio.create_task(self._heartbeat(active))
         try:
             claim = await claim_run(self.rt.reads, req, self.runner_id)
         except BaseException:
+            heartbeat.cancel()
             pending_cancel.cancel()
             self._forget(active)
             raise
         if claim is None:
+            heartbeat.cancel()
             pending_cancel.cancel()
             self._forget(active)
             await msg.ack()
             return
-        heartbeat = asyncio.create_task(self._heartbeat(active))
         try:
             await self._run(req, claim, active, pending_cancel)
         finally:

@@ -8,6 +8,7 @@ add fields (ignored here), while garbage bytes, an unknown tag or a missing requ
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from typing import Any, TypeVar
@@ -91,14 +92,21 @@ def decode(data: bytes, expected: type[T] | tuple[type, ...] | None = None) -> T
         allowed = expected if isinstance(expected, tuple) else (expected,)
         if not issubclass(cls, allowed):
             raise BusDecodeError(f"expected {[c.__name__ for c in allowed]}, got {cls.__name__}")
-    hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):
-        if not field.init:
-            continue
-        if field.name in body:
-            _check_type(cls, field.name, body[field.name], hints[field.name])
-            kwargs[field.name] = body[field.name]
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise BusDecodeError(f"{cls.__name__}: missing field {field.name}")
+    for name, annotation, required in _fields(cls):
+        if name in body:
+            _check_type(cls, name, body[name], annotation)
+            kwargs[name] = body[name]
+        elif required:
+            raise BusDecodeError(f"{cls.__name__}: missing field {name}")
     return cls(**kwargs)  # type: ignore[return-value]
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, resolved annotation, required) of each init field: resolving the string annotations
+    (`from __future__ import annotations`) per message cost more than the rest of the decode."""
+    hints = typing.get_type_hints(cls)
+    return tuple((field.name, hints[field.name],
+                  field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING)
+                 for field in dataclasses.fields(cls) if field.init)

@@ -51,13 +51,19 @@ async def lean_chunks(stream: Any) -> AsyncIterator[ModelResponseStream]:
     """The parser's OpenAI-shaped chunks; its end-of-stream marker (a plain dict) is dropped.
 
     A failure while reading raises `ProviderStreamError`, as the wrapper would have turned it into one of
-    LiteLLM's exceptions; what the caller does with each chunk is outside this try.
+    LiteLLM's exceptions; what the caller does with each chunk is outside this try. So does a stream that
+    ends with neither a finish_reason nor `[DONE]` (a connection closed mid-answer), as the wrapper does:
+    a cut-off answer must not pass for a complete one.
     """
     iterator = stream.__aiter__()
+    finished = False
     while True:
         try:
             chunk = await iterator.__anext__()
         except StopAsyncIteration:
+            if not finished:
+                raise ProviderStreamError("the model's stream ended before the answer was finished "
+                                          "(no finish_reason, no [DONE])") from None
             return
         except asyncio.CancelledError:
             raise
@@ -68,7 +74,10 @@ async def lean_chunks(stream: Any) -> AsyncIterator[ModelResponseStream]:
             who = f"HTTP {status} " if isinstance(status, int) else ""
             raise ProviderStreamError(f"{who}{exc.__class__.__name__}: {exc}") from exc
         if isinstance(chunk, ModelResponseStream):
+            finished = finished or any(choice.finish_reason for choice in chunk.choices)
             yield chunk
+        elif isinstance(chunk, dict) and chunk.get("is_finished"):
+            finished = True  # the parser's [DONE] marker
 
 
 async def close(response: Any) -> None:

@@ -77,6 +77,7 @@ _KNOWN_TURN_KEYS = frozenset(
         "error",
         "malformed",
         "stream_error",
+        "cut_off",
         "hang",
         "usage",
         "finish_reason",
@@ -358,6 +359,7 @@ class _Plan:
     error: dict[str, Any] | None = None
     malformed: bool = False
     stream_error: dict[str, Any] | None = None
+    cut_off: bool = False
     hang: bool = False
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
@@ -382,6 +384,8 @@ class FakeLLM:
     - ``malformed``: one non-JSON ``data:`` line mid-stream, then the stream continues.
     - ``stream_error``: ``{"message", "code"?}`` -> after the content, an error object inside the 200
       stream (``data: {"error": ...}``, as vLLM and sglang send), and the stream ends there.
+    - ``cut_off``: the stream ends cleanly after the content, with no finish_reason, usage or ``[DONE]``
+      (a provider or proxy that drops the connection mid-answer).
     - ``hang``: send headers (and any scripted chunks) then stall until the client leaves.
     - ``usage``: ``{"prompt_tokens", "completion_tokens", "cached_tokens"}`` overrides.
     - ``finish_reason``: defaults to ``"tool_calls"`` if there are tool calls, else ``"stop"``.
@@ -533,6 +537,7 @@ class FakeLLM:
             error=turn.get("error"),
             malformed=bool(turn.get("malformed")),
             stream_error=turn.get("stream_error"),
+            cut_off=bool(turn.get("cut_off")),
             hang=bool(turn.get("hang")),
             usage=turn.get("usage"),
             finish_reason=turn.get("finish_reason"),
@@ -815,7 +820,7 @@ class FakeLLM:
         tail: list[bytes] = []
         if plan.stream_error is not None:
             tail.append(b"data: " + _dumps({"error": plan.stream_error}) + b"\n\n")
-        elif not plan.hang:
+        elif not plan.hang and not plan.cut_off:
             finish = self._finish_reason(plan)
             tail.append(
                 event({"choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]})
