@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, String, Text, bindparam, cast, func, insert, select, update
+from sqlalchemy import Integer, Numeric, String, Text, bindparam, cast, func, insert, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 
-from zcbot_core.db.models import Message, Task, User
+from zcbot_core.db.models import Message, Task, UsageEvent, User
+from zcbot_core.usage import TASK_TOTALS_DELTA
 
 ACTIVE_STATUSES = ("queued", "running", "cancelling")
 
@@ -46,6 +47,55 @@ APPEND_MESSAGE = insert(messages).from_select(
            *(bindparam(f"append_{name}", type_=kind).label(name) for name, kind in _APPEND_COLUMNS.items()))
     .where(messages.c.task_id == bindparam("append_task", type_=String)),
 ).returning(messages.c.idx)
+
+
+
+def _owned_step_statement(with_usage: bool) -> Any:
+    """A run step written by the run's owner in one autocommit statement: the fence (this run, this
+    owner; with usage, the task's running totals too), the usage event and the next message, as
+    data-modifying CTEs that write nothing when the fence misses. Returns the message's idx, NULL when
+    the run is not this owner's any more.
+
+    During a run its owner is the task's only writer of messages, so the idx read in the statement's
+    snapshot is the next one; were another writer to append meanwhile, the unique (task_id, idx) index
+    refuses the row and the caller writes the step in a transaction holding the row lock instead.
+    """
+    values: dict[str, Any] = {"updated_at": tasks.c.updated_at, **(TASK_TOTALS_DELTA if with_usage else {})}
+    fenced = (
+        update(tasks)
+        .where(tasks.c.task_id == bindparam("append_task", type_=String), tasks.c.run_id == bindparam("step_run"),
+               tasks.c.run_owner == bindparam("step_owner"))
+        .values(**values)
+        .returning(tasks.c.task_id)
+        .cte("fenced")
+    )
+    next_idx = (select(func.coalesce(func.max(messages.c.idx) + 1, 0))
+                .where(messages.c.task_id == bindparam("append_task", type_=String)).scalar_subquery())
+    message = (
+        insert(messages).from_select(
+            ["task_id", "idx", *_APPEND_COLUMNS],
+            select(fenced.c.task_id, next_idx,
+                   *(bindparam(f"append_{name}", type_=kind) for name, kind in _APPEND_COLUMNS.items())))
+        .returning(messages.c.idx)
+        .cte("message")
+    )
+    parts = [select(message.c.idx).scalar_subquery().label("idx")]
+    if with_usage:
+        usage_events = UsageEvent.__table__
+        usage = (
+            insert(usage_events).from_select(
+                ["user_id", "task_id", "run_id", "kind", "model_profile", "units", "cost"],
+                select(bindparam("usage_user", type_=String), fenced.c.task_id, bindparam("step_run"),
+                       bindparam("usage_kind", type_=String), bindparam("usage_profile", type_=String),
+                       bindparam("usage_units", type_=JSONB), bindparam("usage_cost", type_=Numeric(14, 6))))
+            .returning(usage_events.c.id)
+            .cte("usage")
+        )
+        parts.append(select(func.count()).select_from(usage).scalar_subquery().label("usage_rows"))
+    return select(*parts)
+
+
+OWNED_STEP = {with_usage: _owned_step_statement(with_usage) for with_usage in (False, True)}
 
 
 def _queue_statement(with_pending: bool) -> Any:

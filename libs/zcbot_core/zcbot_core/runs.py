@@ -104,9 +104,17 @@ async def append_message(
     idx is the real message count (never the loaded window's size: see seed 003 §8.8); callers hold
     the task row lock so two appends cannot pick the same idx.
     """
-    params = {"append_task": task_id, "append_payload": payload, "append_kind": kind, "append_run_id": run_id,
-              "append_model_profile": model_profile, "append_tokens_in": tokens_in, "append_tokens_out": tokens_out}
+    params = append_params(task_id, payload, kind=kind, run_id=run_id, model_profile=model_profile,
+                           tokens_in=tokens_in, tokens_out=tokens_out)
     return int((await session.execute(sql.APPEND_MESSAGE, params)).scalar_one())
+
+
+def append_params(task_id: str, payload: dict[str, Any], *, kind: str = "chat", run_id: str | None = None,
+                  model_profile: str | None = None, tokens_in: int | None = None,
+                  tokens_out: int | None = None) -> dict[str, Any]:
+    """Bind parameters of a message append (`APPEND_MESSAGE`, `OWNED_STEP`)."""
+    return {"append_task": task_id, "append_payload": payload, "append_kind": kind, "append_run_id": run_id,
+            "append_model_profile": model_profile, "append_tokens_in": tokens_in, "append_tokens_out": tokens_out}
 
 
 async def _events_tail(js: JetStreamContext, topo: Topology, task_id: str) -> int:

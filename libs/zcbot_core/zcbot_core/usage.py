@@ -60,11 +60,18 @@ async def insert_usage_event(session: AsyncSession, *, user_id: str, task_id: st
                              cached_tokens: int, cost: Decimal, kind: str = "chat") -> None:
     """The usage event row alone, for a caller that adds the task's totals in its own statement."""
     await session.execute(_INSERT_USAGE, {
-        "usage_user": user_id, "usage_task": task_id, "usage_run": run_id, "usage_kind": kind,
-        "usage_profile": model_profile, "usage_cost": cost,
-        "usage_units": {"prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens),
-                        "cached_tokens": int(cached_tokens)},
+        "usage_task": task_id, "usage_run": run_id,
+        **usage_event_params(user_id=user_id, model_profile=model_profile, prompt_tokens=prompt_tokens,
+                             completion_tokens=completion_tokens, cached_tokens=cached_tokens, cost=cost, kind=kind),
     })
+
+
+def usage_event_params(*, user_id: str, model_profile: str | None, prompt_tokens: int, completion_tokens: int,
+                       cached_tokens: int, cost: Decimal, kind: str = "chat") -> dict[str, Any]:
+    """A usage event's bind parameters besides its task and run (`_INSERT_USAGE`, the runner's step)."""
+    return {"usage_user": user_id, "usage_kind": kind, "usage_profile": model_profile, "usage_cost": cost,
+            "usage_units": {"prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens),
+                            "cached_tokens": int(cached_tokens)}}
 
 
 async def record_usage(session: AsyncSession, *, user_id: str, task_id: str | None, run_id: str | None,

@@ -234,7 +234,7 @@ class RunExecutor:
         if self.extend_toolbox is not None:
             await self.extend_toolbox(self.rt, toolbox, task, req, prompt_ctx, switcher)
         store = DbStepStore(self.rt.sessions, task_id=task.task_id, user_id=task.user_id, run_id=req.run_id,
-                            profile=profile.name, owner=self.runner_id)
+                            profile=profile.name, owner=self.runner_id, reads=self.rt.reads)
         loop = AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
                          tools=toolbox, sink=sink, store=store, cancel=token, prepare=MessagePreparer())
         switcher.loop = loop

@@ -1,16 +1,24 @@
-"""Completed steps and usage into PostgreSQL, each committed before the next LLM call."""
+"""Completed steps and usage into PostgreSQL, each committed before the next LLM call.
+
+The run's owner writes a step in one autocommit statement (`run_sql.OWNED_STEP`); the transaction
+(fence row lock, then the inserts) is kept for writers without an owner and for the rare step that
+the statement cannot place (another writer appended to the task meanwhile).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from sqlalchemy import bindparam, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.db.models import Task
 from zcbot_core.llm.client import Usage
-from zcbot_core.runs import append_message
-from zcbot_core.usage import TASK_TOTALS_DELTA, insert_usage_event, record_usage, to_cost, totals_params
+from zcbot_core.run_sql import OWNED_STEP
+from zcbot_core.runs import append_message, append_params
+from zcbot_core.usage import (TASK_TOTALS_DELTA, insert_usage_event, record_usage, to_cost, totals_params,
+                              usage_event_params)
 
 
 class RunSuperseded(Exception):
@@ -38,8 +46,10 @@ _FENCES = {(owned, counters): _fence_statement(owned, counters) for owned in (Tr
 
 class DbStepStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, task_id: str, user_id: str, run_id: str,
-                 profile: str, owner: str | None = None) -> None:
+                 profile: str, owner: str | None = None, reads: AsyncEngine | None = None) -> None:
+        """`reads` (the autocommit pool, `Runtime.reads`) with an `owner`: steps in one statement each."""
         self.sessions = sessions
+        self.reads = reads
         self.task_id = task_id
         self.user_id = user_id
         self.run_id = run_id
@@ -54,8 +64,28 @@ class DbStepStore:
             params.update(fence_run=self.run_id, fence_owner=self.owner)
         return _FENCES[(self.owner is not None, counters)], params
 
+    async def _owned_step(self, params: dict[str, Any], with_usage: bool) -> bool | None:
+        """The step in one statement: True written, False superseded (nothing written), None when it
+        could not be placed (or there is no owner / autocommit pool) and the transaction must write it."""
+        if self.owner is None or self.reads is None:
+            return None
+        try:
+            async with self.reads.connect() as conn:
+                row = (await conn.execute(OWNED_STEP[with_usage],
+                                          {**params, "step_run": self.run_id, "step_owner": self.owner})).one()
+        except IntegrityError:  # another writer took the idx meanwhile: the statement wrote nothing
+            return None
+        return row.idx is not None
+
     async def append(self, payload: dict[str, Any], *, kind: str = "chat", tokens_in: int | None = None,
                      tokens_out: int | None = None) -> None:
+        params = append_params(self.task_id, payload, kind=kind, run_id=self.run_id, model_profile=self.profile,
+                               tokens_in=tokens_in, tokens_out=tokens_out)
+        written = await self._owned_step(params, with_usage=False)
+        if written is False:
+            raise RunSuperseded(self.run_id)
+        if written:
+            return
         async with self.sessions() as session, session.begin():
             result = await session.execute(*self._fence())
             if self.owner is not None and not result.rowcount:
@@ -64,21 +94,31 @@ class DbStepStore:
                                  model_profile=self.profile, tokens_in=tokens_in, tokens_out=tokens_out)
 
     async def append_llm_step(self, message: dict[str, Any], usage: Usage, cost_usd: float, profile: str) -> None:
-        """The assistant message and its usage in one transaction (one commit per LLM call): the
-        fence adds the task's running totals, then the usage event and the message are inserted."""
+        """The assistant message and its usage, written together (one commit per LLM call): the task's
+        running totals, the usage event and the message."""
         cost = to_cost(cost_usd)
-        async with self.sessions() as session, session.begin():
-            stmt, params = self._fence(counters=True)
-            params.update(totals_params(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, cost))
-            result = await session.execute(stmt, params)
-            if self.owner is None or result.rowcount:
-                await insert_usage_event(session, user_id=self.user_id, task_id=self.task_id, run_id=self.run_id,
-                                         model_profile=profile, prompt_tokens=usage.prompt_tokens,
-                                         completion_tokens=usage.completion_tokens,
-                                         cached_tokens=usage.cached_tokens, cost=cost)
-                await append_message(session, self.task_id, message, run_id=self.run_id, model_profile=profile,
-                                     tokens_in=usage.prompt_tokens, tokens_out=usage.completion_tokens)
-                return
+        totals = totals_params(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, cost)
+        written = await self._owned_step({
+            **append_params(self.task_id, message, run_id=self.run_id, model_profile=profile,
+                            tokens_in=usage.prompt_tokens, tokens_out=usage.completion_tokens),
+            **totals,
+            **usage_event_params(user_id=self.user_id, model_profile=profile, prompt_tokens=usage.prompt_tokens,
+                                 completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
+                                 cost=cost)}, with_usage=True)
+        if written:
+            return
+        if written is None:
+            async with self.sessions() as session, session.begin():
+                stmt, params = self._fence(counters=True)
+                result = await session.execute(stmt, {**params, **totals})
+                if self.owner is None or result.rowcount:
+                    await insert_usage_event(session, user_id=self.user_id, task_id=self.task_id, run_id=self.run_id,
+                                             model_profile=profile, prompt_tokens=usage.prompt_tokens,
+                                             completion_tokens=usage.completion_tokens,
+                                             cached_tokens=usage.cached_tokens, cost=cost)
+                    await append_message(session, self.task_id, message, run_id=self.run_id, model_profile=profile,
+                                         tokens_in=usage.prompt_tokens, tokens_out=usage.completion_tokens)
+                    return
         # Superseded: the call was still made and paid for, so its usage is kept; its message is not.
         await self.record_usage(usage, cost_usd, profile)
         raise RunSuperseded(self.run_id)
