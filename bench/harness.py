@@ -110,7 +110,7 @@ class BenchStack:
         (models / "fake.yaml").write_text(
             f"model: openai/fake-model\napi_base: {self.fake_url}\napi_key_env: {FAKE_KEY_ENV}\n"
             "max_context: 64000\nreliable_context: 32000\nmax_output: 2048\nmax_iterations: 30\n"
-            "pricing: {input_per_mtok: 1.0, output_per_mtok: 2.0}\n")
+            "pricing: {input_per_mtok: 1.0, output_per_mtok: 2.0}\n" + os.environ.get("ZCBOT_BENCH_PROFILE_EXTRA", ""))
         self.env = {
             **os.environ, "ZCBOT_NATS_URL": nats_url, "ZCBOT_DB_URL": db_url, "ZCBOT_BUS_PREFIX": f"b{secrets.token_hex(3)}",
             "ZCBOT_HOME": str(self.workdir / "home"), "ZCBOT_STORAGE_ROOT": str(self.workdir / "users"),
