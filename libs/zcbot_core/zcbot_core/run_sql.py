@@ -49,7 +49,6 @@ APPEND_MESSAGE = insert(messages).from_select(
 ).returning(messages.c.idx)
 
 
-
 def _owned_step_statement(with_usage: bool) -> Any:
     """A run step written by the run's owner in one autocommit statement: the fence (this run, this
     owner; with usage, the task's running totals too), the usage event and the next message, as
@@ -91,6 +90,7 @@ def _owned_step_statement(with_usage: bool) -> Any:
             .returning(usage_events.c.id)
             .cte("usage")
         )
+        # Selected so the CTE is part of the statement (SQLAlchemy renders only the CTEs a query uses).
         parts.append(select(func.count()).select_from(usage).scalar_subquery().label("usage_rows"))
     return select(*parts)
 

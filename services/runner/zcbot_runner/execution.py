@@ -108,22 +108,14 @@ class RunExecutor:
         heartbeat = asyncio.create_task(self._heartbeat(active))
         try:
             claim = await claim_run(self.rt.reads, req, self.runner_id)
-        except BaseException:
-            heartbeat.cancel()
-            pending_cancel.cancel()
-            self._forget(active)
-            raise
-        if claim is None:
-            heartbeat.cancel()
-            pending_cancel.cancel()
-            self._forget(active)
-            await msg.ack()
-            return
-        try:
-            await self._run(req, claim, active, pending_cancel)
+            if claim is not None:
+                await self._run(req, claim, active, pending_cancel)
         finally:
             heartbeat.cancel()
+            pending_cancel.cancel()  # no-op once the run has read it
             self._forget(active)
+        if claim is None:  # a stale or duplicate delivery of a run that is over
+            await msg.ack()
 
     def _forget(self, active: ActiveRun) -> None:
         if self.active.get(active.task_id) is active:

@@ -186,7 +186,6 @@ async def stream_chat(
     started = time.monotonic()
     first: float | None = None
     assembler = StreamAssembler()
-    response: Any = None
     parsed: Any = None
     try:
         response = await litellm.acompletion(timeout=timeout, **kwargs)
@@ -211,7 +210,7 @@ async def stream_chat(
     except lean.ProviderStreamError as exc:
         raise LlmCallError(f"the model call failed: {_short(exc)}") from exc
     finally:
-        if response is not None and parsed is not None:
+        if parsed is not None:
             await lean.close(response)
     if not assembler.chunks:
         raise LlmCallError("the model returned an empty stream")
