@@ -100,7 +100,8 @@ async def test_login_malformed_body_is_4xx_json(app_client: httpx.AsyncClient, c
 
 
 async def test_bad_tokens_are_401(app_client: httpx.AsyncClient, settings: Settings, make_user) -> None:
-    await make_user(app_client, "alice")
+    alice = await make_user(app_client, "alice")
+    task_id = (await app_client.post("/v1/tasks", headers=alice, json={"name": "t"})).json()["task_id"]
     secret = settings.jwt_secret
     now = int(time.time())
     cases: dict[str, dict[str, str]] = {
@@ -115,15 +116,21 @@ async def test_bad_tokens_are_401(app_client: httpx.AsyncClient, settings: Setti
         "unknown user": bearer(auth.issue_token("ghost", secret, 3600)),
     }
     for label, headers in cases.items():
-        for method, path in [("GET", "/v1/me"), ("GET", "/v1/tasks"), ("POST", "/v1/auth/change_password")]:
+        # Sending a message checks the user in the submit's own statement (one round trip fewer).
+        for method, path in [("GET", "/v1/me"), ("GET", "/v1/tasks"), ("POST", "/v1/auth/change_password"),
+                             ("POST", f"/v1/tasks/{task_id}/messages")]:
             resp = await app_client.request(
-                method, path, headers=headers, json={"old_password": "a" * 8, "new_password": "b" * 8}
+                method, path, headers=headers, json={"old_password": "a" * 8, "new_password": "b" * 8, "content": "hi"}
             )
             assert resp.status_code == 401, (label, path, resp.text)
             assert resp.headers.get("www-authenticate") == "Bearer", label
             assert isinstance(resp.json()["detail"], str) and resp.json()["detail"], label
     expired = await app_client.get("/v1/me", headers=cases["expired"])
     assert expired.json()["detail"] == "token expired"
+    ghost = await app_client.post(f"/v1/tasks/{task_id}/messages", headers=cases["unknown user"], json={"content": "hi"})
+    assert ghost.json()["detail"] == "invalid token: user does not exist"
+    messages = await app_client.get(f"/v1/tasks/{task_id}/messages", headers=alice)
+    assert messages.json()["messages"] == []  # nothing was stored for the refused sends
 
 
 async def test_jwt_secret_rotation_invalidates_old_tokens(

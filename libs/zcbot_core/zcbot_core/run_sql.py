@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, Numeric, String, Text, bindparam, cast, func, insert, select, update
+from sqlalchemy import BigInteger, Integer, Numeric, String, Text, bindparam, cast, func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 
 from zcbot_core.db.models import Message, Task, UsageEvent, User
@@ -110,6 +110,20 @@ def _queue_statement(with_pending: bool) -> Any:
 
 
 QUEUE_RUN = _queue_statement(False)
+
+# A message to a task with no active run, submitted in one round trip by migration 0003's function
+# (user and task locks, both caps, the message, the queued run; it writes nothing unless it answers
+# `queued`). `runs._submit_in_transaction` is the path for an active task and the reference for
+# this one: tests/core/test_submit.py checks that both leave the same rows.
+SUBMIT_TO_IDLE = text(
+    "SELECT outcome, detail, message_idx, counted FROM zcbot_submit_run_v1(:submit_user, :submit_task, "
+    ":submit_run, :submit_payload, :submit_events_from, :submit_channel, :submit_max_active, :submit_max_queued)"
+).bindparams(
+    bindparam("submit_user", type_=String), bindparam("submit_task", type_=String), bindparam("submit_run", type_=String),
+    bindparam("submit_payload", type_=JSONB), bindparam("submit_events_from", type_=BigInteger),
+    bindparam("submit_channel", type_=String), bindparam("submit_max_active", type_=BigInteger),
+    bindparam("submit_max_queued", type_=BigInteger),
+)
 QUEUE_NEXT_PENDING = _queue_statement(True)  # the next waiting message starts; the rest keep waiting
 
 SET_PENDING = (

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
 from zcbot_core.bus.topology import kv_bucket
+from zcbot_core.db.engine import autocommit
 from zcbot_core import run_sql as sql
 from zcbot_core.run_sql import ACTIVE_STATUSES
 
@@ -48,6 +49,10 @@ class NothingToCancel(Exception):
 
 class TaskNotFound(Exception):
     """No such task for this user (404)."""
+
+
+class UserNotFound(TaskNotFound):
+    """The submitting user no longer exists (a valid token of a deleted user: 401 at the HTTP edge)."""
 
 
 class WrongChannel(Exception):
@@ -138,12 +143,26 @@ async def _lock_task(session: AsyncSession, user_id: str, task_id: str) -> Any:
 async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -> None:
     active, queued = (await session.execute(sql.QUOTA, {"quota_user": user_id})).one()
     if active >= limits.max_runs_per_user:
-        raise QuotaExceeded(
-            f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}); "
-            "wait for one to finish or cancel it"
-        )
+        raise _user_cap_reached(active, limits)
     if queued >= limits.max_queued_runs:
-        raise QuotaExceeded("the service is busy (the run queue is full); try again in a minute")
+        raise QuotaExceeded(QUEUE_FULL)
+
+
+QUEUE_FULL = "the service is busy (the run queue is full); try again in a minute"
+
+
+def _user_cap_reached(active: int, limits: RunLimits) -> QuotaExceeded:
+    return QuotaExceeded(f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}); "
+                         "wait for one to finish or cancel it")
+
+
+async def _events_from(events_tail: Awaitable[int]) -> int | None:
+    """Where the new run's events will start, or None when JetStream could not say (a subscriber
+    then reads the task's events from the start; a bus outage fails the publish that follows)."""
+    try:
+        return await events_tail
+    except Exception:
+        return None
 
 
 async def _queue_run(
@@ -152,7 +171,7 @@ async def _queue_run(
 ) -> tuple[RunRequest, int]:
     """The message and the task's new `queued` run (`still_pending`: what keeps waiting behind it)."""
     idx = await append_message(session, task_id, {"role": "user", "content": content}, run_id=run_id)
-    params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id, "queue_events_from": await events_tail}
+    params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id, "queue_events_from": await _events_from(events_tail)}
     if still_pending is None:
         await session.execute(sql.QUEUE_RUN, params)
     else:
@@ -204,24 +223,64 @@ async def submit_message(
     """
     limits = limits or RunLimits()
     run_id = new_run_id()
-    # Where the new run's events will start: asked of JetStream while the transaction runs (any
-    # sequence at or before the run's first event is right; the stream replay filters by run).
+    # Where the new run's events will start, asked of JetStream at once (any sequence at or before the
+    # run's first event is right; the stream replay filters by run).
     events_tail = asyncio.ensure_future(_events_tail(js, topo, task_id))
     try:
-        result = await _submit(sessions, js, nc, topo, events_tail, user_id=user_id, task_id=task_id, content=content,
-                               multitask=multitask, limits=limits, origin=origin, scheduled_job_id=scheduled_job_id,
-                               channel=channel, run_id=run_id)
+        events_from = await _events_from(events_tail)
+        # The usual case, a task with no active run, in one round trip; else the transaction, which
+        # rejects or puts the message behind the active run.
+        idx = await _submit_to_idle(sessions, user_id=user_id, task_id=task_id, run_id=run_id, content=content,
+                                    channel=channel, limits=limits, events_from=events_from)
+        if idx is None:
+            return await _submit_in_transaction(sessions, js, nc, topo, events_tail, user_id=user_id,
+                                                task_id=task_id, content=content, multitask=multitask, limits=limits, origin=origin,
+                                                scheduled_job_id=scheduled_job_id, channel=channel, run_id=run_id)
     finally:
         if not events_tail.done():
             events_tail.cancel()
-    return result
+    req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(), origin=origin,
+                     scheduled_job_id=scheduled_job_id)
+    await _publish_or_fail(sessions, js, topo, req)
+    return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
 
 
-async def _submit(
+async def _submit_to_idle(
+    sessions: async_sessionmaker[AsyncSession], *, user_id: str, task_id: str, run_id: str, content: Any,
+    channel: str | None, limits: RunLimits, events_from: int | None,
+) -> int | None:
+    """The new message's idx, its run queued by one autocommit call (`run_sql.SUBMIT_TO_IDLE`); None
+    when the task has an active run (nothing was written)."""
+    params = {"submit_user": user_id, "submit_task": task_id, "submit_run": run_id,
+              "submit_payload": {"role": "user", "content": content}, "submit_events_from": events_from,
+              "submit_channel": channel, "submit_max_active": limits.max_runs_per_user,
+              "submit_max_queued": limits.max_queued_runs}
+    async with autocommit(sessions).connect() as conn:
+        outcome, detail, idx, counted = (await conn.execute(sql.SUBMIT_TO_IDLE, params)).one()
+    if outcome == "queued":
+        return int(idx)
+    if outcome == "active":
+        return None
+    if outcome == "no_user":
+        raise UserNotFound(user_id)
+    if outcome == "no_task":
+        raise TaskNotFound(task_id)
+    if outcome == "wrong_channel":
+        raise WrongChannel(detail)
+    if outcome == "quota_active":
+        raise _user_cap_reached(int(counted), limits)
+    if outcome == "quota_queued":
+        raise QuotaExceeded(QUEUE_FULL)
+    raise RuntimeError(f"zcbot_submit_run_v1 answered {outcome!r}")
+
+
+async def _submit_in_transaction(
     sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, nc: NATS, topo: Topology,
-    events_tail: "asyncio.Task[int]", *, user_id: str, task_id: str, content: Any, multitask: Multitask,
+    events_tail: "asyncio.Future[int]", *, user_id: str, task_id: str, content: Any, multitask: Multitask,
     limits: RunLimits, origin: str, scheduled_job_id: str | None, channel: str | None, run_id: str,
 ) -> SubmitResult:
+    """The submit as one transaction: any task state (an active run's task: reject, or the message waits
+    behind it); the reference for `_submit_to_idle`."""
     async with sessions() as session, session.begin():
         task = await _lock_task(session, user_id, task_id)
         if channel is not None and task.channel != channel:
@@ -245,19 +304,16 @@ async def _submit(
         else:
             await _check_quota(session, user_id, limits)
             req, idx = await _queue_run(session, events_tail, task_id, user_id, run_id, content)
-            events_from = events_tail.result()
+            events_from = await _events_from(events_tail)
             req.origin = origin
             req.scheduled_job_id = scheduled_job_id
             active_run = None
     if active_run is not None:
         if multitask == "interrupt":
             await signal_cancel(nc, js, topo, task_id, active_run, "interrupt")
-        try:  # asked during the transaction; the message is saved whatever JetStream answers
-            pending_from: int | None = await events_tail
-        except Exception:
-            pending_from = None
+        # (the message is saved whatever JetStream answered)
         return SubmitResult(run_id=run_id, task_id=task_id, status="pending", position=position,
-                            events_from=pending_from)
+                            events_from=await _events_from(events_tail))
     await _publish_or_fail(sessions, js, topo, req)
     return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
 

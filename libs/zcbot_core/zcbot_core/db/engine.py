@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 from sqlalchemy import event, exc
@@ -63,3 +64,16 @@ def ping_when_idle(engine: Engine, idle_seconds: float) -> None:
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+_AUTOCOMMIT: "weakref.WeakKeyDictionary[async_sessionmaker[AsyncSession], AsyncEngine]" = weakref.WeakKeyDictionary()
+
+
+def autocommit(sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:
+    """The sessions' pool in autocommit mode, for one-statement work: no BEGIN/COMMIT round trips
+    (`Runtime.reads` is the same for code that holds the runtime)."""
+    found = _AUTOCOMMIT.get(sessions)
+    if found is None:
+        bind: AsyncEngine = sessions.kw["bind"]
+        found = _AUTOCOMMIT[sessions] = bind.execution_options(isolation_level="AUTOCOMMIT")
+    return found

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from zcbot_core import runs
 from zcbot_core.db.models import Message
 
-from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
+from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
 from zcbot_gateway.routes.tasks import check_task_id, get_user_task
 from zcbot_gateway.schemas import iso
 from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
@@ -101,7 +101,7 @@ def wants_event_stream(request: Request) -> bool:
              responses={200: {"content": {"text/event-stream": {}},
                               "description": "With `Accept: text/event-stream`: the new run's events, as "
                                              "`GET events_url` would stream them (run id in `X-Run-Id`)"}})
-async def post_message(request: Request, task_id: str, body: MessageIn, user_id: CurrentUser, rt: RuntimeDep,
+async def post_message(request: Request, task_id: str, body: MessageIn, user_id: TokenUser, rt: RuntimeDep,
                        settings: SettingsDep) -> Any:
     """Send a message: 202 with the run's `events_url`; or, asked with `Accept: text/event-stream`,
     the run's event stream itself (one request instead of two: the stream starts where the run's
@@ -117,6 +117,8 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
             multitask=body.multitask, channel="web",
             limits=runs.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
         )
+    except runs.UserNotFound:  # the submit's own statement checked the token's user (`TokenUser`)
+        raise unauthorized(USER_GONE) from None
     except runs.TaskNotFound:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail="task not found") from None
     except runs.WrongChannel as exc:

@@ -1,0 +1,168 @@
+"""Submitting a message on real PostgreSQL: a task with no active run is submitted in one call
+(`zcbot_submit_run_v1`, migration 0003), which must leave exactly what the submit transaction leaves,
+refuse what it refuses without writing anything, and keep the per-user cap exact under concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+
+from zcbot_core import runs
+from zcbot_core.config import Settings
+from zcbot_core.db.models import Message, Task, User
+from zcbot_core.service import Runtime, close_runtime, open_runtime
+
+# Columns a submit may set to the current time or a fresh id: compared as "set", not by value.
+VOLATILE = {"task_id", "run_id", "run_queued_at", "updated_at", "created_at"}
+
+
+@pytest.fixture
+async def rt(settings: Settings) -> AsyncIterator[Runtime]:
+    runtime = await open_runtime("gateway", settings)
+    try:
+        yield runtime
+    finally:
+        await close_runtime(runtime)
+
+
+async def add_task(rt: Runtime, task_id: str, user_id: str = "sub", messages: int = 0, **columns: Any) -> None:
+    async with rt.sessions() as s, s.begin():
+        if await s.get(User, user_id) is None:
+            s.add(User(user_id=user_id))
+            await s.flush()
+        s.add(Task(task_id=task_id, user_id=user_id, name="a task", working_dir="w", **columns))
+        await s.flush()
+        for idx in range(messages):
+            s.add(Message(task_id=task_id, idx=idx, kind="chat",
+                          payload={"role": "user" if idx % 2 == 0 else "assistant", "content": f"m{idx}"}))
+
+
+async def task_state(rt: Runtime, task_id: str) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
+    async with rt.sessions() as s:
+        row = (await s.execute(select(Task.__table__).where(Task.task_id == task_id))).mappings().one()
+        messages = (await s.execute(
+            select(Message.idx, Message.kind, Message.payload, Message.run_id, Message.model_profile,
+                   Message.tokens_in, Message.tokens_out)
+            .where(Message.task_id == task_id).order_by(Message.idx))).all()
+    return dict(row), [tuple(m) for m in messages]
+
+
+def comparable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v is not None if k in VOLATILE else v) for k, v in row.items()}
+
+
+async def submit(rt: Runtime, task_id: str, *, one_call: bool, user_id: str = "sub", content: Any = "hello",
+                 channel: str | None = None, multitask: runs.Multitask = "reject",
+                 limits: runs.RunLimits | None = None) -> runs.SubmitResult:
+    if one_call:
+        return await runs.submit_message(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id,
+                                         content=content, channel=channel, multitask=multitask, limits=limits)
+    events_tail = asyncio.ensure_future(asyncio.sleep(0, result=7))
+    return await runs._submit_in_transaction(  # noqa: SLF001 - the reference path, for an idle task too
+        rt.sessions, rt.js, rt.nc, rt.topo, events_tail, user_id=user_id, task_id=task_id, content=content,
+        multitask=multitask, limits=limits or runs.RunLimits(), origin="web", scheduled_job_id=None,
+        channel=channel, run_id=runs.new_run_id())
+
+
+IDLE_TASKS = [
+    pytest.param({}, 0, "hello", None, id="new-task"),
+    pytest.param({}, 3, [{"type": "text", "text": "parts"}], None, id="history-list-content"),
+    pytest.param({"run_status": "error", "run_error": "boom", "run_owner": "r-9", "run_timings": {"total": 1.0},
+                  "run_id": "old"}, 2, "again", None, id="after-an-error"),
+    pytest.param({"run_status": "idle", "channel": "wecom"}, 1, "from wecom", "wecom", id="channel-task"),
+]
+
+
+@pytest.mark.parametrize(("columns", "messages", "content", "channel"), IDLE_TASKS)
+async def test_the_one_call_leaves_what_the_transaction_leaves(rt: Runtime, columns: dict[str, Any], messages: int,
+                                                               content: Any, channel: str | None) -> None:
+    await add_task(rt, "t-call", messages=messages, **columns)
+    await add_task(rt, "t-txn", messages=messages, **columns)
+    by_call = await submit(rt, "t-call", one_call=True, content=content, channel=channel)
+    by_txn = await submit(rt, "t-txn", one_call=False, content=content, channel=channel)
+    (call_row, call_messages), (txn_row, txn_messages) = await task_state(rt, "t-call"), await task_state(rt, "t-txn")
+    assert comparable(call_row) | {"run_events_from": None} == comparable(txn_row) | {"run_events_from": None}
+    assert call_row["run_status"] == "queued" and call_row["run_id"] == by_call.run_id
+    assert call_row["run_events_from"] == by_call.events_from is not None
+    # the same messages, the new one carrying each submit's own run id
+    assert [m[:3] + m[4:] for m in call_messages] == [m[:3] + m[4:] for m in txn_messages]
+    assert call_messages[-1] == (messages, "chat", {"role": "user", "content": content}, by_call.run_id, None, None, None)
+    assert txn_messages[-1][3] == by_txn.run_id
+    assert (by_call.status, by_call.message_idx) == (by_txn.status, by_txn.message_idx) == ("queued", messages)
+
+
+async def _cap_reached(rt: Runtime) -> dict[str, Any]:
+    await add_task(rt, "t-busy", run_status="running", run_id="r-busy")
+    return {"limits": runs.RunLimits(max_runs_per_user=1)}
+
+
+async def _queue_full(rt: Runtime) -> dict[str, Any]:
+    await add_task(rt, "t-q1", user_id="other", run_status="queued", run_id="r-q1")
+    return {"limits": runs.RunLimits(max_queued_runs=1)}
+
+
+async def _deleted(rt: Runtime) -> dict[str, Any]:
+    async with rt.sessions() as s, s.begin():
+        await s.execute(update(Task).where(Task.task_id == "t-refuse").values(deleted_at=runs.now()))
+    return {}
+
+
+async def _nothing(rt: Runtime) -> dict[str, Any]:
+    return {}
+
+
+REFUSALS = [
+    pytest.param(_nothing, {"user_id": "ghost"}, runs.UserNotFound, "ghost", id="user-gone"),
+    pytest.param(_nothing, {"user_id": "other"}, runs.TaskNotFound, "t-refuse", id="another-users-task"),
+    pytest.param(_deleted, {}, runs.TaskNotFound, "t-refuse", id="deleted-task"),
+    pytest.param(_nothing, {"channel": "wecom"}, runs.WrongChannel, "web channel", id="wrong-channel"),
+    pytest.param(_cap_reached, {}, runs.QuotaExceeded, "you already have 1 runs in progress (the limit is 1)",
+                 id="user-cap"),
+    pytest.param(_queue_full, {}, runs.QuotaExceeded, "run queue is full", id="queue-full"),
+]
+
+
+@pytest.mark.parametrize(("arrange", "kwargs", "error", "says"), REFUSALS)
+async def test_a_refused_submit_names_why_and_writes_nothing(rt: Runtime, arrange: Any, kwargs: dict[str, Any],
+                                                             error: type[Exception], says: str) -> None:
+    await add_task(rt, "t-refuse", messages=1)
+    await add_task(rt, "t-of-other", user_id="other")
+    extra = await arrange(rt)
+    before = await task_state(rt, "t-refuse")
+    with pytest.raises(error, match=re.escape(says)):
+        await submit(rt, "t-refuse", one_call=True, **{**extra, **kwargs})
+    assert await task_state(rt, "t-refuse") == before
+
+
+async def test_an_active_task_rejects_or_queues_behind_its_run(rt: Runtime) -> None:
+    await add_task(rt, "t-active", messages=1, run_status="running", run_id="r-now")
+    before = await task_state(rt, "t-active")
+    with pytest.raises(runs.RunConflict, match="already running"):
+        await submit(rt, "t-active", one_call=True)
+    assert await task_state(rt, "t-active") == before
+    waiting = await submit(rt, "t-active", one_call=True, multitask="enqueue", content="next")
+    row, messages = await task_state(rt, "t-active")
+    assert (waiting.status, waiting.position) == ("pending", 1)
+    assert row["run_id"] == "r-now" and [p["content"] for p in row["pending_inputs"]] == ["next"]
+    assert messages == before[1]  # a waiting message is stored when its run starts
+
+
+async def test_concurrent_submits_of_one_user_keep_the_cap_exact(rt: Runtime) -> None:
+    cap, tasks = 2, 8
+    for i in range(tasks):
+        await add_task(rt, f"t-race-{i}")
+    limits = runs.RunLimits(max_runs_per_user=cap)
+    results = await asyncio.gather(*(submit(rt, f"t-race-{i}", one_call=True, limits=limits) for i in range(tasks)),
+                                   return_exceptions=True)
+    accepted = [r for r in results if isinstance(r, runs.SubmitResult)]
+    refused = [r for r in results if isinstance(r, runs.QuotaExceeded)]
+    assert (len(accepted), len(refused)) == (cap, tasks - cap), results
+    async with rt.sessions() as s:
+        queued = (await s.execute(select(Task.task_id).where(Task.run_status == "queued"))).scalars().all()
+        stored = (await s.execute(select(Message.task_id))).scalars().all()
+    assert sorted(queued) == sorted(stored) and len(queued) == cap
