@@ -116,9 +116,9 @@ async def test_bad_tokens_are_401(app_client: httpx.AsyncClient, settings: Setti
         "unknown user": bearer(auth.issue_token("ghost", secret, 3600)),
     }
     for label, headers in cases.items():
-        # Sending a message checks the user in the submit's own statement (one round trip fewer).
+        # Sending a message and opening its events check the user in their own statement.
         for method, path in [("GET", "/v1/me"), ("GET", "/v1/tasks"), ("POST", "/v1/auth/change_password"),
-                             ("POST", f"/v1/tasks/{task_id}/messages")]:
+                             ("POST", f"/v1/tasks/{task_id}/messages"), ("GET", f"/v1/tasks/{task_id}/events")]:
             resp = await app_client.request(
                 method, path, headers=headers, json={"old_password": "a" * 8, "new_password": "b" * 8, "content": "hi"}
             )

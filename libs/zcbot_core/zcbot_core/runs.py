@@ -156,7 +156,7 @@ def _user_cap_reached(active: int, limits: RunLimits) -> QuotaExceeded:
                          "wait for one to finish or cancel it")
 
 
-async def _events_from(events_tail: Awaitable[int]) -> int | None:
+async def _events_from(events_tail: Awaitable[int | None]) -> int | None:
     """Where the new run's events will start, or None when JetStream could not say (a subscriber
     then reads the task's events from the start; a bus outage fails the publish that follows)."""
     try:
@@ -166,7 +166,7 @@ async def _events_from(events_tail: Awaitable[int]) -> int | None:
 
 
 async def _queue_run(
-    session: AsyncSession, events_tail: Awaitable[int], task_id: str, user_id: str, run_id: str, content: Any,
+    session: AsyncSession, events_tail: Awaitable[int | None], task_id: str, user_id: str, run_id: str, content: Any,
     still_pending: list[Any] | None = None,
 ) -> tuple[RunRequest, int]:
     """The message and the task's new `queued` run (`still_pending`: what keeps waiting behind it)."""
@@ -215,17 +215,25 @@ async def submit_message(
     origin: str = "web",
     scheduled_job_id: str | None = None,
     channel: str | None = None,
+    events_from: int | None = None,
 ) -> SubmitResult:
     """Append a user message and start (or enqueue) its run.
 
-    Raises TaskNotFound / WrongChannel (when `channel` is given and the task is on another) /
-    RunConflict / QuotaExceeded / BusUnavailable.
+    `events_from`: a stream sequence at or before every event still to be published, when the caller
+    knows one (the gateway's event feed does); else JetStream is asked for the task's last event.
+    Any sequence at or before the run's first event is right: the stream replay filters by run.
+
+    Raises TaskNotFound (UserNotFound when the user is gone) / WrongChannel (when `channel` is given
+    and the task is on another) / RunConflict / QuotaExceeded / BusUnavailable.
     """
     limits = limits or RunLimits()
     run_id = new_run_id()
-    # Where the new run's events will start, asked of JetStream at once (any sequence at or before the
-    # run's first event is right; the stream replay filters by run).
-    events_tail = asyncio.ensure_future(_events_tail(js, topo, task_id))
+    events_tail: asyncio.Future[int | None]
+    if events_from is not None:
+        events_tail = asyncio.get_running_loop().create_future()
+        events_tail.set_result(events_from)
+    else:
+        events_tail = asyncio.ensure_future(_events_tail(js, topo, task_id))
     try:
         events_from = await _events_from(events_tail)
         # The usual case, a task with no active run, in one round trip; else the transaction, which
@@ -276,7 +284,7 @@ async def _submit_to_idle(
 
 async def _submit_in_transaction(
     sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, nc: NATS, topo: Topology,
-    events_tail: "asyncio.Future[int]", *, user_id: str, task_id: str, content: Any, multitask: Multitask,
+    events_tail: "asyncio.Future[int | None]", *, user_id: str, task_id: str, content: Any, multitask: Multitask,
     limits: RunLimits, origin: str, scheduled_job_id: str | None, channel: str | None, run_id: str,
 ) -> SubmitResult:
     """The submit as one transaction: any task state (an active run's task: reject, or the message waits

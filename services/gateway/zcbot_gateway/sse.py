@@ -159,6 +159,7 @@ class EventHub:
                         pass
                 info = await self.rt.js.stream_info(self.rt.topo.events_stream)
                 start = min(self._last_seq, int(info.state.last_seq)) + 1  # (the stream may have been lost)
+                self._last_seq = start - 1  # keeps `events_from` a bound for a stream that restarted lower
                 await self._subscribe(start)
                 seen = nc.stats["reconnects"]
                 log.info("event feed resubscribed after a NATS reconnect", extra={"from_seq": start})
@@ -167,6 +168,14 @@ class EventHub:
             except Exception as exc:  # JetStream not ready yet after a server restart: retry
                 log.warning("event feed resubscribe failed; retrying", extra={"error": repr(exc)})
                 await asyncio.sleep(0.5)
+
+    def events_from(self) -> int | None:
+        """A stream sequence at or before every event still to be published: the run of a message
+        submitted now has its events there or later. Known here without asking JetStream (None
+        while the feed is not live, e.g. resubscribing after a reconnect)."""
+        if self._sub is None or self.closing.is_set():
+            return None
+        return self._last_seq + 1
 
     async def stop(self) -> None:
         if self.closing.is_set():

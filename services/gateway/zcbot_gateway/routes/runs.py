@@ -8,13 +8,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
-from sqlalchemy import select
+from sqlalchemy import and_, bindparam, select
 
 from zcbot_core import runs
-from zcbot_core.db.models import Message
+from zcbot_core.db.models import Message, Task, User
 
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
-from zcbot_gateway.routes.tasks import check_task_id, get_user_task
+from zcbot_gateway.routes.tasks import TASK_NOT_FOUND, check_task_id, get_user_task
 from zcbot_gateway.schemas import iso
 from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
 
@@ -110,12 +110,14 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     check_task_id(task_id)
     stream = wants_event_stream(request)
     hub = get_hub(request) if stream else None  # before saving anything: a message is never half-sent
+    feed: EventHub | None = getattr(request.app.state, "event_hub", None)
     content = expand_shortcut(settings, user_id, body.content)
     try:
         result = await runs.submit_message(
             rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
             multitask=body.multitask, channel="web",
             limits=runs.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
+            events_from=feed.events_from() if feed is not None else None,
         )
     except runs.UserNotFound:  # the submit's own statement checked the token's user (`TokenUser`)
         raise unauthorized(USER_GONE) from None
@@ -169,15 +171,31 @@ def _parse_last_event_id(value: str | None) -> int | None:
     return int(value)
 
 
+_users, _tasks = User.__table__, Task.__table__
+# The token's user and its task's run state in one autocommit statement (no row: the user is gone).
+_USER_TASK_RUN = (
+    select(_tasks.c.task_id, _tasks.c.run_status, _tasks.c.run_id, _tasks.c.run_events_from, _tasks.c.pending_inputs)
+    .select_from(_users.outerjoin(_tasks, and_(_tasks.c.task_id == bindparam("events_task"),
+                                               _tasks.c.user_id == _users.c.user_id, _tasks.c.deleted_at.is_(None))))
+    .where(_users.c.user_id == bindparam("events_user"))
+)
+
+
 @router.get("/tasks/{task_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}, "description": "SSE stream of run events"}})
 async def run_events(
-    request: Request, task_id: str, user_id: CurrentUser, session: SessionDep, rt: RuntimeDep,
+    request: Request, task_id: str, user_id: TokenUser, rt: RuntimeDep,
     run_id: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> StreamingResponse:
-    task = await get_user_task(session, user_id, task_id)
+    check_task_id(task_id)
     resume = _parse_last_event_id(last_event_id)
+    async with rt.reads.connect() as conn:  # no pooled connection is held while the stream lives
+        task = (await conn.execute(_USER_TASK_RUN, {"events_task": task_id, "events_user": user_id})).first()
+    if task is None:
+        raise unauthorized(USER_GONE)
+    if task.task_id is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=TASK_NOT_FOUND)
     active = task.run_status in runs.ACTIVE_STATUSES
     pending_ids = {item.get("run_id") for item in (task.pending_inputs or [])}
     current_from = task.run_events_from or 1
@@ -195,7 +213,6 @@ async def run_events(
         plan = StreamPlan(start_seq=current_from, run_id=task.run_id, idle_when_caught_up=False)
     else:
         plan = None
-    await session.close()  # the stream may live for hours: do not hold a pooled connection
     headers = SSE_HEADERS
     if plan is None:
         async def idle() -> Any:
