@@ -27,7 +27,7 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from helpers.procs import ServiceProcess  # noqa: E402
 from zcbot_core.bus import Topology  # noqa: E402
 from zcbot_core.config import Settings, get_settings  # noqa: E402
 from zcbot_core.embedded import EmbeddedNats, EmbeddedPostgres, free_port  # noqa: E402
+from zcbot_core.service import Runtime  # noqa: E402
 from zcbot_core.stack import SERVICE_PORT_ENV  # noqa: E402
 
 
@@ -216,6 +217,18 @@ def settings(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> I
         yield Settings()
     finally:
         get_settings.cache_clear()
+
+
+@pytest.fixture
+async def rt(settings: Settings) -> AsyncIterator[Runtime]:
+    """A service's `Runtime` (NATS with the test's topology, the test's database), in the test's loop."""
+    from zcbot_core.service import close_runtime, open_runtime
+
+    runtime = await open_runtime("test", settings)
+    try:
+        yield runtime
+    finally:
+        await close_runtime(runtime)
 
 
 StartService = Callable[..., ServiceProcess]

@@ -6,28 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from sqlalchemy import select, update
 
 from zcbot_core import runs
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Message, Task, User
-from zcbot_core.service import Runtime, close_runtime, open_runtime
+from zcbot_core.service import Runtime
 
 # Columns a submit may set to the current time or a fresh id: compared as "set", not by value.
 VOLATILE = {"task_id", "run_id", "run_queued_at", "updated_at", "created_at"}
-
-
-@pytest.fixture
-async def rt(settings: Settings) -> AsyncIterator[Runtime]:
-    runtime = await open_runtime("gateway", settings)
-    try:
-        yield runtime
-    finally:
-        await close_runtime(runtime)
 
 
 async def add_task(rt: Runtime, task_id: str, user_id: str = "sub", messages: int = 0, **columns: Any) -> None:

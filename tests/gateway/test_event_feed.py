@@ -5,24 +5,12 @@ and it gives none while the feed is not live."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
 
 from zcbot_core.bus import encode
 from zcbot_core.bus import events as ev
-from zcbot_core.config import Settings
-from zcbot_core.service import Runtime, close_runtime, open_runtime
+from zcbot_core.service import Runtime
 from zcbot_gateway.sse import EventHub
-
-
-@pytest.fixture
-async def rt(settings: Settings) -> AsyncIterator[Runtime]:
-    runtime = await open_runtime("gateway", settings)
-    try:
-        yield runtime
-    finally:
-        await close_runtime(runtime)
 
 
 async def publish(rt: Runtime, task_id: str, n: int) -> list[int]:
