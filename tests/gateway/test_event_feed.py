@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-
 from zcbot_core.bus import encode
 from zcbot_core.bus import events as ev
 from zcbot_core.service import Runtime
