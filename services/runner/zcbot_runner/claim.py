@@ -1,5 +1,5 @@
-"""Claiming a delivered run: one statement that takes the run and returns the task's window, then
-the soft reset when it applies (DESIGN §4).
+"""Claiming a delivered run: one statement that takes the run and returns the task's window (and
+whether its user has an active channel binding), then the soft reset when it applies (DESIGN §4).
 
 The statements are built once with bind parameters: building SQLAlchemy expressions per call (and
 the ORM's bulk-UPDATE path) cost more CPU than the queries themselves (a claim took 3.3 ms of
@@ -20,11 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from zcbot_core.agent.context import window
 from zcbot_core.agent.fold import meta_of, plan_reset
 from zcbot_core.bus import RunRequest
-from zcbot_core.db.models import Message, Task
+from zcbot_core.channels.bindings import ACTIVE as ACTIVE_BINDING
+from zcbot_core.db.models import ChannelBinding, Message, Task
 from zcbot_core.runs import ACTIVE_STATUSES, now
 
 _tasks = Task.__table__
 _messages = Message.__table__
+_bindings = ChannelBinding.__table__
 
 # One statement, run in autocommit (no BEGIN/COMMIT round trips): a conditional UPDATE claims the
 # run (a cancel requested before the claim keeps `cancelling`; no row: a stale or duplicate delivery
@@ -47,7 +49,14 @@ _window_json = (
     .where(_messages.c.task_id == _claimed.c.task_id, _messages.c.idx >= _claimed.c.context_base_idx)
     .scalar_subquery()
 )
-_CLAIM = select(_claimed, _window_json.label("window_rows"))
+# Whether the user has an active channel binding at all (most users: none, and then the run's host
+# tools need no query of their own to decide on `wechat_push`).
+_binding_active = (
+    select(_bindings.c.id)
+    .where(_bindings.c.user_id == _claimed.c.user_id, _bindings.c.status == ACTIVE_BINDING)
+    .exists()
+)
+_CLAIM = select(_claimed, _window_json.label("window_rows"), _binding_active.label("user_has_active_binding"))
 # Applied only when the soft reset moves the window, fenced by the claim just made.
 _RESET = (
     update(_tasks)

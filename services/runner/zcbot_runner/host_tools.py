@@ -65,12 +65,15 @@ class ModelSwitcher:
         return True
 
 
-async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Task, req: RunRequest, prompt: PromptContext,
+async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunRequest, prompt: PromptContext,
                      switcher: ModelSwitcher) -> None:
+    """`task`: the claimed row (`claim.Claim.task`)."""
     settings = rt.settings
     assert rt.sessions is not None
-    # The one query here runs while the skills and memory are read from disk.
-    has_channel = asyncio.ensure_future(user_has_channel(rt.reads, task.user_id))
+    # The claim said whether the user has an active binding at all; only then is it checked for a usable
+    # one, by a query that runs while the skills and memory are read from disk.
+    has_channel = (asyncio.ensure_future(user_has_channel(rt.reads, task.user_id))
+                   if task.user_has_active_binding else None)
     await asyncio.sleep(0)  # let it send the query before the synchronous reads below
     root = user_root(settings.storage_root, task.user_id)
     root.mkdir(parents=True, exist_ok=True)
@@ -81,6 +84,6 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Task, req: RunRe
     register_skill_tools(toolbox, registry, root, on_model_switch=switcher)
     scheduled = task.scheduled_job_id is not None or req.origin == "scheduler"
     register_schedule_tools(toolbox, rt.sessions, task.user_id, task, in_scheduled_run=scheduled)
-    if await has_channel:
+    if has_channel is not None and await has_channel:
         register_push_tool(toolbox, rt.nc, rt.topo, task.user_id)
     toolbox.after_hooks.append(make_pptx_guard_hook(resolve_user_path(root, task.working_dir)))
