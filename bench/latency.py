@@ -44,7 +44,7 @@ class HistoryStore:
     async def append(self, payload: dict[str, Any], **_: Any) -> None:
         self.history.append(payload)
 
-    async def append_llm_step(self, message: dict[str, Any], *_: Any) -> None:
+    async def append_llm_step(self, message: dict[str, Any], *_: Any, **__: Any) -> None:
         self.history.append(message)
 
 

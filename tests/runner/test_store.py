@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from tests.reliability.conftest_shared import plain_pg_url
 from zcbot_core.config import Settings
@@ -104,3 +104,79 @@ async def test_a_step_racing_another_writer_is_written_after_it(rt: Runtime, set
     assert [(idx, payload["content"]) for idx, _, payload in messages] == [(0, "first"), (1, "second")]
     assert len(usage) == (1 if llm_step else 0)
     assert attempts == [None]  # the statement was refused; the transaction wrote the step
+
+
+async def run_state(rt: Runtime) -> tuple[Any, ...]:
+    async with rt.sessions() as s:
+        return tuple((await s.execute(select(Task.run_status, Task.run_owner, Task.run_error, Task.run_timings)
+                                      .where(Task.task_id == "t-step"))).one())
+
+
+async def test_the_last_step_and_the_runs_end_are_written_together(rt: Runtime) -> None:
+    steps = store(rt)
+    await steps.append({"role": "user", "content": "hi"})
+    await steps.append_llm_step({"role": "assistant", "content": "bye"}, Usage(7, 3, 0), 0.5, "fake", last=True)
+    assert (await state(rt))[0] == [(0, "chat", {"role": "user", "content": "hi"})]  # kept for the end
+    assert await steps.end_run(status="ok", error=None, timings={"total": 0.1}) is True
+    messages, usage, totals = await state(rt)
+    assert [payload["content"] for _, _, payload in messages] == ["hi", "bye"]
+    assert usage == [({"prompt_tokens": 7, "completion_tokens": 3, "cached_tokens": 0}, Decimal("0.5"))]
+    assert totals == (7, 3, 0, Decimal("0.5"))
+    assert await run_state(rt) == ("idle", None, None, {"total": 0.1})
+    assert await steps.end_run(status="ok", error=None, timings={}) is False  # nothing kept any more
+
+
+async def test_an_ending_with_an_error_keeps_the_error(rt: Runtime) -> None:
+    steps = store(rt)
+    await steps.append_llm_step({"role": "assistant", "content": "partial"}, Usage(1, 1, 0), 0.0, "fake", last=True)
+    assert await steps.end_run(status="error", error="wall clock", timings={}) is True
+    assert (await run_state(rt))[:3] == ("error", None, "wall clock")
+
+
+async def test_with_a_message_waiting_the_last_step_is_written_and_the_end_left_to_the_caller(rt: Runtime) -> None:
+    async with rt.sessions() as s, s.begin():
+        await s.execute(update(Task).where(Task.task_id == "t-step")
+                        .values(pending_inputs=[{"run_id": "r-2", "content": "next"}]))
+    steps = store(rt)
+    await steps.append_llm_step({"role": "assistant", "content": "done"}, Usage(2, 2, 0), 0.25, "fake", last=True)
+    assert await steps.end_run(status="ok", error=None, timings={}) is False
+    messages, usage, _ = await state(rt)
+    assert [payload["content"] for _, _, payload in messages] == ["done"] and len(usage) == 1
+    assert (await run_state(rt))[:2] == ("running", "me")  # finish_run starts the waiting message
+
+
+async def test_a_last_step_of_a_run_held_elsewhere_is_refused_and_its_usage_kept(rt: Runtime) -> None:
+    stale = store(rt, owner="someone-else")
+    await stale.append_llm_step({"role": "assistant", "content": "late"}, Usage(4, 4, 0), 0.1, "fake", last=True)
+    with pytest.raises(RunSuperseded):
+        await stale.end_run(status="ok", error=None, timings={})
+    messages, usage, _ = await state(rt)
+    assert messages == [] and len(usage) == 1
+    assert (await run_state(rt))[:2] == ("running", "me")
+
+
+async def test_a_store_without_an_owner_writes_the_last_step_at_once(rt: Runtime) -> None:
+    plain = DbStepStore(rt.sessions, task_id="t-step", user_id="stepper", run_id="r-1", profile="fake")
+    await plain.append_llm_step({"role": "assistant", "content": "now"}, Usage(1, 1, 0), 0.0, "fake", last=True)
+    assert [payload["content"] for _, _, payload in (await state(rt))[0]] == ["now"]
+    assert await plain.end_run(status="ok", error=None, timings={}) is False
+
+
+async def test_a_last_step_racing_another_writer_is_written_after_it(rt: Runtime, settings: Settings) -> None:
+    """As above for the last step with the run's end: the statement is refused by the unique index, so
+    it ends nothing; the step is then written as idx 1 and the caller ends the run its usual way."""
+    async with await psycopg.AsyncConnection.connect(plain_pg_url(settings.zcbot_db_url)) as other:
+        await other.execute("select 1 from tasks where task_id = 't-step' for update")
+        await other.execute("insert into messages (task_id, idx, payload, kind) "
+                            "values ('t-step', 0, '{\"role\": \"user\", \"content\": \"first\"}', 'chat')")
+        steps = store(rt)
+        await steps.append_llm_step({"role": "assistant", "content": "second"}, Usage(1, 1, 0), 0.0, "fake", last=True)
+        ending = asyncio.create_task(steps.end_run(status="ok", error=None, timings={}))
+        await asyncio.sleep(0.5)  # the statement is waiting for the row lock
+        assert not ending.done()
+        await other.commit()
+    assert await asyncio.wait_for(ending, 10) is False
+    messages, usage, _ = await state(rt)
+    assert [(idx, payload["content"]) for idx, _, payload in messages] == [(0, "first"), (1, "second")]
+    assert len(usage) == 1
+    assert (await run_state(rt))[:2] == ("running", "me")  # not ended by the refused statement

@@ -49,21 +49,29 @@ APPEND_MESSAGE = insert(messages).from_select(
 ).returning(messages.c.idx)
 
 
-def _owned_step_statement(with_usage: bool) -> Any:
+def _owned_step_statement(with_usage: bool, ends_run: bool = False) -> Any:
     """A run step written by the run's owner in one autocommit statement: the fence (this run, this
     owner; with usage, the task's running totals too), the usage event and the next message, as
     data-modifying CTEs that write nothing when the fence misses. Returns the message's idx, NULL when
     the run is not this owner's any more.
+
+    `ends_run`: the run's last step and its end together (the end's `END_RUN_NOTHING_WAITING`
+    values and condition on the fence): NULL also when a message waits behind the run, and then
+    nothing was written.
 
     During a run its owner is the task's only writer of messages, so the idx read in the statement's
     snapshot is the next one; were another writer to append meanwhile, the unique (task_id, idx) index
     refuses the row and the caller writes the step in a transaction holding the row lock instead.
     """
     values: dict[str, Any] = {"updated_at": tasks.c.updated_at, **(TASK_TOTALS_DELTA if with_usage else {})}
+    conditions = [tasks.c.task_id == bindparam("append_task", type_=String), tasks.c.run_id == bindparam("step_run"),
+                  tasks.c.run_owner == bindparam("step_owner")]
+    if ends_run:
+        values.update(_END_VALUES, updated_at=func.now())
+        conditions.append(_NOTHING_WAITING)
     fenced = (
         update(tasks)
-        .where(tasks.c.task_id == bindparam("append_task", type_=String), tasks.c.run_id == bindparam("step_run"),
-               tasks.c.run_owner == bindparam("step_owner"))
+        .where(*conditions)
         .values(**values)
         .returning(tasks.c.task_id)
         .cte("fenced")
@@ -95,7 +103,15 @@ def _owned_step_statement(with_usage: bool) -> Any:
     return select(*parts)
 
 
+# The values that end a run, and "no message waits behind it" (SQL NULL, JSON null or []).
+_END_VALUES: dict[str, Any] = {
+    "run_status": bindparam("end_status"), "run_error": bindparam("end_error"), "run_owner": None,
+    "run_timings": bindparam("end_timings", type_=JSONB),
+}
+_NOTHING_WAITING = func.coalesce(cast(tasks.c.pending_inputs, Text), "[]").in_(["[]", "null"])
+
 OWNED_STEP = {with_usage: _owned_step_statement(with_usage) for with_usage in (False, True)}
+LAST_STEP_AND_END = _owned_step_statement(with_usage=True, ends_run=True)
 
 
 def _queue_statement(with_pending: bool) -> Any:
@@ -137,11 +153,9 @@ def _end_run_statement(owned: bool, nothing_waiting: bool = False) -> Any:
     stmt = update(tasks).where(tasks.c.task_id == bindparam("end_task"), tasks.c.run_id == bindparam("end_run"))
     if owned:
         stmt = stmt.where(tasks.c.run_owner == bindparam("end_owner"))
-    if nothing_waiting:  # no enqueued message to start in the same transaction (SQL NULL, JSON null or [])
-        stmt = stmt.where(func.coalesce(cast(tasks.c.pending_inputs, Text), "[]").in_(["[]", "null"]))
-    return (stmt.values(run_status=bindparam("end_status"), run_error=bindparam("end_error"), run_owner=None,
-                        run_timings=bindparam("end_timings", type_=JSONB))
-            .returning(tasks.c.user_id, tasks.c.pending_inputs, tasks.c.deleted_at))
+    if nothing_waiting:  # no enqueued message to start in the same transaction
+        stmt = stmt.where(_NOTHING_WAITING)
+    return stmt.values(**_END_VALUES).returning(tasks.c.user_id, tasks.c.pending_inputs, tasks.c.deleted_at)
 
 
 END_RUN = {owned: _end_run_statement(owned) for owned in (True, False)}

@@ -362,8 +362,9 @@ class FinishOutcome:
     superseded: bool = False  # `owner` was given and another execution holds the run (nothing was changed)
 
 
-def _end_params(task_id: str, run_id: str, status: str, error: str | None, timings: dict[str, float],
-                owner: str | None) -> dict[str, Any]:
+def end_params(task_id: str, run_id: str, status: str, error: str | None, timings: dict[str, float],
+               owner: str | None) -> dict[str, Any]:
+    """Bind parameters of a run's end (`END_RUN*`, `LAST_STEP_AND_END`)."""
     params = {"end_task": task_id, "end_run": run_id, "end_status": "error" if status == "error" else "idle",
               "end_error": error if status == "error" else None, "end_timings": timings}
     if owner is not None:
@@ -382,7 +383,7 @@ async def end_run_if_nothing_waits(
     its own run."""
     async with reads.connect() as conn:
         ended = (await conn.execute(sql.END_RUN_NOTHING_WAITING[owner is not None],
-                                    _end_params(task_id, run_id, status, error, timings, owner))).first()
+                                    end_params(task_id, run_id, status, error, timings, owner))).first()
     return ended is not None
 
 
@@ -405,7 +406,7 @@ async def finish_run(
     """
     # One conditional UPDATE ends the run when this caller still holds it (the usual case); only a
     # miss or waiting messages need the row itself.
-    params = _end_params(task_id, run_id, status, error, timings, owner)
+    params = end_params(task_id, run_id, status, error, timings, owner)
     ended = (await session.execute(sql.END_RUN[owner is not None], params)).first()
     if ended is None:
         current = (await session.execute(sql.RUN_OF_TASK, {"of_task": task_id})).first()

@@ -140,6 +140,7 @@ class RunExecutor:
             active.token.cancel(pending or "user")
         wall = asyncio.get_running_loop().call_later(settings.zcbot_run_wall_clock_seconds, active.token.cancel, "wall_clock")
         result: LoopResult
+        store: DbStepStore | None = None
         profile_name = task.model_profile or settings.zcbot_default_model
         try:
             await sink.emit(ev.RunStart(run_id=req.run_id, task_id=task.task_id, model_profile=profile_name, attempt=attempt))
@@ -150,6 +151,7 @@ class RunExecutor:
                 result = LoopResult(status="error", error=str(exc))
             else:
                 loop = await self._build_loop(req, task, profile, sink, active.token)
+                store = loop.store
                 history = claim.history
                 try:  # threshold fold (the claim applied the soft reset), then the window as the model will see it
                     history = await active.token.race(prepare_run_context(
@@ -194,7 +196,7 @@ class RunExecutor:
                    "total": round(time.monotonic() - active.started, 4)}
         finish_started = time.monotonic()
         try:
-            finished = await self._finish(req, result, timings, sink)
+            finished = await self._finish(req, result, timings, sink, store)
         except Exception as exc:
             if not is_db_outage(exc):
                 raise
@@ -232,13 +234,21 @@ class RunExecutor:
         switcher.loop = loop
         return loop
 
-    async def _finish(self, req: RunRequest, result: LoopResult, timings: dict[str, float], sink: BusEventSink) -> bool:
-        """End the run (state, `done`, the next enqueued run); False when another runner holds it now."""
+    async def _finish(self, req: RunRequest, result: LoopResult, timings: dict[str, float], sink: BusEventSink,
+                      store: DbStepStore | None) -> bool:
+        """End the run (state, `done`, the next enqueued run); False when another runner holds it now.
+        The usual case is one round trip: the run's last step and its end together (`store.end_run`),
+        or the end alone."""
         assert self.rt.sessions is not None
         status = "error" if result.status == "error" else result.status
         ending = dict(task_id=req.task_id, run_id=req.run_id, status=status, error=result.error, timings=timings,
                       owner=self.runner_id)
-        if await end_run_if_nothing_waits(self.rt.reads, **ending):  # the usual case: one round trip
+        try:
+            ended = store is not None and await store.end_run(status=status, error=result.error, timings=timings)
+        except RunSuperseded:  # its last step could not be written: the run is another runner's now
+            await sink.flush()
+            return False
+        if ended or await end_run_if_nothing_waits(self.rt.reads, **ending):
             outcome = FinishOutcome()
         else:
             async with self.rt.sessions() as session, session.begin():

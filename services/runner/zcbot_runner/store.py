@@ -7,6 +7,7 @@ the statement cannot place (another writer appended to the task meanwhile).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, update
@@ -15,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.db.models import Task
 from zcbot_core.llm.client import Usage
-from zcbot_core.run_sql import OWNED_STEP
-from zcbot_core.runs import append_message, append_params
+from zcbot_core.run_sql import LAST_STEP_AND_END, OWNED_STEP
+from zcbot_core.runs import append_message, append_params, end_params
 from zcbot_core.usage import (TASK_TOTALS_DELTA, insert_usage_event, record_usage, to_cost, totals_params,
                               usage_event_params)
 
@@ -44,10 +45,19 @@ def _fence_statement(owned: bool, counters: bool) -> Any:
 _FENCES = {(owned, counters): _fence_statement(owned, counters) for owned in (True, False) for counters in (True, False)}
 
 
+@dataclass
+class _LlmStep:
+    message: dict[str, Any]
+    usage: Usage
+    cost_usd: float
+    profile: str
+
+
 class DbStepStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, task_id: str, user_id: str, run_id: str,
                  profile: str, owner: str | None = None, reads: AsyncEngine | None = None) -> None:
         """`reads` (the autocommit pool, `Runtime.reads`) with an `owner`: steps in one statement each."""
+        self._last_step: _LlmStep | None = None
         self.sessions = sessions
         self.reads = reads
         self.task_id = task_id
@@ -93,18 +103,53 @@ class DbStepStore:
             await append_message(session, self.task_id, payload, kind=kind, run_id=self.run_id,
                                  model_profile=self.profile, tokens_in=tokens_in, tokens_out=tokens_out)
 
-    async def append_llm_step(self, message: dict[str, Any], usage: Usage, cost_usd: float, profile: str) -> None:
+    async def append_llm_step(self, message: dict[str, Any], usage: Usage, cost_usd: float, profile: str,
+                              last: bool = False) -> None:
         """The assistant message and its usage, written together (one commit per LLM call): the task's
-        running totals, the usage event and the message."""
+        running totals, the usage event and the message. The run's `last` step is kept for `end_run`,
+        which writes it with the run's end in one statement (an owner with the autocommit pool only)."""
+        step = _LlmStep(message, usage, cost_usd, profile)
+        if last and self.owner is not None and self.reads is not None:
+            self._last_step = step
+            return
+        await self._write_llm_step(step)
+
+    async def end_run(self, *, status: str, error: str | None, timings: dict[str, float]) -> bool:
+        """The kept last step and the run's end in one autocommit statement (`LAST_STEP_AND_END`): True
+        when done. Else (no kept step, a message waits behind the run, or the run is not this owner's)
+        the kept step is written as any other (RunSuperseded when the run is not this owner's any more)
+        and False says the caller ends the run its usual way."""
+        step, self._last_step = self._last_step, None
+        if step is None:
+            return False
+        assert self.reads is not None
+        try:
+            async with self.reads.connect() as conn:
+                row = (await conn.execute(LAST_STEP_AND_END, {
+                    **self._llm_step_params(step), "step_run": self.run_id, "step_owner": self.owner,
+                    **end_params(self.task_id, self.run_id, status, error, timings, self.owner)})).one()
+        except IntegrityError:  # another writer took the idx meanwhile: nothing was written
+            row = None
+        if row is not None and row.idx is not None:
+            return True
+        await self._write_llm_step(step)
+        return False
+
+    def _llm_step_params(self, step: _LlmStep) -> dict[str, Any]:
+        usage, cost = step.usage, to_cost(step.cost_usd)
+        return {
+            **append_params(self.task_id, step.message, run_id=self.run_id, model_profile=step.profile,
+                            tokens_in=usage.prompt_tokens, tokens_out=usage.completion_tokens),
+            **totals_params(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, cost),
+            **usage_event_params(user_id=self.user_id, model_profile=step.profile, prompt_tokens=usage.prompt_tokens,
+                                 completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
+                                 cost=cost)}
+
+    async def _write_llm_step(self, step: _LlmStep) -> None:
+        message, usage, cost_usd, profile = step.message, step.usage, step.cost_usd, step.profile
         cost = to_cost(cost_usd)
         totals = totals_params(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, cost)
-        written = await self._owned_step({
-            **append_params(self.task_id, message, run_id=self.run_id, model_profile=profile,
-                            tokens_in=usage.prompt_tokens, tokens_out=usage.completion_tokens),
-            **totals,
-            **usage_event_params(user_id=self.user_id, model_profile=profile, prompt_tokens=usage.prompt_tokens,
-                                 completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
-                                 cost=cost)}, with_usage=True)
+        written = await self._owned_step(self._llm_step_params(step), with_usage=True)
         if written:
             return
         if written is None:

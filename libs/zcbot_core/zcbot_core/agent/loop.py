@@ -37,8 +37,10 @@ class StepStore(Protocol):
     async def append(self, payload: dict[str, Any], *, kind: str = "chat", tokens_in: int | None = None,
                      tokens_out: int | None = None) -> None: ...
 
-    async def append_llm_step(self, message: dict[str, Any], usage: Usage, cost_usd: float, profile: str) -> None:
-        """The assistant message of one LLM call and the call's usage, stored together."""
+    async def append_llm_step(self, message: dict[str, Any], usage: Usage, cost_usd: float, profile: str,
+                              last: bool = False) -> None:
+        """The assistant message of one LLM call and the call's usage, stored together. `last`: the run
+        ends with this step (no tool calls); a store may then keep it to write with the run's end."""
 
 
 class ToolBox(Protocol):
@@ -214,7 +216,8 @@ class AgentLoop:
             state.llm_calls += 1
         if result.first_token_at and not state.first_token:
             state.first_token = result.first_token_at
-        await self.store.append_llm_step(result.message, result.usage, result.cost_usd, self.profile.name)
+        await self.store.append_llm_step(result.message, result.usage, result.cost_usd, self.profile.name,
+                                         last=not result.message.get("tool_calls"))
         await self.emit(
             ev.LlmEnd(
                 run_id=self.run_id,
