@@ -121,7 +121,10 @@ async def test_chat_streams_tool_cards_history_cancel_and_folder_notice(
     await create_task(page, "Greeting", folder="greet")
     await expect(page.locator(tid("chat-folder"))).to_contain_text("greet")
 
-    # A streamed run with reasoning, text and a tool call.
+    # A streamed run with reasoning, text and a tool call, sent as one request: the POST answers with
+    # the run's event stream (no GET of the events URL unless the stream drops).
+    requests: list[tuple[str, str, str | None]] = []
+    page.on("request", lambda r: requests.append((r.method, r.url, r.headers.get("accept"))))
     await send(page, "KEY-browser-tool please write hello.txt")
     await expect(page.locator(tid("user-text")).last).to_have_text("KEY-browser-tool please write hello.txt")
     run = page.locator(tid("live-run")).last
@@ -136,6 +139,9 @@ async def test_chat_streams_tool_cards_history_cancel_and_folder_notice(
     await expect(run.locator(tid("assistant-text")).last).to_have_text("done writing")
     await expect(run).to_have_attribute("data-status", "ok")
     await expect(page.locator(tid("run-status"))).to_contain_text("ok")
+    posts = [(m, a) for m, url, a in requests if url.endswith("/messages") and m == "POST"]
+    assert posts == [("POST", "text/event-stream")], requests
+    assert not [url for _, url, _ in requests if "/events" in url], requests
     await expect(page.locator(tid("cancel-run"))).to_be_hidden()
     await page.locator(tid("chat-pane")).screenshot(path=str(artifacts_dir / "browser-chat-pane.png"))
     if await card.get_attribute("data-ok") == "true" and await files_api_available(stack, token):
@@ -340,6 +346,37 @@ SSE_CHECK = """async () => {
   for await (const e of window.zc.sse("/v1/tasks/t/events?run_id=r")) events.push(e);
   return {events, calls};
 }"""
+
+
+SSE_OPENED_CHECK = """async () => {
+  localStorage.setItem("zcbot.token", "TKN");
+  const calls = [];
+  const enc = new TextEncoder();
+  const stream = (text) => new ReadableStream({start(c) { c.enqueue(enc.encode(text)); c.close(); }});
+  window.fetch = async (url, opts) => {
+    calls.push({url, headers: opts.headers});
+    return {ok: true, status: 200, body: stream("id: 4\\nevent: done\\ndata: {\\"status\\":\\"ok\\"}\\n\\n")};
+  };
+  // An already-open response (the POST's stream) is read first; it drops after id 3, so the
+  // reader resumes with a GET of the URL it was given.
+  const opened = {ok: true, status: 200, body: stream("id: 3\\nevent: run_start\\ndata: {}\\n\\n")};
+  const events = [];
+  for await (const e of window.zc.sse("/v1/tasks/t/events?run_id=r", {opened})) events.push(e);
+  return {events, calls};
+}"""
+
+
+async def test_sse_reader_reads_an_open_response_first_then_resumes_by_url(page: Page) -> None:
+    html = '<!doctype html><body data-page="none"><script src="/static/app.js"></script></body>'
+    await page.route("http://zcbot.invalid/", lambda route: route.fulfill(body=html, content_type="text/html"))
+    await page.route("http://zcbot.invalid/static/app.js", lambda route: route.fulfill(
+        path=str(STATIC / "app.js"), content_type="text/javascript"))
+    await page.goto("http://zcbot.invalid/")
+    await page.wait_for_function("window.zc !== undefined")
+    out = await page.evaluate(SSE_OPENED_CHECK)
+    assert [(e["id"], e["event"]) for e in out["events"]] == [("3", "run_start"), ("4", "done")]
+    assert [(c["url"], c["headers"].get("Last-Event-ID")) for c in out["calls"]] == [
+        ("/v1/tasks/t/events?run_id=r", "3")]
 
 
 async def test_sse_reader_parses_frames_and_resumes_with_last_event_id(page: Page) -> None:

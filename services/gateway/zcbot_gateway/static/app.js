@@ -127,7 +127,9 @@
 
   /** Read an SSE stream with fetch(); yields {id, event, data}. Ends after a `done` event.
    *  A stream that closes early is resumed with Last-Event-ID (bounded retries). */
-  async function* sse(url, { signal, lastEventId = null } = {}) {
+  /** Events of `url` (GET), resumed with Last-Event-ID; `opened`: a response already streaming the
+   *  same events (a message POSTed with Accept: text/event-stream), read first. */
+  async function* sse(url, { signal, lastEventId = null, opened = null } = {}) {
     let lastId = lastEventId;
     let retryMs = 1000;
     let idle = 0;
@@ -136,9 +138,10 @@
       const headers = { Accept: "text/event-stream" };
       if (auth.token) headers.Authorization = "Bearer " + auth.token;
       if (lastId !== null && lastId !== "") headers["Last-Event-ID"] = String(lastId);
-      let resp = null;
+      let resp = opened;
+      opened = null;
       try {
-        resp = await fetch(url, { headers, signal, cache: "no-store" });
+        if (!resp) resp = await fetch(url, { headers, signal, cache: "no-store" });
       } catch (err) {
         if (signal && signal.aborted) return;
         if (++idle > MAX_RECONNECTS) throw err;
@@ -655,11 +658,13 @@
     onStep() { this.text = null; this.reasoning = null; }
   }
 
-  async function follow(url, runId, initialStatus = "running") {
+  async function follow(url, runId, initialStatus = "running", opened = null, abort = new AbortController()) {
     stopRun();
     const task = state.current;
-    if (!task) return;
-    const abort = new AbortController();
+    if (!task) {
+      abort.abort(); // an already-open stream is not read
+      return;
+    }
     const view = new RunView(messagesBox(), runId);
     const run = { runId, abort, view, taskId: task.task_id };
     state.run = run;
@@ -668,7 +673,7 @@
     setRunStatus(initialStatus, "running");
     let final = null;
     try {
-      for await (const evt of sse(url, { signal: abort.signal })) {
+      for await (const evt of sse(url, { signal: abort.signal, opened })) {
         if (state.run !== run) return;
         const d = evt.data || {};
         switch (evt.event) {
@@ -734,12 +739,16 @@
     box.append(bubble);
     box.scrollTop = box.scrollHeight;
     try {
-      const out = await api("/v1/tasks/" + encodeURIComponent(task.task_id) + "/messages", {
-        method: "POST", json: { content },
+      // One request: the POST answers with the run's event stream (its URL, for resuming, in
+      // Content-Location), instead of a JSON body and then a GET of events_url.
+      const abort = new AbortController();
+      const resp = await api("/v1/tasks/" + encodeURIComponent(task.task_id) + "/messages", {
+        method: "POST", json: { content }, headers: { Accept: "text/event-stream" }, signal: abort.signal, raw: true,
       });
       checkFolder();
-      follow(out.events_url, out.run_id, out.status === "queued"
-        ? "queued" + (out.position ? " #" + out.position : "") : "running");
+      const runId = resp.headers.get("X-Run-Id");
+      const status = resp.headers.get("X-Run-Status") === "queued" ? "queued" : "running";
+      follow(resp.headers.get("Content-Location"), runId, status, resp, abort);
       return true;
     } catch (err) {
       bubble.classList.add("failed");
