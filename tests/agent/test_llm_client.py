@@ -14,7 +14,7 @@ from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
 
 from tests.e2e.conftest import FAKE_KEY_ENV
 from zcbot_core.llm import client as llm_client
-from zcbot_core.llm.assemble import StreamAssembler
+from zcbot_core.llm.assemble import StreamAssembler, chunk_field
 from zcbot_core.llm.client import LlmCallError, stream_chat
 from zcbot_core.llm.profiles import Pricing, Profile
 from zcbot_core.testing.fake_llm import FakeLLM
@@ -72,6 +72,37 @@ async def test_folded_message_equals_litellms_builder(fake: FakeLLM, key: str, t
         assembler.add(chunk)
     assert assembler.message() == reference(chunks, messages)
     assert assembler.usage is not None and assembler.usage.prompt_tokens > 0
+
+
+CHUNK_FIELDS = ["usage", "choices", "id", "model", "system_fingerprint", "provider_specific_fields", "no_such_field"]
+DELTA_FIELDS = ["content", "reasoning_content", "tool_calls", "role", "function_call", "audio",
+                "provider_specific_fields", "thinking_blocks", "no_such_field"]
+
+
+@pytest.mark.parametrize(("key", "turns"), CASES, ids=[c[0] for c in CASES])
+async def test_chunk_field_reads_what_getattr_reads(fake: FakeLLM, key: str, turns: list[dict[str, Any]]) -> None:
+    """The assembler's fast field access agrees with `getattr` on every chunk LiteLLM gives, through its
+    stream wrapper and straight from its parser."""
+    fake.script(f"KEY-{key}", turns + turns)
+    messages = [{"role": "user", "content": f"go KEY-{key}"}]
+    chunks: list[Any] = []
+    for lean in (False, True):
+        response = await litellm.acompletion(model="openai/fake-model", api_base=fake.base_url, api_key="sk-fake",
+                                             messages=messages, tools=TOOLS, stream=True,
+                                             stream_options={"include_usage": True})
+        parsed = llm_client.lean.parsed_stream(response) if lean else None
+        assert (parsed is not None) == lean
+        chunks += [chunk async for chunk in (llm_client.lean.lean_chunks(parsed) if lean else response)]
+        if lean:
+            await llm_client.lean.close(response)
+    assert chunks
+    for chunk in chunks:
+        for name in CHUNK_FIELDS:
+            assert chunk_field(chunk, name) == getattr(chunk, name, None), name
+        for choice in chunk.choices:
+            assert chunk_field(choice, "delta") is getattr(choice, "delta", None)
+            for name in DELTA_FIELDS:
+                assert chunk_field(choice.delta, name) == getattr(choice.delta, name, None), name
 
 
 async def test_stream_chat_streams_deltas_and_prices_usage(fake: FakeLLM) -> None:

@@ -194,14 +194,13 @@ async def stream_chat(
             delta = assembler.add(chunk)
             if delta is None:
                 continue
-            reasoning = getattr(delta, "reasoning_content", None)
-            if reasoning:
+            if delta.reasoning:
                 first = first or time.monotonic()
-                await on_reasoning(reasoning)
+                await on_reasoning(delta.reasoning)
             if delta.content:
                 first = first or time.monotonic()
                 await on_text(delta.content)
-            if first is None and getattr(delta, "tool_calls", None):
+            if first is None and delta.has_tool_calls:
                 first = time.monotonic()
     except openai.APIStatusError as exc:
         raise LlmCallError(f"the model provider returned an error: {exc.__class__.__name__}: {_short(exc)}") from exc
