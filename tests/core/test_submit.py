@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from zcbot_core import runs
+from zcbot_core import runs, submit
 from zcbot_core.db.models import Message, Task, User
 from zcbot_core.service import Runtime
 
@@ -45,16 +45,16 @@ def comparable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (v is not None if k in VOLATILE else v) for k, v in row.items()}
 
 
-async def submit(rt: Runtime, task_id: str, *, one_call: bool, user_id: str = "sub", content: Any = "hello",
+async def send(rt: Runtime, task_id: str, *, one_call: bool, user_id: str = "sub", content: Any = "hello",
                  channel: str | None = None, multitask: runs.Multitask = "reject",
-                 limits: runs.RunLimits | None = None) -> runs.SubmitResult:
+                 limits: submit.RunLimits | None = None) -> submit.SubmitResult:
     if one_call:
-        return await runs.submit_message(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id,
+        return await submit.submit_message(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id,
                                          content=content, channel=channel, multitask=multitask, limits=limits)
     events_tail = asyncio.ensure_future(asyncio.sleep(0, result=7))
-    return await runs._submit_in_transaction(  # noqa: SLF001 - the reference path, for an idle task too
+    return await submit._submit_in_transaction(  # noqa: SLF001 - the reference path, for an idle task too
         rt.sessions, rt.js, rt.nc, rt.topo, events_tail, user_id=user_id, task_id=task_id, content=content,
-        multitask=multitask, limits=limits or runs.RunLimits(), origin="web", scheduled_job_id=None,
+        multitask=multitask, limits=limits or submit.RunLimits(), origin="web", scheduled_job_id=None,
         channel=channel, run_id=runs.new_run_id())
 
 
@@ -72,8 +72,8 @@ async def test_the_one_call_leaves_what_the_transaction_leaves(rt: Runtime, colu
                                                                content: Any, channel: str | None) -> None:
     await add_task(rt, "t-call", messages=messages, **columns)
     await add_task(rt, "t-txn", messages=messages, **columns)
-    by_call = await submit(rt, "t-call", one_call=True, content=content, channel=channel)
-    by_txn = await submit(rt, "t-txn", one_call=False, content=content, channel=channel)
+    by_call = await send(rt, "t-call", one_call=True, content=content, channel=channel)
+    by_txn = await send(rt, "t-txn", one_call=False, content=content, channel=channel)
     (call_row, call_messages), (txn_row, txn_messages) = await task_state(rt, "t-call"), await task_state(rt, "t-txn")
     assert comparable(call_row) | {"run_events_from": None} == comparable(txn_row) | {"run_events_from": None}
     assert call_row["run_status"] == "queued" and call_row["run_id"] == by_call.run_id
@@ -87,12 +87,12 @@ async def test_the_one_call_leaves_what_the_transaction_leaves(rt: Runtime, colu
 
 async def _cap_reached(rt: Runtime) -> dict[str, Any]:
     await add_task(rt, "t-busy", run_status="running", run_id="r-busy")
-    return {"limits": runs.RunLimits(max_runs_per_user=1)}
+    return {"limits": submit.RunLimits(max_runs_per_user=1)}
 
 
 async def _queue_full(rt: Runtime) -> dict[str, Any]:
     await add_task(rt, "t-q1", user_id="other", run_status="queued", run_id="r-q1")
-    return {"limits": runs.RunLimits(max_queued_runs=1)}
+    return {"limits": submit.RunLimits(max_queued_runs=1)}
 
 
 async def _deleted(rt: Runtime) -> dict[str, Any]:
@@ -124,7 +124,7 @@ async def test_a_refused_submit_names_why_and_writes_nothing(rt: Runtime, arrang
     extra = await arrange(rt)
     before = await task_state(rt, "t-refuse")
     with pytest.raises(error, match=re.escape(says)):
-        await submit(rt, "t-refuse", one_call=True, **{**extra, **kwargs})
+        await send(rt, "t-refuse", one_call=True, **{**extra, **kwargs})
     assert await task_state(rt, "t-refuse") == before
 
 
@@ -132,9 +132,9 @@ async def test_an_active_task_rejects_or_queues_behind_its_run(rt: Runtime) -> N
     await add_task(rt, "t-active", messages=1, run_status="running", run_id="r-now")
     before = await task_state(rt, "t-active")
     with pytest.raises(runs.RunConflict, match="already running"):
-        await submit(rt, "t-active", one_call=True)
+        await send(rt, "t-active", one_call=True)
     assert await task_state(rt, "t-active") == before
-    waiting = await submit(rt, "t-active", one_call=True, multitask="enqueue", content="next")
+    waiting = await send(rt, "t-active", one_call=True, multitask="enqueue", content="next")
     row, messages = await task_state(rt, "t-active")
     assert (waiting.status, waiting.position) == ("pending", 1)
     assert row["run_id"] == "r-now" and [p["content"] for p in row["pending_inputs"]] == ["next"]
@@ -145,10 +145,10 @@ async def test_concurrent_submits_of_one_user_keep_the_cap_exact(rt: Runtime) ->
     cap, tasks = 2, 8
     for i in range(tasks):
         await add_task(rt, f"t-race-{i}")
-    limits = runs.RunLimits(max_runs_per_user=cap)
-    results = await asyncio.gather(*(submit(rt, f"t-race-{i}", one_call=True, limits=limits) for i in range(tasks)),
+    limits = submit.RunLimits(max_runs_per_user=cap)
+    results = await asyncio.gather(*(send(rt, f"t-race-{i}", one_call=True, limits=limits) for i in range(tasks)),
                                    return_exceptions=True)
-    accepted = [r for r in results if isinstance(r, runs.SubmitResult)]
+    accepted = [r for r in results if isinstance(r, submit.SubmitResult)]
     refused = [r for r in results if isinstance(r, runs.QuotaExceeded)]
     assert (len(accepted), len(refused)) == (cap, tasks - cap), results
     async with rt.sessions() as s:

@@ -129,7 +129,7 @@ QUEUE_RUN = _queue_statement(False)
 
 # A message to a task with no active run, submitted in one round trip by migration 0003's function
 # (user and task locks, both caps, the message, the queued run; it writes nothing unless it answers
-# `queued`). `runs._submit_in_transaction` is the path for an active task and the reference for
+# `queued`). `submit._submit_in_transaction` is the path for an active task and the reference for
 # this one: tests/core/test_submit.py checks that both leave the same rows.
 SUBMIT_TO_IDLE = text(
     "SELECT outcome, detail, message_idx, counted FROM zcbot_submit_run_v1(:submit_user, :submit_task, "

@@ -8,8 +8,6 @@ is locked too so the per-user cap on concurrent runs holds under races (Slark D-
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 import uuid
 from collections.abc import Awaitable
@@ -20,16 +18,12 @@ from typing import Any, Literal
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
 from zcbot_core.bus.topology import kv_bucket
-from zcbot_core.db.engine import autocommit
 from zcbot_core import run_sql as sql
 from zcbot_core.run_sql import ACTIVE_STATUSES
-
-log = logging.getLogger(__name__)
 
 Multitask = Literal["reject", "enqueue", "interrupt"]
 MAX_PENDING_INPUTS = 20
@@ -65,24 +59,6 @@ class WrongChannel(Exception):
 
 class BusUnavailable(Exception):
     """The run could not be handed to JetStream (503); the task is left in `error`, not stuck."""
-
-
-@dataclass
-class SubmitResult:
-    run_id: str
-    task_id: str
-    status: str  # queued (a new run) | pending (enqueued behind the active run)
-    position: int = 0
-    message_idx: int | None = None
-    # A stream sequence at or before the run's first event (where its event stream can start
-    # reading); None when JetStream could not say (then read the task's events from the start).
-    events_from: int | None = None
-
-
-@dataclass
-class RunLimits:
-    max_runs_per_user: int = 3
-    max_queued_runs: int = 1000
 
 
 def now() -> datetime:
@@ -122,7 +98,7 @@ def append_params(task_id: str, payload: dict[str, Any], *, kind: str = "chat", 
             "append_model_profile": model_profile, "append_tokens_in": tokens_in, "append_tokens_out": tokens_out}
 
 
-async def _events_tail(js: JetStreamContext, topo: Topology, task_id: str) -> int:
+async def events_tail(js: JetStreamContext, topo: Topology, task_id: str) -> int:
     """Sequence after the last event of this task: the new run's events all come after it."""
     try:
         last = await js.get_last_msg(topo.events_stream, topo.event_subject(task_id))
@@ -131,7 +107,7 @@ async def _events_tail(js: JetStreamContext, topo: Topology, task_id: str) -> in
         return 0
 
 
-async def _lock_task(session: AsyncSession, user_id: str, task_id: str) -> Any:
+async def lock_task(session: AsyncSession, user_id: str, task_id: str) -> Any:
     """The user's task row, locked (after the user row), or TaskNotFound."""
     await session.execute(sql.LOCK_USER, {"lock_user": user_id})
     task = (await session.execute(sql.LOCK_TASK, {"lock_task": task_id, "lock_user": user_id})).first()
@@ -140,23 +116,7 @@ async def _lock_task(session: AsyncSession, user_id: str, task_id: str) -> Any:
     return task
 
 
-async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -> None:
-    active, queued = (await session.execute(sql.QUOTA, {"quota_user": user_id})).one()
-    if active >= limits.max_runs_per_user:
-        raise _user_cap_reached(active, limits)
-    if queued >= limits.max_queued_runs:
-        raise QuotaExceeded(QUEUE_FULL)
-
-
-QUEUE_FULL = "the service is busy (the run queue is full); try again in a minute"
-
-
-def _user_cap_reached(active: int, limits: RunLimits) -> QuotaExceeded:
-    return QuotaExceeded(f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}); "
-                         "wait for one to finish or cancel it")
-
-
-async def _events_from(events_tail: Awaitable[int | None]) -> int | None:
+async def events_from(events_tail: Awaitable[int | None]) -> int | None:
     """Where the new run's events will start, or None when JetStream could not say (a subscriber
     then reads the task's events from the start; a bus outage fails the publish that follows)."""
     try:
@@ -165,13 +125,13 @@ async def _events_from(events_tail: Awaitable[int | None]) -> int | None:
         return None
 
 
-async def _queue_run(
+async def queue_run(
     session: AsyncSession, events_tail: Awaitable[int | None], task_id: str, user_id: str, run_id: str, content: Any,
     still_pending: list[Any] | None = None,
 ) -> tuple[RunRequest, int]:
     """The message and the task's new `queued` run (`still_pending`: what keeps waiting behind it)."""
     idx = await append_message(session, task_id, {"role": "user", "content": content}, run_id=run_id)
-    params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id, "queue_events_from": await _events_from(events_tail)}
+    params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id, "queue_events_from": await events_from(events_tail)}
     if still_pending is None:
         await session.execute(sql.QUEUE_RUN, params)
     else:
@@ -182,148 +142,6 @@ async def _queue_run(
 
 async def publish_run(js: JetStreamContext, topo: Topology, req: RunRequest) -> None:
     await js.publish(topo.run_subject(req.task_id), encode(req), headers={"Nats-Msg-Id": req.run_id}, timeout=5)
-
-
-async def _publish_or_fail(
-    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, req: RunRequest
-) -> None:
-    try:
-        await publish_run(js, topo, req)
-    except Exception as exc:
-        log.error("run publish failed", extra={"task_id": req.task_id, "run_id": req.run_id, "error": repr(exc)})
-        async with sessions() as session, session.begin():
-            await session.execute(
-                update(sql.tasks)
-                .where(sql.tasks.c.task_id == req.task_id, sql.tasks.c.run_id == req.run_id,
-                       sql.tasks.c.run_status == "queued")
-                .values(run_status="error", run_error="the run could not be queued (message bus unavailable); send again")
-            )
-        raise BusUnavailable("the message bus is unavailable; the message was saved, send again to retry") from exc
-
-
-async def submit_message(
-    sessions: async_sessionmaker[AsyncSession],
-    js: JetStreamContext,
-    nc: NATS,
-    topo: Topology,
-    *,
-    user_id: str,
-    task_id: str,
-    content: Any,
-    multitask: Multitask = "reject",
-    limits: RunLimits | None = None,
-    origin: str = "web",
-    scheduled_job_id: str | None = None,
-    channel: str | None = None,
-    events_from: int | None = None,
-) -> SubmitResult:
-    """Append a user message and start (or enqueue) its run.
-
-    `events_from`: a stream sequence at or before every event still to be published, when the caller
-    knows one (the gateway's event feed does); else JetStream is asked for the task's last event.
-    Any sequence at or before the run's first event is right: the stream replay filters by run.
-
-    Raises TaskNotFound (UserNotFound when the user is gone) / WrongChannel (when `channel` is given
-    and the task is on another) / RunConflict / QuotaExceeded / BusUnavailable.
-    """
-    limits = limits or RunLimits()
-    run_id = new_run_id()
-    events_tail: asyncio.Future[int | None]
-    if events_from is not None:
-        events_tail = asyncio.get_running_loop().create_future()
-        events_tail.set_result(events_from)
-    else:
-        events_tail = asyncio.ensure_future(_events_tail(js, topo, task_id))
-    try:
-        events_from = await _events_from(events_tail)
-        # The usual case, a task with no active run, in one round trip; else the transaction, which
-        # rejects or puts the message behind the active run.
-        idx = await _submit_to_idle(sessions, user_id=user_id, task_id=task_id, run_id=run_id, content=content,
-                                    channel=channel, limits=limits, events_from=events_from)
-        if idx is None:
-            return await _submit_in_transaction(sessions, js, nc, topo, events_tail, user_id=user_id,
-                                                task_id=task_id, content=content, multitask=multitask, limits=limits, origin=origin,
-                                                scheduled_job_id=scheduled_job_id, channel=channel, run_id=run_id)
-    finally:
-        if not events_tail.done():
-            events_tail.cancel()
-    req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(), origin=origin,
-                     scheduled_job_id=scheduled_job_id)
-    await _publish_or_fail(sessions, js, topo, req)
-    return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
-
-
-async def _submit_to_idle(
-    sessions: async_sessionmaker[AsyncSession], *, user_id: str, task_id: str, run_id: str, content: Any,
-    channel: str | None, limits: RunLimits, events_from: int | None,
-) -> int | None:
-    """The new message's idx, its run queued by one autocommit call (`run_sql.SUBMIT_TO_IDLE`); None
-    when the task has an active run (nothing was written)."""
-    params = {"submit_user": user_id, "submit_task": task_id, "submit_run": run_id,
-              "submit_payload": {"role": "user", "content": content}, "submit_events_from": events_from,
-              "submit_channel": channel, "submit_max_active": limits.max_runs_per_user,
-              "submit_max_queued": limits.max_queued_runs}
-    async with autocommit(sessions).connect() as conn:
-        outcome, detail, idx, counted = (await conn.execute(sql.SUBMIT_TO_IDLE, params)).one()
-    if outcome == "queued":
-        return int(idx)
-    if outcome == "active":
-        return None
-    if outcome == "no_user":
-        raise UserNotFound(user_id)
-    if outcome == "no_task":
-        raise TaskNotFound(task_id)
-    if outcome == "wrong_channel":
-        raise WrongChannel(detail)
-    if outcome == "quota_active":
-        raise _user_cap_reached(int(counted), limits)
-    if outcome == "quota_queued":
-        raise QuotaExceeded(QUEUE_FULL)
-    raise RuntimeError(f"zcbot_submit_run_v1 answered {outcome!r}")
-
-
-async def _submit_in_transaction(
-    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, nc: NATS, topo: Topology,
-    events_tail: "asyncio.Future[int | None]", *, user_id: str, task_id: str, content: Any, multitask: Multitask,
-    limits: RunLimits, origin: str, scheduled_job_id: str | None, channel: str | None, run_id: str,
-) -> SubmitResult:
-    """The submit as one transaction: any task state (an active run's task: reject, or the message waits
-    behind it); the reference for `_submit_to_idle`."""
-    async with sessions() as session, session.begin():
-        task = await _lock_task(session, user_id, task_id)
-        if channel is not None and task.channel != channel:
-            raise WrongChannel(task.channel)
-        if task.run_status in ACTIVE_STATUSES:
-            if multitask == "reject":
-                raise RunConflict(f"a run is already {task.run_status} on this task; wait, cancel it, or send with multitask=enqueue")
-            pending = list(task.pending_inputs or [])
-            if len(pending) >= MAX_PENDING_INPUTS:
-                raise QuotaExceeded(f"at most {MAX_PENDING_INPUTS} messages can wait behind a run")
-            item = {"run_id": run_id, "content": content, "origin": origin, "queued_at": time.time()}
-            if multitask == "interrupt":
-                pending.insert(0, item)
-            else:
-                pending.append(item)
-            active_run = task.run_id
-            position = pending.index(item) + 1
-            await session.execute(sql.SET_PENDING, {
-                "pending_task": task_id, "pending_inputs": pending,
-                "pending_status": "cancelling" if multitask == "interrupt" else task.run_status})
-        else:
-            await _check_quota(session, user_id, limits)
-            req, idx = await _queue_run(session, events_tail, task_id, user_id, run_id, content)
-            events_from = await _events_from(events_tail)
-            req.origin = origin
-            req.scheduled_job_id = scheduled_job_id
-            active_run = None
-    if active_run is not None:
-        if multitask == "interrupt":
-            await signal_cancel(nc, js, topo, task_id, active_run, "interrupt")
-        # (the message is saved whatever JetStream answered)
-        return SubmitResult(run_id=run_id, task_id=task_id, status="pending", position=position,
-                            events_from=await _events_from(events_tail))
-    await _publish_or_fail(sessions, js, topo, req)
-    return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
 
 
 async def signal_cancel(nc: NATS, js: JetStreamContext, topo: Topology, task_id: str, run_id: str, reason: str) -> None:
@@ -345,7 +163,7 @@ async def request_cancel(
     reason: str = "user",
 ) -> str:
     async with sessions() as session, session.begin():
-        task = await _lock_task(session, user_id, task_id)
+        task = await lock_task(session, user_id, task_id)
         if task.run_status not in ACTIVE_STATUSES or not task.run_id:
             raise NothingToCancel("no run is active on this task")
         await session.execute(sql.MARK_CANCELLING, {"cancel_task": task_id})
@@ -416,7 +234,7 @@ async def finish_run(
     if not pending or ended.deleted_at is not None:
         return FinishOutcome()
     item = pending.pop(0)
-    req, _ = await _queue_run(session, _events_tail(js, topo, task_id), task_id, ended.user_id, item["run_id"],
+    req, _ = await queue_run(session, events_tail(js, topo, task_id), task_id, ended.user_id, item["run_id"],
                               item["content"], still_pending=pending)
     req.origin = item.get("origin", "web")
     return FinishOutcome(next_request=req)

@@ -1,4 +1,4 @@
-"""Claiming a due job and starting its run through the normal pipeline (`runs.submit_message`).
+"""Claiming a due job and starting its run through the normal pipeline (`submit.submit_message`).
 
 One job per transaction: `SELECT ... FOR UPDATE SKIP LOCKED` takes the earliest due job that no
 other replica holds; the row stays locked while its run is submitted and is committed with its
@@ -28,7 +28,7 @@ from prometheus_client import Counter
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from zcbot_core import runs, schedules
+from zcbot_core import runs, schedules, submit
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.paths import PathRejected
 from zcbot_core.service import Runtime
@@ -106,7 +106,7 @@ def _skip(job: ScheduledJob, slot: datetime, why: str) -> FireResult:
     return FireResult(job.job_id, "skipped", detail=why)
 
 
-async def _start(rt: Runtime, cfg: SchedulerConfig, limits: runs.RunLimits, session: AsyncSession,
+async def _start(rt: Runtime, cfg: SchedulerConfig, limits: submit.RunLimits, session: AsyncSession,
                  job: ScheduledJob, slot: datetime, now: datetime,
                  on_started: Callable[[str, str], None]) -> FireResult:
     created: str | None = None
@@ -122,7 +122,7 @@ async def _start(rt: Runtime, cfg: SchedulerConfig, limits: runs.RunLimits, sess
             task_id = task.task_id
         else:
             task_id = created = await _create_run_task(rt, job, slot)
-        result = await runs.submit_message(
+        result = await submit.submit_message(
             rt.sessions, rt.js, rt.nc, rt.topo, user_id=job.user_id, task_id=task_id,
             content=schedules.firing_prompt(job, slot), multitask="reject", limits=limits,
             origin="scheduler", scheduled_job_id=job.job_id,
@@ -152,7 +152,7 @@ async def _start(rt: Runtime, cfg: SchedulerConfig, limits: runs.RunLimits, sess
     return FireResult(job.job_id, "started", run_id=result.run_id, task_id=task_id)
 
 
-async def fire_next(rt: Runtime, cfg: SchedulerConfig, limits: runs.RunLimits, now: datetime,
+async def fire_next(rt: Runtime, cfg: SchedulerConfig, limits: submit.RunLimits, now: datetime,
                     on_started: Callable[[str, str], None]) -> FireResult | None:
     """Handle the earliest due job nobody else holds; None when no job is due."""
     assert rt.sessions is not None

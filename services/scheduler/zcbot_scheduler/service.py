@@ -25,7 +25,7 @@ from typing import Any
 
 from zcbot_core.bus import BusDecodeError, decode
 from zcbot_core.bus.events import Done, RunEvent
-from zcbot_core.runs import RunLimits
+from zcbot_core.submit import RunLimits
 from zcbot_core.service import Runtime
 from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.firing import FireResult, fire_next, schedule_unscheduled

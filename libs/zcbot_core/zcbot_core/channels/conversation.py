@@ -1,6 +1,6 @@
 """Channel conversations: one persistent task per user and channel (seed 003 §8.7).
 
-An inbound message goes through the same entry as the web (`runs.submit_message`, strategy
+An inbound message goes through the same entry as the web (`submit.submit_message`, strategy
 `reject`): while a run is active the sender gets a short "still working" reply instead of a
 second run. Otherwise we wait for the run's end (the `done` event on the task's event subject,
 with a database poll as a fallback), then send back the final assistant text (read from the
@@ -39,15 +39,8 @@ from zcbot_core.bus import events as ev
 from zcbot_core.config import Settings
 from zcbot_core.db.models import Message, Task
 from zcbot_core.folders import lock_user_folders
-from zcbot_core.runs import (
-    ACTIVE_STATUSES,
-    BusUnavailable,
-    QuotaExceeded,
-    RunConflict,
-    RunLimits,
-    append_message,
-    submit_message,
-)
+from zcbot_core.runs import ACTIVE_STATUSES, BusUnavailable, QuotaExceeded, RunConflict, append_message
+from zcbot_core.submit import RunLimits, submit_message
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import and_, bindparam, select
 
-from zcbot_core import runs
+from zcbot_core import runs, submit
 from zcbot_core.db.models import Message, Task, User
 
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
@@ -113,10 +113,10 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     feed: EventHub | None = getattr(request.app.state, "event_hub", None)
     content = expand_shortcut(settings, user_id, body.content)
     try:
-        result = await runs.submit_message(
+        result = await submit.submit_message(
             rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
             multitask=body.multitask, channel="web",
-            limits=runs.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
+            limits=submit.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
             events_from=feed.events_from() if feed is not None else None,
         )
     except runs.UserNotFound:  # the submit's own statement checked the token's user (`TokenUser`)

@@ -1,0 +1,207 @@
+"""Submitting a user message: store it and start its run, or queue it behind the task's active run
+(DESIGN §4). The one entry for the web, the scheduler and the channels.
+
+A task with no active run takes one round trip (`run_sql.SUBMIT_TO_IDLE`, a PL/pgSQL function that locks
+the user row, then the task row, checks both caps, appends the message and queues the run); a task with an
+active run takes the transaction (`_submit_in_transaction`), which is also the reference the function is
+tested against. The run state machine itself (queueing, cancel, the end of a run) is `zcbot_core.runs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from zcbot_core import run_sql as sql
+from zcbot_core import runs
+from zcbot_core.bus import RunRequest, Topology
+from zcbot_core.db.engine import autocommit
+from zcbot_core.run_sql import ACTIVE_STATUSES
+from zcbot_core.runs import (MAX_PENDING_INPUTS, BusUnavailable, Multitask, QuotaExceeded, RunConflict, TaskNotFound,
+                             UserNotFound, WrongChannel, new_run_id, publish_run, signal_cancel)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SubmitResult:
+    run_id: str
+    task_id: str
+    status: str  # queued (a new run) | pending (enqueued behind the active run)
+    position: int = 0
+    message_idx: int | None = None
+    # A stream sequence at or before the run's first event (where its event stream can start
+    # reading); None when JetStream could not say (then read the task's events from the start).
+    events_from: int | None = None
+
+
+@dataclass
+class RunLimits:
+    max_runs_per_user: int = 3
+    max_queued_runs: int = 1000
+
+
+async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -> None:
+    active, queued = (await session.execute(sql.QUOTA, {"quota_user": user_id})).one()
+    if active >= limits.max_runs_per_user:
+        raise _user_cap_reached(active, limits)
+    if queued >= limits.max_queued_runs:
+        raise QuotaExceeded(QUEUE_FULL)
+
+
+QUEUE_FULL = "the service is busy (the run queue is full); try again in a minute"
+
+
+def _user_cap_reached(active: int, limits: RunLimits) -> QuotaExceeded:
+    return QuotaExceeded(f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}); "
+                         "wait for one to finish or cancel it")
+
+
+async def _publish_or_fail(
+    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, req: RunRequest
+) -> None:
+    try:
+        await publish_run(js, topo, req)
+    except Exception as exc:
+        log.error("run publish failed", extra={"task_id": req.task_id, "run_id": req.run_id, "error": repr(exc)})
+        async with sessions() as session, session.begin():
+            await session.execute(
+                update(sql.tasks)
+                .where(sql.tasks.c.task_id == req.task_id, sql.tasks.c.run_id == req.run_id,
+                       sql.tasks.c.run_status == "queued")
+                .values(run_status="error", run_error="the run could not be queued (message bus unavailable); send again")
+            )
+        raise BusUnavailable("the message bus is unavailable; the message was saved, send again to retry") from exc
+
+
+async def submit_message(
+    sessions: async_sessionmaker[AsyncSession],
+    js: JetStreamContext,
+    nc: NATS,
+    topo: Topology,
+    *,
+    user_id: str,
+    task_id: str,
+    content: Any,
+    multitask: Multitask = "reject",
+    limits: RunLimits | None = None,
+    origin: str = "web",
+    scheduled_job_id: str | None = None,
+    channel: str | None = None,
+    events_from: int | None = None,
+) -> SubmitResult:
+    """Append a user message and start (or enqueue) its run.
+
+    `events_from`: a stream sequence at or before every event still to be published, when the caller
+    knows one (the gateway's event feed does); else JetStream is asked for the task's last event.
+    Any sequence at or before the run's first event is right: the stream replay filters by run.
+
+    Raises TaskNotFound (UserNotFound when the user is gone) / WrongChannel (when `channel` is given
+    and the task is on another) / RunConflict / QuotaExceeded / BusUnavailable.
+    """
+    limits = limits or RunLimits()
+    run_id = new_run_id()
+    events_tail: asyncio.Future[int | None]
+    if events_from is not None:
+        events_tail = asyncio.get_running_loop().create_future()
+        events_tail.set_result(events_from)
+    else:
+        events_tail = asyncio.ensure_future(runs.events_tail(js, topo, task_id))
+    try:
+        events_from = await runs.events_from(events_tail)
+        # The usual case, a task with no active run, in one round trip; else the transaction, which
+        # rejects or puts the message behind the active run.
+        idx = await _submit_to_idle(sessions, user_id=user_id, task_id=task_id, run_id=run_id, content=content,
+                                    channel=channel, limits=limits, events_from=events_from)
+        if idx is None:
+            return await _submit_in_transaction(sessions, js, nc, topo, events_tail, user_id=user_id,
+                                                task_id=task_id, content=content, multitask=multitask, limits=limits, origin=origin,
+                                                scheduled_job_id=scheduled_job_id, channel=channel, run_id=run_id)
+    finally:
+        if not events_tail.done():
+            events_tail.cancel()
+    req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(), origin=origin,
+                     scheduled_job_id=scheduled_job_id)
+    await _publish_or_fail(sessions, js, topo, req)
+    return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
+
+
+async def _submit_to_idle(
+    sessions: async_sessionmaker[AsyncSession], *, user_id: str, task_id: str, run_id: str, content: Any,
+    channel: str | None, limits: RunLimits, events_from: int | None,
+) -> int | None:
+    """The new message's idx, its run queued by one autocommit call (`run_sql.SUBMIT_TO_IDLE`); None
+    when the task has an active run (nothing was written)."""
+    params = {"submit_user": user_id, "submit_task": task_id, "submit_run": run_id,
+              "submit_payload": {"role": "user", "content": content}, "submit_events_from": events_from,
+              "submit_channel": channel, "submit_max_active": limits.max_runs_per_user,
+              "submit_max_queued": limits.max_queued_runs}
+    async with autocommit(sessions).connect() as conn:
+        outcome, detail, idx, counted = (await conn.execute(sql.SUBMIT_TO_IDLE, params)).one()
+    if outcome == "queued":
+        return int(idx)
+    if outcome == "active":
+        return None
+    if outcome == "no_user":
+        raise UserNotFound(user_id)
+    if outcome == "no_task":
+        raise TaskNotFound(task_id)
+    if outcome == "wrong_channel":
+        raise WrongChannel(detail)
+    if outcome == "quota_active":
+        raise _user_cap_reached(int(counted), limits)
+    if outcome == "quota_queued":
+        raise QuotaExceeded(QUEUE_FULL)
+    raise RuntimeError(f"zcbot_submit_run_v1 answered {outcome!r}")
+
+
+async def _submit_in_transaction(
+    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, nc: NATS, topo: Topology,
+    events_tail: "asyncio.Future[int | None]", *, user_id: str, task_id: str, content: Any, multitask: Multitask,
+    limits: RunLimits, origin: str, scheduled_job_id: str | None, channel: str | None, run_id: str,
+) -> SubmitResult:
+    """The submit as one transaction: any task state (an active run's task: reject, or the message waits
+    behind it); the reference for `_submit_to_idle`."""
+    async with sessions() as session, session.begin():
+        task = await runs.lock_task(session, user_id, task_id)
+        if channel is not None and task.channel != channel:
+            raise WrongChannel(task.channel)
+        if task.run_status in ACTIVE_STATUSES:
+            if multitask == "reject":
+                raise RunConflict(f"a run is already {task.run_status} on this task; wait, cancel it, or send with multitask=enqueue")
+            pending = list(task.pending_inputs or [])
+            if len(pending) >= MAX_PENDING_INPUTS:
+                raise QuotaExceeded(f"at most {MAX_PENDING_INPUTS} messages can wait behind a run")
+            item = {"run_id": run_id, "content": content, "origin": origin, "queued_at": time.time()}
+            if multitask == "interrupt":
+                pending.insert(0, item)
+            else:
+                pending.append(item)
+            active_run = task.run_id
+            position = pending.index(item) + 1
+            await session.execute(sql.SET_PENDING, {
+                "pending_task": task_id, "pending_inputs": pending,
+                "pending_status": "cancelling" if multitask == "interrupt" else task.run_status})
+        else:
+            await _check_quota(session, user_id, limits)
+            req, idx = await runs.queue_run(session, events_tail, task_id, user_id, run_id, content)
+            events_from = await runs.events_from(events_tail)
+            req.origin = origin
+            req.scheduled_job_id = scheduled_job_id
+            active_run = None
+    if active_run is not None:
+        if multitask == "interrupt":
+            await signal_cancel(nc, js, topo, task_id, active_run, "interrupt")
+        # (the message is saved whatever JetStream answered)
+        return SubmitResult(run_id=run_id, task_id=task_id, status="pending", position=position,
+                            events_from=await runs.events_from(events_tail))
+    await _publish_or_fail(sessions, js, topo, req)
+    return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
