@@ -117,17 +117,17 @@ async def submit_message(
         events_tail = asyncio.ensure_future(runs.events_tail(js, topo, task_id))
     try:
         events_from = await runs.events_from(events_tail)
-        # The usual case, a task with no active run, in one round trip; else the transaction, which
-        # rejects or puts the message behind the active run.
-        idx = await _submit_to_idle(sessions, user_id=user_id, task_id=task_id, run_id=run_id, content=content,
-                                    channel=channel, limits=limits, events_from=events_from)
-        if idx is None:
-            return await _submit_in_transaction(sessions, js, nc, topo, events_tail, user_id=user_id,
-                                                task_id=task_id, content=content, multitask=multitask, limits=limits, origin=origin,
-                                                scheduled_job_id=scheduled_job_id, channel=channel, run_id=run_id)
     finally:
-        if not events_tail.done():
-            events_tail.cancel()
+        events_tail.cancel()  # a no-op once answered; a cancelled request leaves no lookup behind
+    # The usual case, a task with no active run, in one round trip; else the transaction, which rejects
+    # or puts the message behind the active run.
+    idx = await _submit_to_idle(sessions, user_id=user_id, task_id=task_id, run_id=run_id, content=content,
+                                channel=channel, limits=limits, events_from=events_from)
+    if idx is None:
+        return await _submit_in_transaction(
+            sessions, js, nc, topo, events_tail, user_id=user_id, task_id=task_id, content=content,
+            multitask=multitask, limits=limits, origin=origin, scheduled_job_id=scheduled_job_id, channel=channel,
+            run_id=run_id)
     req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(), origin=origin,
                      scheduled_job_id=scheduled_job_id)
     await _publish_or_fail(sessions, js, topo, req)

@@ -9,7 +9,8 @@
   the user row must exist (one statement on the autocommit pool, outside the request's session).
   Missing/invalid/expired token or unknown user -> 401 with `WWW-Authenticate: Bearer`.
 - `TokenUser`: the token's `user_id`, verified but not looked up: only for a route whose own
-  statement requires the user row (sending a message) and maps its absence to `unauthorized`.
+  statement requires the user row (sending a message, opening a task's events) and maps its
+  absence to `unauthorized(USER_GONE)`.
 - `CurrentUserRow`: the same check, giving the `User` ORM row (loaded in the request's session).
 - `AdminUser`: the `user_id` of a user whose role, read from the DB on every request, is `admin`;
   otherwise 403.

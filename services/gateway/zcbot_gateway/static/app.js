@@ -748,7 +748,9 @@
       checkFolder();
       const runId = resp.headers.get("X-Run-Id");
       const status = resp.headers.get("X-Run-Status") === "queued" ? "queued" : "running";
-      follow(resp.headers.get("Content-Location"), runId, status, resp, abort);
+      const eventsUrl = resp.headers.get("Content-Location")
+        || "/v1/tasks/" + encodeURIComponent(task.task_id) + "/events?run_id=" + encodeURIComponent(runId || "");
+      follow(eventsUrl, runId, status, resp, abort);
       return true;
     } catch (err) {
       bubble.classList.add("failed");
