@@ -69,7 +69,7 @@ async def test_lease_affinity_and_failover(stack: Stack) -> None:
     for i in range(8):
         req = ToolCallRequest(call_id=f"any{i}", user_id="u7", task_id="t", run_id="r", tool="glob",
                               args={"pattern": "*"}, cwd="task", timeout=5)
-        msg = await stack.nc.request(stack.topo.exec_any_subject(), encode(req), timeout=10)
+        msg = await stack.request(stack.topo.exec_any_subject(), encode(req), timeout=10)
         hosts.add(decode(msg.data, ToolCallReply).host)
     assert (await kv.get("u7")).value == b"hA"
     await asyncio.sleep(2.5)  # longer than the TTL: refreshes keep the lease
@@ -94,10 +94,10 @@ async def test_lease_affinity_and_failover(stack: Stack) -> None:
 
 
 async def test_garbage_gets_an_error_reply_and_service_keeps_serving(one: Stack) -> None:
-    nc, topo = one.nc, one.topo
+    topo = one.topo
     for subject in (topo.exec_any_subject(), topo.exec_call_subject("h1"), topo.exec_cancel_subject("h1")):
         for payload in (b"\x00\xffgarbage", b"", encode(ToolCancel(call_id="x")) if "call" in subject else b"\xc1"):
-            msg = await nc.request(subject, payload, timeout=5)
+            msg = await one.request(subject, payload, timeout=5)
             reply = decode(msg.data, ToolCallReply)
             assert not reply.ok and reply.error.startswith("bad request"), (subject, payload, reply)
     r = await one.call("glob", {"pattern": "*"})
