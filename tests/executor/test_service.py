@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from typing import Any
 
+import nats
 import pytest
 from nats.js.errors import KeyNotFoundError
 
 from zcbot_core.bus import ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
-from zcbot_core.tools.executor_client import ExecutorClient
+from zcbot_core.tools.executor_client import NO_RESPONDERS_GRACE_SECONDS, ExecutorClient
 
 from tests.executor.conftest import ExecutorProcess, Stack, drain, wait_no_processes, wait_processes
 
@@ -194,3 +196,33 @@ async def test_idle_sandboxes_are_reaped_and_leases_released(stack: Stack) -> No
         await kv.get("u1")
     r = await stack.shell("echo cold-again")  # a fresh sandbox on the next call
     assert r.ok and r.output.strip() == "cold-again"
+
+
+async def test_a_call_sent_just_before_an_executor_serves_is_answered(stack: Stack) -> None:
+    """A moment of "no responders" is not "no executor": the client retries the unassigned subject for
+    `NO_RESPONDERS_GRACE_SECONDS` (an executor that has just started); only after that is it unavailable."""
+    late = await nats.connect(stack.url)
+
+    async def answer(msg: Any) -> None:
+        req = decode(msg.data, ToolCallRequest)
+        await msg.respond(encode(ToolCallReply(call_id=req.call_id, ok=True, output="late but here", error="",
+                                               meta={}, host="hL")))
+
+    async def serve_soon() -> None:
+        await asyncio.sleep(0.2)
+        await late.subscribe(stack.topo.exec_any_subject(), cb=answer)
+        await late.flush()
+
+    try:
+        serving = asyncio.create_task(serve_soon())
+        r = await stack.shell("echo hi")
+        await serving
+        assert r.ok and r.output == "late but here" and r.host == "hL", r
+        await late.drain()
+        started = time.monotonic()
+        r = await stack.shell("echo nobody")
+        assert not r.ok and "executor unavailable" in r.error, r
+        assert NO_RESPONDERS_GRACE_SECONDS <= time.monotonic() - started < NO_RESPONDERS_GRACE_SECONDS + 2
+    finally:
+        if not late.is_closed:
+            await late.close()
