@@ -106,21 +106,13 @@ class RunExecutor:
         # Beats from receipt, not from the claim: on a loaded runner the claim can wait for a pooled
         # connection past ack_wait, and JetStream would hand the run to another runner meanwhile.
         heartbeat = asyncio.create_task(self._heartbeat(active))
-        prefetch = getattr(self.extend_toolbox, "prefetch", None)
-        claiming = asyncio.ensure_future(claim_run(self.rt.reads, req, self.runner_id))
         try:
-            if prefetch is not None:  # disk reads for the run's host tools while PostgreSQL answers the claim
-                await asyncio.sleep(0)  # the claim's statement goes out first
-                prefetch(self.rt.settings, req)
-            claim = await claiming
+            claim = await claim_run(self.rt.reads, req, self.runner_id)
             if claim is not None:
                 await self._run(req, claim, active, pending_cancel)
         finally:
-            claiming.cancel()  # no-op once it has answered
             heartbeat.cancel()
             pending_cancel.cancel()  # no-op once the run has read it
-            if prefetch is not None:
-                self.extend_toolbox.forget(req.run_id)
             self._forget(active)
         if claim is None:  # a stale or duplicate delivery of a run that is over
             await msg.ack()

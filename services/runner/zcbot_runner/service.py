@@ -153,6 +153,6 @@ def _default_sandbox_schemas() -> list[dict[str, Any]]:
 
 
 def _default_extend_toolbox(rt: Runtime) -> Any:
-    from zcbot_runner.host_tools import HostTools
+    from zcbot_runner.host_tools import extend_run
 
-    return HostTools()
+    return extend_run
