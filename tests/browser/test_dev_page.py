@@ -366,13 +366,18 @@ SSE_OPENED_CHECK = """async () => {
 }"""
 
 
-async def test_sse_reader_reads_an_open_response_first_then_resumes_by_url(page: Page) -> None:
+async def app_js_alone(page: Page) -> None:
+    """app.js on an intercepted origin (nothing leaves the browser, and the page has localStorage)."""
     html = '<!doctype html><body data-page="none"><script src="/static/app.js"></script></body>'
     await page.route("http://zcbot.invalid/", lambda route: route.fulfill(body=html, content_type="text/html"))
     await page.route("http://zcbot.invalid/static/app.js", lambda route: route.fulfill(
         path=str(STATIC / "app.js"), content_type="text/javascript"))
     await page.goto("http://zcbot.invalid/")
     await page.wait_for_function("window.zc !== undefined")
+
+
+async def test_sse_reader_reads_an_open_response_first_then_resumes_by_url(page: Page) -> None:
+    await app_js_alone(page)
     out = await page.evaluate(SSE_OPENED_CHECK)
     assert [(e["id"], e["event"]) for e in out["events"]] == [("3", "run_start"), ("4", "done")]
     assert [(c["url"], c["headers"].get("Last-Event-ID")) for c in out["calls"]] == [
@@ -381,13 +386,7 @@ async def test_sse_reader_reads_an_open_response_first_then_resumes_by_url(page:
 
 async def test_sse_reader_parses_frames_and_resumes_with_last_event_id(page: Page) -> None:
     """The fetch()-based SSE reader, against a scripted fetch in the browser (no server needed)."""
-    # An intercepted origin (nothing leaves the browser) so the page has localStorage.
-    html = '<!doctype html><body data-page="none"><script src="/static/app.js"></script></body>'
-    await page.route("http://zcbot.invalid/", lambda route: route.fulfill(body=html, content_type="text/html"))
-    await page.route("http://zcbot.invalid/static/app.js", lambda route: route.fulfill(
-        path=str(STATIC / "app.js"), content_type="text/javascript"))
-    await page.goto("http://zcbot.invalid/")
-    await page.wait_for_function("window.zc !== undefined")
+    await app_js_alone(page)
     out = await page.evaluate(SSE_CHECK)
     assert [(e["id"], e["event"], e["data"]) for e in out["events"]] == [
         ("5", "text", {"delta": "he"}), ("6", "text", {"delta": "llo"}), ("7", "done", {"status": "ok"})]

@@ -126,6 +126,7 @@ def _queue_statement(with_pending: bool) -> Any:
 
 
 QUEUE_RUN = _queue_statement(False)
+QUEUE_NEXT_PENDING = _queue_statement(True)  # the next waiting message starts; the rest keep waiting
 
 # A message to a task with no active run, submitted in one round trip by migration 0003's function
 # (user and task locks, both caps, the message, the queued run; it writes nothing unless it answers
@@ -140,7 +141,6 @@ SUBMIT_TO_IDLE = text(
     bindparam("submit_channel", type_=String), bindparam("submit_max_active", type_=BigInteger),
     bindparam("submit_max_queued", type_=BigInteger),
 )
-QUEUE_NEXT_PENDING = _queue_statement(True)  # the next waiting message starts; the rest keep waiting
 
 SET_PENDING = (
     update(tasks).where(tasks.c.task_id == bindparam("pending_task"))

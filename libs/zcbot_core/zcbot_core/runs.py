@@ -131,7 +131,8 @@ async def queue_run(
 ) -> tuple[RunRequest, int]:
     """The message and the task's new `queued` run (`still_pending`: what keeps waiting behind it)."""
     idx = await append_message(session, task_id, {"role": "user", "content": content}, run_id=run_id)
-    params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id, "queue_events_from": await events_from(events_tail)}
+    params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id,
+                              "queue_events_from": await events_from(events_tail)}
     if still_pending is None:
         await session.execute(sql.QUEUE_RUN, params)
     else:
@@ -235,6 +236,6 @@ async def finish_run(
         return FinishOutcome()
     item = pending.pop(0)
     req, _ = await queue_run(session, events_tail(js, topo, task_id), task_id, ended.user_id, item["run_id"],
-                              item["content"], still_pending=pending)
+                             item["content"], still_pending=pending)
     req.origin = item.get("origin", "web")
     return FinishOutcome(next_request=req)

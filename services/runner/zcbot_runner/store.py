@@ -74,15 +74,16 @@ class DbStepStore:
             params.update(fence_run=self.run_id, fence_owner=self.owner)
         return _FENCES[(self.owner is not None, counters)], params
 
-    async def _owned_step(self, params: dict[str, Any], with_usage: bool) -> bool | None:
-        """The step in one statement: True written, False superseded (nothing written), None when it
-        could not be placed (or there is no owner / autocommit pool) and the transaction must write it."""
+    async def _owned_step(self, statement: Any, params: dict[str, Any]) -> bool | None:
+        """The step in one statement (`OWNED_STEP`, `LAST_STEP_AND_END`): True written, False its fence
+        missed (nothing written), None when it could not be placed (or there is no owner / autocommit
+        pool) and the transaction must write it."""
         if self.owner is None or self.reads is None:
             return None
         try:
             async with self.reads.connect() as conn:
-                row = (await conn.execute(OWNED_STEP[with_usage],
-                                          {**params, "step_run": self.run_id, "step_owner": self.owner})).one()
+                fence = {"step_run": self.run_id, "step_owner": self.owner}
+                row = (await conn.execute(statement, {**params, **fence})).one()
         except IntegrityError:  # another writer took the idx meanwhile: the statement wrote nothing
             return None
         return row.idx is not None
@@ -91,7 +92,7 @@ class DbStepStore:
                      tokens_out: int | None = None) -> None:
         params = append_params(self.task_id, payload, kind=kind, run_id=self.run_id, model_profile=self.profile,
                                tokens_in=tokens_in, tokens_out=tokens_out)
-        written = await self._owned_step(params, with_usage=False)
+        written = await self._owned_step(OWNED_STEP[False], params)
         if written is False:
             raise RunSuperseded(self.run_id)
         if written:
@@ -112,7 +113,7 @@ class DbStepStore:
         if last and self.owner is not None and self.reads is not None:
             self._last_step = step
             return
-        await self._write_llm_step(step)
+        await self._write_llm_step(step, self._llm_step_params(step))
 
     async def end_run(self, *, status: str, error: str | None, timings: dict[str, float]) -> bool:
         """The kept last step and the run's end in one autocommit statement (`LAST_STEP_AND_END`): True
@@ -122,17 +123,11 @@ class DbStepStore:
         step, self._last_step = self._last_step, None
         if step is None:
             return False
-        assert self.reads is not None
-        try:
-            async with self.reads.connect() as conn:
-                row = (await conn.execute(LAST_STEP_AND_END, {
-                    **self._llm_step_params(step), "step_run": self.run_id, "step_owner": self.owner,
-                    **end_params(self.task_id, self.run_id, status, error, timings, self.owner)})).one()
-        except IntegrityError:  # another writer took the idx meanwhile: nothing was written
-            row = None
-        if row is not None and row.idx is not None:
+        params = self._llm_step_params(step)
+        ending = end_params(self.task_id, self.run_id, status, error, timings, self.owner)
+        if await self._owned_step(LAST_STEP_AND_END, {**params, **ending}):
             return True
-        await self._write_llm_step(step)
+        await self._write_llm_step(step, params)
         return False
 
     def _llm_step_params(self, step: _LlmStep) -> dict[str, Any]:
@@ -145,13 +140,14 @@ class DbStepStore:
                                  completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
                                  cost=cost)}
 
-    async def _write_llm_step(self, step: _LlmStep) -> None:
+    async def _write_llm_step(self, step: _LlmStep, params: dict[str, Any]) -> None:
+        """`params`: `_llm_step_params(step)`."""
+        written = await self._owned_step(OWNED_STEP[True], params)
+        if written:
+            return
         message, usage, cost_usd, profile = step.message, step.usage, step.cost_usd, step.profile
         cost = to_cost(cost_usd)
         totals = totals_params(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, cost)
-        written = await self._owned_step(self._llm_step_params(step), with_usage=True)
-        if written:
-            return
         if written is None:
             async with self.sessions() as session, session.begin():
                 stmt, params = self._fence(counters=True)
