@@ -8,7 +8,6 @@ benchmark drives the same loop in-process.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.guards import CONTINUE_HINT, MUTATING_TOOLS, RepeatGuard, StallGuard
+from zcbot_core.agent.tool_args import parse_args
 from zcbot_core.bus import events as ev
 from zcbot_core.llm.client import LlmCallError, LlmResult, Usage, stream_chat
 from zcbot_core.llm.profiles import MissingApiKey, Profile
@@ -76,16 +76,6 @@ class LoopState:
             "llm_calls": float(self.llm_calls),
             "tool_calls": float(self.tool_calls),
         }
-
-
-def parse_args(raw: str) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        value = json.loads(raw or "{}")
-    except json.JSONDecodeError as exc:
-        return None, f"the tool arguments are not valid JSON ({exc.msg} at position {exc.pos}); send a JSON object"
-    if not isinstance(value, dict):
-        return None, "the tool arguments must be a JSON object"
-    return value, None
 
 
 def repair_interrupted(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
