@@ -3,7 +3,8 @@
 - `HTTPException` (FastAPI/Starlette): passed through as `{"detail": <detail>}` with its headers.
 - `RequestValidationError`: FastAPI's 422 shape (`detail` = list of `{type, loc, msg}`), built
   defensively so undecodable input (e.g. non-UTF-8 bytes) can never turn it into a 500.
-- `zcbot_core.paths.PathRejected`: 400 with the rejection message (the caller's fault).
+- `zcbot_core.paths.PathRejected`: 400 with the rejection message (the caller's fault), or its
+  `status` (`zcbot_core.safe_fs` errors: 404 / 409 / 413).
 - Database outage (`OperationalError`, pool timeout, invalidated connection): 503 + `Retry-After`.
   Other DB errors that only bad input can cause (`DataError` -> 400, `IntegrityError` -> 409).
 - NATS unavailable (closed/reconnecting/no servers/no responders/timeouts, JetStream 503): 503.
@@ -111,7 +112,8 @@ async def validation_exception_handler(request: Request, exc: RequestValidationE
 
 
 async def path_rejected_handler(request: Request, exc: PathRejected) -> JSONResponse:
-    return _json(400, str(exc) or "path rejected")
+    """400, or the refusal's own `status` (zcbot_core.safe_fs: 404 missing, 409 in the way, 413)."""
+    return _json(getattr(exc, "status", 400), str(exc) or "path rejected")
 
 
 async def db_error_handler(request: Request, exc: sa_exc.DBAPIError) -> JSONResponse:

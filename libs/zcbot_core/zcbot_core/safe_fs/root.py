@@ -1,0 +1,390 @@
+"""`Root`: an open directory fd of a user-writable tree and every operation the host does in it.
+
+Each method resolves its path beneath the root fd with `resolve.open_beneath` (never following a
+symlink, never leaving the root) and then acts on the final name relative to the parent's fd
+(`*at` calls, which do not follow a final symlink either) or on the opened fd itself (fstat,
+fchown, fchmod). Nothing is ever checked by path and then used by path. Errors are `SafeFsError`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePath
+from typing import BinaryIO
+
+from zcbot_core.paths import PathRejected, normalize_rel
+from zcbot_core.safe_fs import resolve, tree
+from zcbot_core.safe_fs.errors import Conflict, NotFound, NotRegular, SafeFsError, TooLarge, from_oserror
+
+Owner = tuple[int, int] | None
+_READ = os.O_RDONLY | os.O_NONBLOCK  # a FIFO must never block the host: it is refused after fstat
+_TEMP = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+
+
+def norm(rel: str | PurePath) -> str:
+    try:
+        return normalize_rel(str(rel) if isinstance(rel, PurePath) else rel)
+    except PathRejected as exc:
+        raise SafeFsError(str(exc), str(rel)) from None
+
+
+class Root:
+    """Operations beneath one directory fd. Use as a context manager (or `close()`)."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path  # for messages and logs only: never used to reach a file
+
+    @classmethod
+    def open(cls, path: str | Path, *, create: bool = False, owner: Owner = None) -> "Root":
+        """The trusted host path of a root (storage_root/<user>): created (and owned) when asked."""
+        path = Path(path)
+        if create:
+            try:
+                os.makedirs(path.parent, exist_ok=True)
+                os.mkdir(path, 0o755)
+                created = True
+            except FileExistsError:
+                created = False
+            except OSError as exc:
+                raise from_oserror(exc, "", "create") from None
+        try:  # the host part of the path is trusted; the root folder itself must not be a symlink
+            parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                fd = resolve.open_dir_at(parent, path.name)
+            finally:
+                os.close(parent)
+        except OSError as exc:
+            raise from_oserror(exc, "", "open") from None
+        if create and created and owner is not None:
+            os.fchown(fd, *owner)
+        return cls(fd, path)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "Root":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ---- resolution ------------------------------------------------------------------------
+
+    def _open(self, rel: str, flags: int, mode: int = 0, action: str = "open") -> int:
+        try:
+            return resolve.open_beneath(self.fd, rel, flags, mode)
+        except OSError as exc:
+            raise from_oserror(exc, rel, action) from None
+
+    def open_dir(self, rel: str | PurePath = "") -> int:
+        """A directory fd for `rel` (the caller closes it)."""
+        return self._open(norm(rel), resolve.DIR_FLAGS)
+
+    def sub(self, rel: str | PurePath, *, create: bool = False, owner: Owner = None) -> "Root":
+        """A `Root` for the folder `rel` beneath this one (created level by level when asked)."""
+        rel = norm(rel)
+        fd = self._makedirs(rel, owner) if create else self._open(rel, resolve.DIR_FLAGS)
+        return Root(fd, self.path / rel if rel else self.path)
+
+    @contextmanager
+    def parent(self, rel: str | PurePath) -> Iterator[tuple[int, str]]:
+        """(fd of the parent folder, final name) for single-name `*at` calls."""
+        rel = norm(rel)
+        if not rel:
+            raise SafeFsError("this needs a path inside your root, not the root itself")
+        head, _, name = rel.rpartition("/")
+        dfd = self._open(head, resolve.DIR_FLAGS)
+        try:
+            yield dfd, name
+        finally:
+            os.close(dfd)
+
+    # ---- inspection ------------------------------------------------------------------------
+
+    def lstat(self, rel: str | PurePath) -> os.stat_result | None:
+        """stat of `rel` itself (a symlink is reported as one), None when it does not exist."""
+        rel = norm(rel)
+        if not rel:
+            return os.fstat(self.fd)
+        head, _, name = rel.rpartition("/")
+        try:
+            dfd = resolve.open_beneath(self.fd, head, resolve.DIR_FLAGS)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise from_oserror(exc, rel, "stat") from None
+        try:
+            return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise from_oserror(exc, rel, "stat") from None
+        finally:
+            os.close(dfd)
+
+    def is_dir(self, rel: str | PurePath) -> bool:
+        st = self.lstat(rel)
+        return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def is_file(self, rel: str | PurePath) -> bool:
+        st = self.lstat(rel)
+        return st is not None and stat.S_ISREG(st.st_mode)
+
+    def exists(self, rel: str | PurePath) -> bool:
+        return self.lstat(rel) is not None
+
+    def listdir(self, rel: str | PurePath = "", limit: int | None = None) -> list[tuple[str, os.stat_result]]:
+        """(name, lstat) of each entry of the folder `rel` (symlinks reported, never followed)."""
+        rel = norm(rel)
+        dfd = self._open(rel, resolve.DIR_FLAGS)
+        try:
+            return tree.scan(dfd, limit)
+        except OSError as exc:
+            raise from_oserror(exc, rel, "list") from None
+        finally:
+            os.close(dfd)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def open_read(self, rel: str | PurePath) -> BinaryIO:
+        """A binary file object for the regular file `rel` (anything else is refused)."""
+        rel = norm(rel)
+        if not rel:
+            raise NotRegular("your root folder is not a file")
+        fd = self._open(rel, _READ, action="read")
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise Conflict(f"{rel} is a folder", rel)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotRegular(f"{rel} is not a regular file (FIFO, socket or device)", rel)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return os.fdopen(fd, "rb")
+
+    def read_bytes(self, rel: str | PurePath, limit: int | None = None, *, strict: bool = False) -> bytes:
+        """The file's bytes, at most `limit` (with `strict`, a longer file is TooLarge)."""
+        with self.open_read(rel) as fh:
+            try:
+                data = fh.read() if limit is None else fh.read(limit + (1 if strict else 0))
+            except OSError as exc:
+                raise from_oserror(exc, norm(rel), "read") from None
+        if strict and limit is not None and len(data) > limit:
+            raise TooLarge(f"{norm(rel)} is larger than {limit} bytes", norm(rel))
+        return data
+
+    def read_text(self, rel: str | PurePath, limit: int | None = None, *, strict: bool = False) -> str:
+        return self.read_bytes(rel, limit, strict=strict).decode("utf-8", errors="replace")
+
+    def tail(self, rel: str | PurePath, nbytes: int) -> bytes:
+        with self.open_read(rel) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - nbytes))
+            return fh.read(nbytes)
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    def temp_file(self, dir_rel: str | PurePath = "", *, owner: Owner = None, mode: int = 0o644,
+                  mkdirs: bool = False) -> "TempFile":
+        """A fresh O_EXCL temp file in the folder `dir_rel`; `commit(name)` renames it into place."""
+        dir_rel = norm(dir_rel)
+        dfd = self._makedirs(dir_rel, owner) if mkdirs else self._open(dir_rel, resolve.DIR_FLAGS)
+        try:
+            tmp = f".zcbot-{secrets.token_hex(8)}.tmp"
+            fd = os.open(tmp, _TEMP | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+            try:
+                os.fchmod(fd, mode)
+                if owner is not None:
+                    os.fchown(fd, *owner)
+            except BaseException:
+                os.close(fd)
+                os.unlink(tmp, dir_fd=dfd)
+                raise
+        except OSError as exc:
+            os.close(dfd)
+            raise from_oserror(exc, dir_rel, "write in") from None
+        except BaseException:
+            os.close(dfd)
+            raise
+        return TempFile(dfd, tmp, os.fdopen(fd, "wb"), dir_rel)
+
+    def write_bytes(self, rel: str | PurePath, data: bytes | str, *, owner: Owner = None, mode: int = 0o644,
+                    mkdirs: bool = False, durable: bool = False) -> None:
+        """Atomic replace of the file `rel` (a folder there is a Conflict; a symlink is replaced,
+        never written through)."""
+        rel = norm(rel)
+        if not rel:
+            raise SafeFsError("a file name is needed")
+        head, _, name = rel.rpartition("/")
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        with self.temp_file(head, owner=owner, mode=mode, mkdirs=mkdirs) as tmp:
+            tmp.write(raw, durable=durable)
+            tmp.commit(name)
+
+    def makedirs(self, rel: str | PurePath, *, owner: Owner = None, mode: int = 0o755) -> None:
+        """mkdir -p: each missing level made with mkdirat and owned by `owner`; never following."""
+        os.close(self._makedirs(norm(rel), owner, mode))
+
+    def _makedirs(self, rel: str, owner: Owner, mode: int = 0o755) -> int:
+        cur = os.dup(self.fd)
+        try:
+            for part in [p for p in rel.split("/") if p]:
+                try:
+                    os.mkdir(part, mode, dir_fd=cur)
+                    made = True
+                except FileExistsError:
+                    made = False
+                nxt = resolve.open_dir_at(cur, part)
+                os.close(cur)
+                cur = nxt
+                if made and owner is not None:
+                    os.fchown(cur, *owner)
+            return cur
+        except OSError as exc:
+            os.close(cur)
+            if isinstance(exc, NotADirectoryError):
+                raise Conflict(f"a file (not a folder) is in the way of {rel!r}", rel, exc.errno) from None
+            raise from_oserror(exc, rel, "create") from None
+
+    def mkdir(self, rel: str | PurePath, *, owner: Owner = None, mode: int = 0o755) -> None:
+        """Create the one folder `rel` (its parent must exist; an existing name is a Conflict)."""
+        with self.parent(rel) as (dfd, name):
+            try:
+                os.mkdir(name, mode, dir_fd=dfd)
+                if owner is not None:
+                    fd = os.open(name, resolve.DIR_FLAGS, dir_fd=dfd)
+                    try:
+                        os.fchown(fd, *owner)
+                    finally:
+                        os.close(fd)
+            except OSError as exc:
+                raise from_oserror(exc, norm(rel), "create") from None
+
+    # ---- removing, renaming, owning -------------------------------------------------------
+
+    def unlink(self, rel: str | PurePath, *, missing_ok: bool = False) -> None:
+        """Remove a file or symlink (a folder is refused: `rmdir` / `rmtree`)."""
+        try:
+            with self.parent(rel) as (dfd, name):
+                os.unlink(name, dir_fd=dfd)
+        except NotFound:
+            if not missing_ok:
+                raise
+        except FileNotFoundError:
+            if not missing_ok:
+                raise NotFound(f"{norm(rel)}: no such file", norm(rel)) from None
+        except OSError as exc:
+            raise from_oserror(exc, norm(rel), "delete") from None
+
+    def rmdir(self, rel: str | PurePath) -> None:
+        """Remove an empty folder."""
+        with self.parent(rel) as (dfd, name):
+            try:
+                os.rmdir(name, dir_fd=dfd)
+            except OSError as exc:
+                raise from_oserror(exc, norm(rel), "delete") from None
+
+    def rmtree(self, rel: str | PurePath, *, missing_ok: bool = True) -> None:
+        """Remove `rel` and everything under it, fd by fd: a symlink is unlinked, never entered."""
+        try:
+            with self.parent(rel) as (dfd, name):
+                tree.remove_entry(dfd, name)
+        except NotFound:
+            if not missing_ok:
+                raise
+        except FileNotFoundError:
+            if not missing_ok:
+                raise NotFound(f"{norm(rel)}: no such file or folder", norm(rel)) from None
+        except OSError as exc:
+            raise from_oserror(exc, norm(rel), "delete") from None
+
+    def rename(self, src: str | PurePath, dst: str | PurePath, *, replace: bool = False) -> None:
+        """Rename within the root (RENAME_NOREPLACE unless `replace`: an existing `dst` is a Conflict)."""
+        with self.parent(src) as (sfd, sname), self.parent(dst) as (dfd, dname):
+            try:
+                resolve.renameat2(sfd, sname, dfd, dname, 0 if replace else resolve.RENAME_NOREPLACE)
+            except OSError as exc:
+                raise from_oserror(exc, norm(dst) if exc.errno == errno.EEXIST else norm(src), "rename") from None
+
+    def chown(self, rel: str | PurePath, owner: Owner, *, recursive: bool = False) -> None:
+        """Give `rel` (and, recursively, its tree) to `owner`; symlinks and hard-linked files are
+        skipped (a hard link may share its inode with a host file)."""
+        if owner is None:
+            return
+        rel = norm(rel)
+        try:
+            fd = resolve.open_beneath(self.fd, rel, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise from_oserror(exc, rel, "chown") from None
+        try:
+            tree.chown_fd(fd, owner, recursive)
+        except OSError as exc:
+            raise from_oserror(exc, rel, "chown") from None
+        finally:
+            os.close(fd)
+
+
+class TempFile:
+    """A temp file beside its final name; removed unless committed."""
+
+    def __init__(self, dfd: int, name: str, fh: BinaryIO, dir_rel: str) -> None:
+        self.dfd, self.name, self.file, self.dir_rel = dfd, name, fh, dir_rel
+        self.committed = False
+
+    def write(self, data: bytes, *, durable: bool = False) -> None:
+        try:
+            self.file.write(data)
+            self.file.flush()
+            if durable:
+                os.fsync(self.file.fileno())
+        except OSError as exc:
+            raise from_oserror(exc, self.dir_rel, "write in") from None
+
+    def commit(self, name: str) -> None:
+        """rename over `name` in the same folder (a folder there is a Conflict)."""
+        shown = f"{self.dir_rel}/{name}" if self.dir_rel else name
+        if not name or "/" in name or name in (".", ".."):
+            raise SafeFsError(f"{name!r} is not a file name", shown)
+        self.file.close()
+        try:
+            st = os.stat(name, dir_fd=self.dfd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                raise Conflict(f"a folder named {name!r} already exists here", shown)
+        except FileNotFoundError:
+            pass
+        try:
+            os.rename(self.name, name, src_dir_fd=self.dfd, dst_dir_fd=self.dfd)
+        except OSError as exc:
+            raise from_oserror(exc, shown, "write") from None
+        self.committed = True
+
+    def discard(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+        if not self.committed:
+            try:
+                os.unlink(self.name, dir_fd=self.dfd)
+            except OSError:
+                pass
+        if self.dfd >= 0:
+            os.close(self.dfd)
+            self.dfd = -1
+
+    def __enter__(self) -> "TempFile":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.discard()
+
+
+__all__ = ["Root", "TempFile", "norm"]

@@ -1,0 +1,246 @@
+"""zcbot_core.safe_fs: every operation, both resolvers (openat2 and the O_NOFOLLOW walk), each
+refusing symlinks anywhere on the way and never touching anything outside the root."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from zcbot_core import safe_fs
+from zcbot_core.paths import PathRejected
+from zcbot_core.safe_fs import resolve
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "openat2":
+        if not resolve.USE_OPENAT2:
+            pytest.fail("this kernel is expected to have openat2 (Linux >= 5.6)")
+    else:
+        monkeypatch.setattr(resolve, "USE_OPENAT2", False)
+    return str(request.param)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(user root, outside folder with a secret); the root holds links pointing outside."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "f.txt").write_text("hello")
+    outside.mkdir()
+    (outside / "secret").write_text("SECRET")
+    (root / "link_dir").symlink_to(outside)
+    (root / "link_file").symlink_to(outside / "secret")
+    (root / "a" / "inner_link").symlink_to(root / "a" / "b")  # even links inside are not followed
+    os.mkfifo(root / "fifo")
+    yield root, outside
+
+
+def _outside_unchanged(outside: Path) -> None:
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+    assert (outside / "secret").read_text() == "SECRET"
+
+
+def test_openat2_available_here() -> None:
+    assert resolve.SYS_OPENAT2 == 437 and resolve.USE_OPENAT2
+
+
+READ_REFUSALS = [
+    ("link_file", safe_fs.SymlinkRefused),
+    ("link_dir/secret", safe_fs.SymlinkRefused),
+    ("a/inner_link/x", safe_fs.SymlinkRefused),
+    ("fifo", safe_fs.NotRegular),
+    ("a", safe_fs.Conflict),
+    ("missing", safe_fs.NotFound),
+    ("a/f.txt/x", safe_fs.Conflict),
+    ("../outside/secret", safe_fs.SafeFsError),
+    ("/etc/passwd", safe_fs.SafeFsError),
+]
+
+
+@pytest.mark.parametrize(("rel", "error"), READ_REFUSALS)
+def test_read_refusals(resolver: str, tree: tuple[Path, Path], rel: str, error: type[Exception]) -> None:
+    root, outside = tree
+    with safe_fs.Root.open(root) as r, pytest.raises(error) as info:
+        r.read_bytes(rel)
+    assert isinstance(info.value, PathRejected) and str(info.value)
+    assert str(outside) not in str(info.value)  # messages name the user's path, never a host path
+    _outside_unchanged(outside)
+
+
+def test_read_and_limits(resolver: str, tree: tuple[Path, Path]) -> None:
+    root, _ = tree
+    with safe_fs.Root.open(root) as r:
+        assert r.read_text("a/f.txt") == "hello"
+        assert r.read_bytes("a/f.txt", 3) == b"hel"
+        with pytest.raises(safe_fs.TooLarge):
+            r.read_bytes("a/f.txt", 3, strict=True)
+        assert r.tail("a/f.txt", 2) == b"lo"
+
+
+WRITE_REFUSALS = [
+    ("link_dir/new", safe_fs.SymlinkRefused),
+    ("a/inner_link/new", safe_fs.SymlinkRefused),
+    ("a", safe_fs.Conflict),
+    ("a/f.txt/new", safe_fs.Conflict),
+]
+
+
+@pytest.mark.parametrize(("rel", "error"), WRITE_REFUSALS)
+def test_write_refusals(resolver: str, tree: tuple[Path, Path], rel: str, error: type[Exception]) -> None:
+    root, outside = tree
+    with safe_fs.Root.open(root) as r, pytest.raises(error):
+        r.write_bytes(rel, b"x", mkdirs=True)
+    _outside_unchanged(outside)
+    assert not [p for p in (root / "a").iterdir() if p.name.startswith(".zcbot-")]  # no temp left
+
+
+def test_write_replaces_a_symlink_not_its_target(resolver: str, tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    with safe_fs.Root.open(root) as r:
+        r.write_bytes("link_file", b"mine")
+        r.write_bytes("x/y/z.txt", "deep", mkdirs=True, durable=True, mode=0o640)
+    assert not (root / "link_file").is_symlink() and (root / "link_file").read_bytes() == b"mine"
+    assert (root / "x/y/z.txt").read_text() == "deep"
+    assert stat.S_IMODE((root / "x/y/z.txt").stat().st_mode) == 0o640
+    _outside_unchanged(outside)
+
+
+def test_owner_is_set_by_fd(resolver: str, tree: tuple[Path, Path]) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("the security suite runs as root (chown is what it checks)")
+    root, outside = tree
+    owner = (1234, 1235)
+    with safe_fs.Root.open(root) as r:
+        r.makedirs("n1/n2", owner=owner)
+        r.write_bytes("n1/n2/f", b"x", owner=owner)
+        r.mkdir("n1/m", owner=owner)
+    for rel in ("n1", "n1/n2", "n1/n2/f", "n1/m"):
+        st = (root / rel).stat()
+        assert (st.st_uid, st.st_gid) == owner
+    assert (root / "a").stat().st_uid == 0  # existing levels keep their owner
+
+
+def test_chown_walk_skips_links_fifos_and_hard_links(resolver: str, tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    os.link(root / "a" / "f.txt", root / "a" / "hard")
+    with safe_fs.Root.open(root) as r:
+        r.chown("", (4321, 4321), recursive=True)
+        with pytest.raises(safe_fs.SymlinkRefused):
+            r.chown("link_dir", (4321, 4321), recursive=True)
+    assert (root / "a" / "b").stat().st_uid == 4321
+    assert (root / "a" / "f.txt").stat().st_uid == 0  # nlink 2: could be a host file's inode
+    assert (root / "fifo").lstat().st_uid == 0
+    assert (outside / "secret").stat().st_uid == 0 and outside.stat().st_uid == 0
+
+
+def test_makedirs_conflicts(resolver: str, tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    with safe_fs.Root.open(root) as r:
+        with pytest.raises(safe_fs.Conflict) as info:
+            r.makedirs("a/f.txt/sub")
+        assert info.value.status == 409
+        with pytest.raises(safe_fs.SymlinkRefused):
+            r.makedirs("link_dir/sub")
+        with pytest.raises(safe_fs.Conflict):
+            r.mkdir("a")
+        r.makedirs("a/b")  # existing: fine
+    assert not (outside / "sub").exists()
+
+
+def test_listdir_stat_and_predicates(resolver: str, tree: tuple[Path, Path]) -> None:
+    root, _ = tree
+    with safe_fs.Root.open(root) as r:
+        names = {name: st for name, st in r.listdir("")}
+        assert set(names) == {"a", "link_dir", "link_file", "fifo"}
+        assert stat.S_ISLNK(names["link_dir"].st_mode)
+        assert r.is_dir("a") and not r.is_dir("link_dir") and r.is_file("a/f.txt") and not r.is_file("link_file")
+        assert r.lstat("missing/deeper") is None and r.lstat("a/f.txt/x") is None
+        assert r.exists("link_file") and not r.exists("nope")
+        with pytest.raises(safe_fs.SymlinkRefused):
+            r.listdir("link_dir")
+        with pytest.raises(safe_fs.SymlinkRefused):
+            r.lstat("link_dir/secret")
+        assert len(r.listdir("", limit=2)) == 2
+
+
+def test_unlink_rmdir_rmtree(resolver: str, tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    (root / "a" / "b" / "c").mkdir()
+    (root / "a" / "b" / "c" / "out").symlink_to(outside)
+    with safe_fs.Root.open(root) as r:
+        r.unlink("link_file")  # the link, not its target
+        r.unlink("nope", missing_ok=True)
+        with pytest.raises(safe_fs.NotFound):
+            r.unlink("nope")
+        with pytest.raises(safe_fs.Conflict):
+            r.unlink("a")
+        with pytest.raises(safe_fs.SafeFsError, match="not empty"):
+            r.rmdir("a")
+        with pytest.raises(safe_fs.SymlinkRefused):
+            r.rmtree("link_dir/secret")
+        r.rmtree("link_dir")  # removes the symlink itself
+        r.rmtree("a")
+        r.rmtree("a", missing_ok=True)
+        with pytest.raises(safe_fs.NotFound):
+            r.rmtree("a", missing_ok=False)
+    assert sorted(p.name for p in root.iterdir()) == ["fifo"]
+    _outside_unchanged(outside)
+
+
+def test_rename(resolver: str, tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    (root / "g.txt").write_text("g")
+    with safe_fs.Root.open(root) as r:
+        with pytest.raises(safe_fs.Conflict):
+            r.rename("g.txt", "a/f.txt")
+        r.rename("g.txt", "a/f.txt", replace=True)
+        r.rename("a", "renamed")
+        with pytest.raises(safe_fs.SymlinkRefused):
+            r.rename("renamed/f.txt", "link_dir/stolen")
+        with pytest.raises(safe_fs.NotFound):
+            r.rename("nope", "x")
+    assert (root / "renamed" / "f.txt").read_text() == "g"
+    _outside_unchanged(outside)
+
+
+def test_sub_roots_and_temp_files(resolver: str, tree: tuple[Path, Path]) -> None:
+    root, _ = tree
+    with safe_fs.Root.open(root) as r:
+        with r.sub("s/t", create=True) as sub:
+            sub.write_bytes("f", b"1")
+        with pytest.raises(safe_fs.SymlinkRefused):
+            r.sub("link_dir")
+        with r.temp_file("a") as tmp:
+            tmp.write(b"upload")
+            tmp.commit("up.bin")
+        with r.temp_file("a") as tmp:
+            tmp.write(b"discarded")
+        with r.temp_file("") as tmp, pytest.raises(safe_fs.Conflict):
+            tmp.commit("a")
+    assert (root / "s/t/f").read_bytes() == b"1" and (root / "a/up.bin").read_bytes() == b"upload"
+    assert not [p for p in root.rglob(".zcbot-*")]
+
+
+def test_root_open_creates_and_refuses_a_symlinked_root(tmp_path: Path) -> None:
+    with safe_fs.Root.open(tmp_path / "new" / "user", create=True, owner=(1500, 1500)) as r:
+        assert r.listdir() == []
+    assert (tmp_path / "new" / "user").stat().st_uid == 1500
+    (tmp_path / "evil").symlink_to(tmp_path / "new")
+    with pytest.raises(safe_fs.SymlinkRefused):
+        safe_fs.Root.open(tmp_path / "evil")
+
+
+def test_renameat2_exchange(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "l").symlink_to("/")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        safe_fs.renameat2(fd, "d", fd, "l", safe_fs.RENAME_EXCHANGE)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "d").is_symlink() and (tmp_path / "l").is_dir()
