@@ -100,6 +100,7 @@ class BwrapBackend(SandboxBackend):
             "drop": [cfg.sandbox_uid, cfg.sandbox_gid] if cfg.drops_privileges else None, "userns": True,
             "limits": cfg.limits.runner_limits(), "sweep": sweep, "python": cfg.python, "tmp": "/tmp",
             "nnp_set": True,  # bwrap always sets no_new_privs
+            "caps_clear": not cfg.drops_privileges,  # bwrap's own user namespace: empty bounding/ambient sets
         }
 
     def argv(self, user_root: Path, command: list[str], *, die_with_parent: bool = True) -> list[str]:
@@ -120,7 +121,13 @@ class BwrapBackend(SandboxBackend):
                 a += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 a += ["--ro-bind", path, path]
-        a += ["--proc", "/proc", "--dev", "/dev",
+        a += ["--proc", "/proc"]
+        if not cfg.drops_privileges:
+            # /proc/sys read-only. A root executor's runner covers it itself, after it has capped its
+            # user namespaces there (sandbox_init.enter_userns); here bwrap's own --disable-userns
+            # did that, and `--remount-ro` cannot target it (not a mount point): bind it read-only.
+            a += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        a += ["--dev", "/dev",
               "--perms", "1777", "--size", str(cfg.limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
               "--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--dir", "/etc"]
         for name in ETC_ALLOW:
@@ -145,7 +152,9 @@ class BwrapBackend(SandboxBackend):
         return a + ["--"] + command
 
     def runner_command(self, mode: str, config: dict[str, Any], arg: str | None = None) -> list[str]:
-        return policy.runner_command(self.config.python, policy.RUNNER_MOUNT, mode, json.dumps(config), arg)
+        drop = config.get("drop")
+        return policy.runner_command(self.config.python, policy.RUNNER_MOUNT, mode, json.dumps(config), arg,
+                                     drop=(drop[0], drop[1]) if drop else None)
 
     # ---- sandboxes ---------------------------------------------------------------------------
     async def open(self, user_id: str, user_root: Path) -> Sandbox:
