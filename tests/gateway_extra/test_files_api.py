@@ -14,6 +14,7 @@ from sqlalchemy import select
 from extra_helpers import create_task, db, get_task_row, set_task, user_dir
 from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob
+from zcbot_core.safe_fs import resolve as safe_fs_resolve
 
 pytestmark = pytest.mark.asyncio
 
@@ -111,11 +112,11 @@ async def test_symlink_escapes_are_400(app_client: httpx.AsyncClient, settings: 
     os.symlink(outside / "secret.txt", root / "leak.txt")
     os.symlink(outside / "dir", root / "leakdir")
     os.symlink("/etc", root / "etc")
-    os.symlink(root / "real" / "file.txt", root / "inside-link.txt")  # stays inside: fine
+    os.symlink(root / "real" / "file.txt", root / "inside-link.txt")  # even inside: never followed
 
     listing = (await app_client.get("/v1/files", headers=h)).json()
-    assert {e["name"] for e in listing["entries"]} == {"real", "inside-link.txt"}
-    for path in ("leak.txt", "leakdir", "etc/passwd", "leakdir/inner.txt"):
+    assert {e["name"] for e in listing["entries"]} == {"real"}
+    for path in ("leak.txt", "leakdir", "etc/passwd", "leakdir/inner.txt", "inside-link.txt"):
         calls = {
             "list": await app_client.get("/v1/files", headers=h, params={"path": path}),
             "download": await app_client.get("/v1/files/download", headers=h, params={"path": path}),
@@ -130,7 +131,7 @@ async def test_symlink_escapes_are_400(app_client: httpx.AsyncClient, settings: 
     assert (outside / "secret.txt").read_text() == "TOP SECRET" and sorted(os.listdir(outside)) == ["dir", "secret.txt"]
     assert sorted(os.listdir(outside / "dir")) == ["inner.txt"] and os.path.islink(root / "leak.txt")
 
-    ok = await app_client.get("/v1/files/download", headers=h, params={"path": "inside-link.txt"})
+    ok = await app_client.get("/v1/files/download", headers=h, params={"path": "real/file.txt"})
     assert ok.status_code == 200 and ok.content == b"mine"
 
 
@@ -295,10 +296,12 @@ async def test_rename_task_folder_rewrites_tasks_and_jobs(app_client: httpx.Asyn
     folders = (await app_client.get("/v1/folders", headers=h)).json()
     assert {f["working_dir"] for f in folders} == {"Project 2026", "customer/site", "clientele"}
 
-    # Through a symlink inside the root, the folder is still recognized as the task's folder.
+    # A symlink inside the root is not followed: no alias can delete or move a task's folder.
     os.symlink(root / "customer", root / "alias")
-    assert (await post(app_client, h, "delete", path="alias/site")).status_code == 409
-    resp = await post(app_client, h, "rename", path="alias/site", new_name="site2")
+    assert (await post(app_client, h, "delete", path="alias/site")).status_code == 400
+    assert (await post(app_client, h, "rename", path="alias/site", new_name="site2")).status_code == 400
+    assert (await post(app_client, h, "delete", path="customer/site")).status_code == 409
+    resp = await post(app_client, h, "rename", path="customer/site", new_name="site2")
     assert resp.status_code == 200 and resp.json()["tasks_moved"] == 1
     assert (await get_task_row(app_client, deep["task_id"])).working_dir == "customer/site2"
     assert (root / "customer/site2/index.html").exists()
@@ -338,20 +341,20 @@ async def test_rename_rolls_back_the_db_when_the_disk_rename_fails(
 ) -> None:
     h = await make_user(app_client, "alice")
     task = await create_task(app_client, h, name="T", working_dir="proj/t")
-    real_rename = os.rename
+    real_rename = safe_fs_resolve.renameat2
 
-    def failing_rename(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+    def failing_rename(sfd: int, src: str, dfd: int, dst: str, flags: int = 0) -> None:
         if dst == "renamed":
             # The DB row is already rewritten (uncommitted) when the disk rename runs.
             raise OSError(errno.EIO, "simulated I/O error")
-        real_rename(src, dst, *args, **kwargs)
+        real_rename(sfd, src, dfd, dst, flags)
 
-    monkeypatch.setattr(os, "rename", failing_rename)
+    monkeypatch.setattr(safe_fs_resolve, "renameat2", failing_rename)
     resp = await post(app_client, h, "rename", path="proj", new_name="renamed")
-    assert resp.status_code == 500 and "nothing was changed" in resp.json()["detail"]
+    assert resp.status_code == 400 and "nothing was changed" in resp.json()["detail"]  # never a 500
     assert (await get_task_row(app_client, task["task_id"])).working_dir == "proj/t"
     assert (user_dir(settings, "alice") / "proj/t").is_dir()
-    monkeypatch.setattr(os, "rename", real_rename)
+    monkeypatch.setattr(safe_fs_resolve, "renameat2", real_rename)
     assert (await post(app_client, h, "rename", path="proj", new_name="renamed")).status_code == 200
     assert (await get_task_row(app_client, task["task_id"])).working_dir == "renamed/t"
 

@@ -12,23 +12,22 @@ Layout under each user root (the agent sees the user root as `/workspace`):
   even when memory is empty, so a first session knows where to write (cold start).
 - The web API is read-only (`GET /v1/memory*`); changes go through the conversation.
 - This module is where memory file names are checked: extended files must match
-  `[A-Za-z0-9_-]+\\.md` (`validate_extended_name`); everything is read through
-  `paths.resolve_user_path` (symlinks must stay inside the user root) and re-checked after opening
-  (`/proc/self/fd`, so a folder swapped for a symlink by the sandbox meanwhile is refused); only
-  regular files are read (a FIFO cannot hang the caller) and reads are size-capped.
+  `[A-Za-z0-9_-]+\\.md` (`validate_extended_name`); everything is read through `zcbot_core.safe_fs`
+  (resolved beneath the user root's fd, no symlink ever followed, so a folder swapped for a symlink
+  by the sandbox is refused); only regular files are read (a FIFO cannot hang the caller) and reads
+  are size-capped.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from zcbot_core import paths
+from zcbot_core import paths, safe_fs
 
 log = logging.getLogger(__name__)
 
@@ -68,44 +67,18 @@ def _rel(*parts: str) -> str:
     return "/".join((MEMORY_DIR, *parts))
 
 
-def _opened_inside(user_root: Path, fd: int) -> bool:
-    """Re-check where an opened file really is: a folder swapped for a symlink meanwhile is refused."""
-    try:
-        actual = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:  # no procfs: the path check done before opening stands alone
-        return True
-    try:
-        paths.resolve_user_path(user_root, os.path.relpath(actual, os.path.realpath(user_root)))
-    except paths.PathRejected:
-        return False
-    return True
-
-
 def read_memory_file(user_root: Path, rel: str, max_bytes: int = MAX_FILE_BYTES) -> str | None:
-    """Text of `rel` (relative to the user root) or None when absent, not a regular file, or escaping.
-
-    At most `max_bytes` are read; undecodable bytes are replaced.
+    """Text of `rel` (relative to the user root) or None when absent, not a regular file, or behind a
+    symlink (never followed: `safe_fs`). At most `max_bytes` are read; undecodable bytes are replaced.
     """
     try:
-        candidate = paths.resolve_user_path(user_root, rel)
+        with safe_fs.Root.open(user_root) as root:
+            return root.read_text(rel, max_bytes)
+    except safe_fs.SymlinkRefused:
+        log.warning("memory file behind a symlink; ignored", extra={"rel": rel})
+        return None
     except paths.PathRejected:
-        log.warning("memory file escapes the user root; ignored", extra={"rel": rel})
         return None
-    real = os.path.realpath(candidate)
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or not _opened_inside(user_root, fd):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(max_bytes)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", errors="replace")
 
 
 def read_core(user_root: Path, max_chars: int | None = CORE_MAX_CHARS) -> str:
@@ -145,32 +118,23 @@ def _one_line(value: str) -> str:
 
 
 def list_extended(user_root: Path, limit: int | None = None) -> list[ExtendedEntry]:
-    """Extended memory files with valid names, sorted by name (symlinks out of the root skipped)."""
-    try:
-        folder = paths.resolve_user_path(user_root, _rel(EXTENDED_DIR))
-    except paths.PathRejected:
-        return []
-    try:
-        names = sorted(entry.name for entry in os.scandir(folder))
-    except OSError:
-        return []
+    """Extended memory files with valid names, sorted by name (symlinks and non-files skipped)."""
     out: list[ExtendedEntry] = []
-    for name in names:
-        if not _EXTENDED_NAME.match(name):
-            continue
-        rel = _rel(EXTENDED_DIR, name)
-        try:
-            real = os.path.realpath(paths.resolve_user_path(user_root, rel))
-            st = os.stat(real)
-        except (paths.PathRejected, OSError):
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            continue
-        head = read_memory_file(user_root, rel, HEAD_BYTES) or ""
-        mtime = datetime.fromtimestamp(st.st_mtime, timezone.utc).isoformat()
-        out.append(ExtendedEntry(filename=name, description=describe(head), size=st.st_size, mtime=mtime))
-        if limit is not None and len(out) >= limit:
-            break
+    try:
+        with safe_fs.Root.open(user_root) as root, root.sub(_rel(EXTENDED_DIR)) as folder:
+            for name, st in sorted(folder.listdir()):
+                if not _EXTENDED_NAME.match(name) or not stat.S_ISREG(st.st_mode):
+                    continue
+                try:
+                    head = folder.read_text(name, HEAD_BYTES)
+                except paths.PathRejected:
+                    continue  # swapped or removed meanwhile
+                mtime = datetime.fromtimestamp(st.st_mtime, timezone.utc).isoformat()
+                out.append(ExtendedEntry(filename=name, description=describe(head), size=st.st_size, mtime=mtime))
+                if limit is not None and len(out) >= limit:
+                    break
+    except paths.PathRejected:
+        return out
     return out
 
 

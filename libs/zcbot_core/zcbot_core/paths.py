@@ -114,15 +114,15 @@ class FileInTheWay(PathRejected):
     """A file stands where a folder must be created (the HTTP edge answers 409)."""
 
 
-def make_user_dir(root: Path, rel: str) -> Path:
-    """mkdir -p `rel` under the user root, refusing escapes; returns the verified folder path."""
-    root.mkdir(parents=True, exist_ok=True)
-    target = resolve_user_path(root, rel)
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise FileInTheWay(f"a file (not a folder) is in the way of {rel!r}") from None
-    return resolve_user_path(root, rel, must_exist=True)
+def make_user_dir(root: Path, rel: str, owner: tuple[int, int] | None = None) -> Path:
+    """mkdir -p `rel` under the user root through `safe_fs` (each level made beneath the root's fd,
+    never through a symlink: `SymlinkRefused` 400, a file in the way `FileInTheWay` 409)."""
+    from zcbot_core import safe_fs  # safe_fs builds on this module's checks and errors
+
+    norm = normalize_rel(rel)
+    with safe_fs.Root.open(root, create=True, owner=owner) as user:
+        user.makedirs(norm, owner=owner)
+    return root / norm if norm else root
 
 
 def is_prefix_nested(a: str, b: str) -> bool:

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
 import yaml
 
+from zcbot_core import safe_fs
 from zcbot_core.config import REPO_ROOT
 from zcbot_core.paths import PathRejected, validate_task_name
 
@@ -115,6 +117,15 @@ class SkillSource:
     kind: str  # builtin | user
     root: Path
     sandbox_root: str | None  # how the sandbox sees `root` (None: not reachable from the sandbox)
+    anchor: Path | None = None  # the folder opened as the safe_fs root (user skills: the user root)
+
+    @property
+    def base(self) -> tuple[Path, str]:
+        """(safe_fs root, `root` relative to it): user skills are resolved from the user root's fd,
+        so `.skills` itself being swapped for a symlink is refused too."""
+        if self.anchor is None:
+            return self.root, ""
+        return self.anchor, self.root.relative_to(self.anchor).as_posix()
 
     @property
     def writable(self) -> bool:
@@ -131,6 +142,17 @@ class Skill:
     meta: dict
     sandbox_dir: str | None = None
     overrides: bool = False  # a user skill replacing a built-in of the same name
+    anchor: Path | None = None  # safe_fs root the folder is read through (default: its parent)
+    rel_dir: str = ""  # the folder relative to `anchor`
+
+    def __post_init__(self) -> None:
+        if self.anchor is None:
+            self.anchor, self.rel_dir = self.folder.parent, self.folder.name
+
+    def read(self, rel: str, limit: int = MAX_SKILL_BYTES) -> str:
+        """One of the skill's files as UTF-8 text (SkillFileMissing when absent)."""
+        assert self.anchor is not None
+        return read_skill_text(self.anchor, f"{self.rel_dir}/{rel}", limit)
 
     @property
     def model(self) -> str | None:
@@ -138,23 +160,18 @@ class Skill:
         value = self.meta.get("model")
         return value.strip() if self.source == "builtin" and isinstance(value, str) and value.strip() else None
 
-    def files(self) -> list[str]:
-        """Support files (relative posix paths) under references/, scripts/ and assets/."""
+    def files(self, limit: int = 200) -> list[str]:
+        """Support files (relative posix paths) under references/, scripts/ and assets/: regular
+        files only, listed through directory fds (a symlink is never entered)."""
         out: list[str] = []
-        for sub in SUPPORT_DIRS:
-            base = self.folder / sub
-            if not base.is_dir() or base.is_symlink():
-                continue
-            for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
-                for name in sorted(filenames):
-                    if name.startswith(".") or name.endswith(".pyc"):
-                        continue
-                    rel = (Path(dirpath) / name).relative_to(self.folder).as_posix()
-                    out.append(rel)
-                    if len(out) >= 200:
-                        return out
-        return out
+        assert self.anchor is not None
+        try:
+            with safe_fs.Root.open(self.anchor) as anchor, anchor.sub(self.rel_dir) as folder:
+                for sub in SUPPORT_DIRS:
+                    _walk_files(folder, sub, out, limit, depth=0)
+        except PathRejected:
+            pass
+        return out[:limit]
 
     def sandbox_path(self, rel: str) -> str | None:
         return f"{self.sandbox_dir}/{rel}" if self.sandbox_dir else None
@@ -170,25 +187,53 @@ class LoadError:
         return f"{self.path}: {self.error}"
 
 
-def _inside(path: Path, root: Path) -> bool:
-    real, base = os.path.realpath(path), os.path.realpath(root)
-    return real == base or real.startswith(base.rstrip("/") + "/")
+def _walk_files(folder: safe_fs.Root, rel: str, out: list[str], limit: int, depth: int) -> None:
+    if len(out) >= limit or depth > 16:
+        return
+    try:
+        entries = sorted(folder.listdir(rel))
+    except PathRejected:
+        return
+    for name, st in entries:
+        child = f"{rel}/{name}"
+        if stat.S_ISDIR(st.st_mode) and not name.startswith((".", "__")):
+            _walk_files(folder, child, out, limit, depth + 1)
+        elif stat.S_ISREG(st.st_mode) and not name.startswith(".") and not name.endswith(".pyc"):
+            out.append(child)
+        if len(out) >= limit:
+            return
 
 
-def read_text_safely(path: Path, root: Path, limit: int = MAX_SKILL_BYTES) -> str:
-    """Read a file that must stay inside `root` (no symlinks out), at most `limit` bytes, as UTF-8."""
-    if path.is_symlink() or not _inside(path, root):
-        raise SkillFormatError("is a symlink or lies outside the skill folder; only plain files are read")
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags)
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise SkillFormatError(f"is larger than {limit // 1024} KB")
+class SkillFileMissing(SkillFormatError):
+    """The skill has no such file."""
+
+
+def read_in(root: safe_fs.Root, rel: str, limit: int = MAX_SKILL_BYTES) -> str:
+    """A skill file beneath an open safe_fs root, at most `limit` bytes, as UTF-8 (no symlinks)."""
+    try:
+        data = root.read_bytes(rel, limit, strict=True)
+    except safe_fs.NotFound:
+        raise SkillFileMissing("missing") from None
+    except safe_fs.TooLarge:
+        raise SkillFormatError(f"is larger than {limit // 1024} KB") from None
+    except safe_fs.SymlinkRefused:
+        raise SkillFormatError("is a symlink (or lies behind one); only plain files are read") from None
+    except PathRejected as exc:
+        raise SkillFormatError(str(exc)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise SkillFormatError("is not UTF-8 text") from None
+
+
+def read_skill_text(anchor: Path, rel: str, limit: int = MAX_SKILL_BYTES) -> str:
+    """`read_in` from the folder `anchor` (the trusted root: the user root or the built-in folder)."""
+    try:
+        root = safe_fs.Root.open(anchor)
+    except PathRejected:
+        raise SkillFileMissing("missing") from None
+    with root:
+        return read_in(root, rel, limit)
 
 
 _BUILTIN_CACHE: dict[tuple[str, str | None], tuple[tuple[tuple[str, int], ...], list["Skill"], list["LoadError"]]] = {}
@@ -238,37 +283,47 @@ class SkillRegistry:
         return found
 
     def _scan_folder(self, source: SkillSource) -> list[Skill]:
-        root = source.root
+        anchor_path, prefix = source.base
         found: list[Skill] = []
-        if not root.exists():
-            return found
-        if root.is_symlink() or not root.is_dir():
-            self.load_errors.append(LoadError(source.kind, str(root.name), "the skills folder is not a plain folder; ignored"))
-            return found
         try:
-            entries = sorted(root.iterdir(), key=lambda p: p.name)
-        except OSError as exc:
-            self.load_errors.append(LoadError(source.kind, root.name, f"cannot be listed: {exc.strerror}"))
+            anchor = safe_fs.Root.open(anchor_path)
+        except PathRejected:
             return found
-        for folder in entries[:MAX_SKILLS_PER_SOURCE]:
-            if folder.name.startswith((".", "_")) or not folder.is_dir():
-                continue
-            shown = self._display(source, folder)
+        with anchor:
             try:
-                if folder.is_symlink() or not _inside(folder, root):
-                    raise SkillFormatError("the skill folder is a symlink; only plain folders are loaded")
-                skill_md = folder / SKILL_FILE
-                if not skill_md.exists():
-                    raise SkillFormatError("missing (every skill folder needs a SKILL.md)")
-                meta, body = parse_skill_md(read_text_safely(skill_md, folder))
-                if meta["name"] != folder.name:
-                    raise SkillFormatError(f"`name: {meta['name']}` does not match its folder name `{folder.name}`")
-            except (SkillFormatError, OSError) as exc:
-                message = str(exc) if isinstance(exc, SkillFormatError) else f"cannot be read: {exc.strerror or exc}"
-                self.load_errors.append(LoadError(source.kind, shown, message))
-                continue
-            sandbox_dir = f"{source.sandbox_root}/{folder.name}" if source.sandbox_root else None
-            found.append(Skill(meta["name"], meta["description"], source.kind, folder, body, meta, sandbox_dir))
+                root = anchor.sub(prefix)
+            except safe_fs.NotFound:
+                return found
+            except PathRejected:
+                self.load_errors.append(LoadError(source.kind, source.root.name, "the skills folder is not a plain folder; ignored"))
+                return found
+            with root:
+                try:
+                    entries = sorted(root.listdir())
+                except PathRejected as exc:
+                    self.load_errors.append(LoadError(source.kind, source.root.name, f"cannot be listed: {exc}"))
+                    return found
+                for name, st in entries[:MAX_SKILLS_PER_SOURCE]:
+                    if name.startswith((".", "_")) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                        continue
+                    folder = source.root / name
+                    shown = self._display(source, folder)
+                    try:
+                        if stat.S_ISLNK(st.st_mode):
+                            raise SkillFormatError("the skill folder is a symlink; only plain folders are loaded")
+                        meta, body = parse_skill_md(read_in(root, f"{name}/{SKILL_FILE}"))
+                        if meta["name"] != name:
+                            raise SkillFormatError(f"`name: {meta['name']}` does not match its folder name `{name}`")
+                    except SkillFileMissing:
+                        self.load_errors.append(LoadError(source.kind, shown, "missing (every skill folder needs a SKILL.md)"))
+                        continue
+                    except SkillFormatError as exc:
+                        self.load_errors.append(LoadError(source.kind, shown, str(exc)))
+                        continue
+                    sandbox_dir = f"{source.sandbox_root}/{name}" if source.sandbox_root else None
+                    rel_dir = f"{prefix}/{name}" if prefix else name
+                    found.append(Skill(meta["name"], meta["description"], source.kind, folder, body, meta, sandbox_dir,
+                                       anchor=anchor_path, rel_dir=rel_dir))
         return found
 
     def get(self, name: str) -> Skill | None:
@@ -282,10 +337,10 @@ class SkillRegistry:
         for source in self.sources:
             if source.kind == "builtin":
                 folder = source.root / name
-                if (folder / SKILL_FILE).is_file():
+                if isinstance(name, str) and _NAME.match(name):
                     try:
-                        meta, body = parse_skill_md(read_text_safely(folder / SKILL_FILE, folder))
-                    except (SkillFormatError, OSError):
+                        meta, body = parse_skill_md(read_skill_text(source.root, f"{name}/{SKILL_FILE}"))
+                    except SkillFormatError:
                         return None
                     sandbox_dir = f"{source.sandbox_root}/{name}" if source.sandbox_root else None
                     return Skill(meta["name"], meta["description"], "builtin", folder, body, meta, sandbox_dir)
@@ -305,7 +360,7 @@ def registry_for_user(user_root: Path | None, builtin_dir: Path | None = None,
     sources = [SkillSource("builtin", Path(builtin_dir or builtin_skills_dir()), builtin_sandbox_root or sandbox_skills_dir())]
     if user_root is not None:
         sources.append(SkillSource("user", Path(user_root) / USER_SKILLS_DIRNAME,
-                                   f"{SANDBOX_WORKSPACE}/{USER_SKILLS_DIRNAME}"))
+                                   f"{SANDBOX_WORKSPACE}/{USER_SKILLS_DIRNAME}", anchor=Path(user_root)))
     return SkillRegistry(sources)
 
 

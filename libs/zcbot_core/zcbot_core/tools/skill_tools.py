@@ -1,8 +1,9 @@
 """Host-side skill tools (seed 003 §3.5, §7.5 #6): load_skill, read_skill_file, save_skill, fork_skill.
 
 They run in the runner, not in the sandbox: loading is a lookup in the registry, and authoring
-writes `<user_root>/.skills/<name>/` directly (validated, atomic, never through a symlink), so it
-works the same whatever sandbox backend the executor uses.
+writes `<user_root>/.skills/<name>/` directly through `zcbot_core.safe_fs` (validated, atomic,
+resolved beneath the user root's fd and never through a symlink), so it works the same whatever
+sandbox backend the executor uses.
 
 - `load_skill(name)`: the SKILL.md body plus the skill's files with their sandbox paths
   (`{{skill_dir}}` and `{{rendering_dir}}` in the body are replaced by the sandbox paths). When a
@@ -26,13 +27,13 @@ import asyncio
 import inspect
 import os
 import re
-import shutil
-import tempfile
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zcbot_core import safe_fs
 from zcbot_core.paths import PathRejected, normalize_rel
 from zcbot_core.skills import (
     MAX_SKILL_BYTES,
@@ -40,10 +41,10 @@ from zcbot_core.skills import (
     SUPPORT_DIRS,
     USER_SKILLS_DIRNAME,
     Skill,
+    SkillFileMissing,
     SkillFormatError,
     SkillRegistry,
     parse_skill_md,
-    read_text_safely,
     sandbox_rendering_dir,
     validate_skill_name,
 )
@@ -99,58 +100,15 @@ SCHEMAS = {
 
 
 # ---- filesystem helpers (the user's folder is written by sandboxed code: trust nothing) --------
+# Every access goes through zcbot_core.safe_fs: resolved beneath the user root's fd, no symlink
+# ever followed, so a folder swapped for a symlink mid-call only makes the call fail.
 
-def _owner_of(path: Path) -> tuple[int, int] | None:
+def _owner_of(root: safe_fs.Root) -> tuple[int, int] | None:
+    """The user root's owner (the sandbox uid) when the runner is root: new files get it."""
     if os.geteuid() != 0:
         return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_uid, st.st_gid
-
-
-def _chown(path: Path, owner: tuple[int, int] | None) -> None:
-    if owner is not None:
-        try:
-            os.chown(path, *owner, follow_symlinks=False)
-        except OSError:
-            pass
-
-
-def _safe_dir(root: Path, parts: list[str], owner: tuple[int, int] | None) -> Path:
-    """mkdir -p root/parts..., refusing any symlink on the way."""
-    current = root
-    if current.is_symlink():
-        raise SkillFormatError(f"{current.name} is a symlink; refusing to write through it")
-    current.mkdir(parents=True, exist_ok=True)
-    for part in parts:
-        current = current / part
-        if current.is_symlink():
-            raise SkillFormatError(f"{part} is a symlink; refusing to write through it")
-        if not current.exists():
-            current.mkdir()
-            _chown(current, owner)
-        elif not current.is_dir():
-            raise SkillFormatError(f"{part} exists and is not a folder")
-    return current
-
-
-def atomic_write(path: Path, data: bytes, owner: tuple[int, int] | None) -> None:
-    if path.is_symlink():
-        raise SkillFormatError(f"{path.name} is a symlink; refusing to overwrite it")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        _chown(Path(tmp), owner)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    st = root.lstat("")
+    return None if st is None else (st.st_uid, st.st_gid)
 
 
 def _support_path(path: str) -> str:
@@ -181,7 +139,10 @@ class SkillTools:
 
     @property
     def skills_root(self) -> Path:
-        return self.registry.user_root_dir or (self.user_root / USER_SKILLS_DIRNAME)
+        return self.user_root / USER_SKILLS_DIRNAME
+
+    def _root(self) -> safe_fs.Root:
+        return safe_fs.Root.open(self.user_root, create=True)
 
     def _unknown(self, name: str) -> ToolOutcome:
         names = ", ".join(s.name for s in self.registry.list()) or "(none)"
@@ -244,11 +205,10 @@ class SkillTools:
             return self._unknown(name)
         try:
             rel = _support_path(str(args.get("path") or ""))
-            target = skill.folder / rel
-            if not target.is_file():
-                files = ", ".join(skill.files()) or "(none)"
-                return ToolOutcome.failure(f"skill `{name}` has no file {rel!r}; its files: {files}")
-            text = await asyncio.to_thread(read_text_safely, target, skill.folder, 4 * MAX_SKILL_BYTES)
+            text = await asyncio.to_thread(skill.read, rel, 4 * MAX_SKILL_BYTES)
+        except SkillFileMissing:
+            files = ", ".join(await asyncio.to_thread(skill.files)) or "(none)"
+            return ToolOutcome.failure(f"skill `{name}` has no file {args.get('path')!r}; its files: {files}")
         except SkillFormatError as exc:
             return ToolOutcome.failure(f"{args.get('path')!r}: {exc}")
         except OSError as exc:
@@ -268,10 +228,8 @@ class SkillTools:
                 meta, _ = parse_skill_md(content)
                 if meta["name"] != name:
                     raise SkillFormatError(f"the frontmatter says `name: {meta['name']}` but the skill is saved as {name!r}; make them equal")
-            elif not (self.skills_root / name / SKILL_FILE).is_file():
-                raise SkillFormatError(f"save {name}'s SKILL.md first (or fork a built-in skill), then its support files")
             await asyncio.to_thread(self._write, name, rel, content)
-        except SkillFormatError as exc:
+        except (SkillFormatError, PathRejected) as exc:
             return ToolOutcome.failure(f"skill not saved: {exc}")
         except OSError as exc:
             return ToolOutcome.failure(f"skill not saved: {exc.strerror or exc}")
@@ -283,14 +241,11 @@ class SkillTools:
         return ToolOutcome.make(True, f"saved {USER_SKILLS_DIRNAME}/{name}/{rel} (sandbox path /workspace/{USER_SKILLS_DIRNAME}/{name}/{rel}).{note}")
 
     def _write(self, name: str, rel: str, content: str) -> None:
-        owner = _owner_of(self.user_root)
-        root = self.skills_root
-        if not root.exists():
-            root.mkdir(parents=True)
-            _chown(root, owner)
-        parts = [name, *rel.split("/")[:-1]]
-        folder = _safe_dir(root, parts, owner)
-        atomic_write(folder / rel.split("/")[-1], content.encode("utf-8"), owner)
+        with self._root() as root:
+            if rel != SKILL_FILE and not root.is_file(f"{USER_SKILLS_DIRNAME}/{name}/{SKILL_FILE}"):
+                raise SkillFormatError(f"save {name}'s SKILL.md first (or fork a built-in skill), then its support files")
+            root.write_bytes(f"{USER_SKILLS_DIRNAME}/{name}/{rel}", content.encode("utf-8"), owner=_owner_of(root),
+                             mkdirs=True, durable=True)
 
     async def fork_skill(self, args: dict[str, Any]) -> ToolOutcome:
         try:
@@ -304,11 +259,8 @@ class SkillTools:
                 if new_name == name:
                     raise SkillFormatError(f"`{name}` is already the user's own skill; give new_name to copy it")
                 source = current
-            dest = self.skills_root / new_name
-            if dest.exists() or dest.is_symlink():
-                raise SkillFormatError(f"{USER_SKILLS_DIRNAME}/{new_name} already exists; change it with save_skill or fork to another new_name")
             count = await asyncio.to_thread(self._copy, source, new_name)
-        except SkillFormatError as exc:
+        except (SkillFormatError, PathRejected) as exc:
             return ToolOutcome.failure(f"skill not forked: {exc}")
         except OSError as exc:
             return ToolOutcome.failure(f"skill not forked: {exc.strerror or exc}")
@@ -320,43 +272,46 @@ class SkillTools:
             f"/workspace/{USER_SKILLS_DIRNAME}/{new_name}).{note} Change it with save_skill."))
 
     def _copy(self, source: Skill, new_name: str) -> int:
-        owner = _owner_of(self.user_root)
-        root = self.skills_root
-        if root.is_symlink():
-            raise SkillFormatError(f"{USER_SKILLS_DIRNAME} is a symlink; refusing to write through it")
-        if not root.exists():
-            root.mkdir(parents=True)
-            _chown(root, owner)
-        staging = Path(tempfile.mkdtemp(prefix=f".fork-{new_name}-", dir=str(root)))
-        try:
-            count, total = 0, 0
-            for dirpath, dirnames, filenames in os.walk(source.folder, followlinks=False):
-                dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
-                rel_dir = Path(dirpath).relative_to(source.folder)
-                (staging / rel_dir).mkdir(parents=True, exist_ok=True)
-                for fname in filenames:
-                    src = Path(dirpath) / fname
-                    if fname.startswith(".") or fname.endswith(".pyc") or src.is_symlink() or not src.is_file():
-                        continue
-                    count += 1
-                    total += src.stat().st_size
-                    if count > MAX_FORK_FILES or total > MAX_FORK_BYTES:
+        """Stage the copy in a hidden folder of `.skills`, then rename it into place (never replacing)."""
+        exists = f"{USER_SKILLS_DIRNAME}/{new_name} already exists; change it with save_skill or fork to another new_name"
+        files = [SKILL_FILE, *source.files(limit=MAX_FORK_FILES + 1)]
+        if len(files) > MAX_FORK_FILES:
+            raise SkillFormatError("the skill is too large to copy")
+        with self._root() as root:
+            owner = _owner_of(root)
+            if root.exists(f"{USER_SKILLS_DIRNAME}/{new_name}"):
+                raise SkillFormatError(exists)
+            staging = f"{USER_SKILLS_DIRNAME}/.fork-{new_name}-{secrets.token_hex(4)}"
+            try:
+                root.makedirs(staging, owner=owner)
+                total = 0
+                for rel in files:
+                    data = source.read(rel, MAX_FORK_BYTES).encode("utf-8") if rel == SKILL_FILE else self._raw(source, rel)
+                    total += len(data)
+                    if total > MAX_FORK_BYTES:
                         raise SkillFormatError("the skill is too large to copy")
-                    shutil.copy2(src, staging / rel_dir / fname, follow_symlinks=False)
-            skill_md = staging / SKILL_FILE
-            if new_name != source.name:
-                skill_md.write_text(_rename_frontmatter(skill_md.read_text(encoding="utf-8"), new_name), encoding="utf-8")
-            for dirpath, dirnames, filenames in os.walk(staging):
-                os.chmod(dirpath, 0o755)
-                _chown(Path(dirpath), owner)
-                for fname in filenames:
-                    os.chmod(Path(dirpath) / fname, 0o755 if dirpath.endswith("scripts") else 0o644)
-                    _chown(Path(dirpath) / fname, owner)
-            os.rename(staging, root / new_name)
-            return count
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+                    if rel == SKILL_FILE and new_name != source.name:
+                        data = _rename_frontmatter(data.decode("utf-8"), new_name).encode("utf-8")
+                    mode = 0o755 if rel.startswith("scripts/") else 0o644
+                    root.write_bytes(f"{staging}/{rel}", data, owner=owner, mode=mode, mkdirs=True)
+                try:
+                    root.rename(staging, f"{USER_SKILLS_DIRNAME}/{new_name}")
+                except safe_fs.Conflict:
+                    raise SkillFormatError(exists) from None
+                staging = ""
+                return len(files)
+            finally:
+                if staging:
+                    root.rmtree(staging)
+
+    @staticmethod
+    def _raw(source: Skill, rel: str) -> bytes:
+        assert source.anchor is not None
+        try:
+            with safe_fs.Root.open(source.anchor) as anchor:
+                return anchor.read_bytes(f"{source.rel_dir}/{rel}", MAX_FORK_BYTES, strict=True)
+        except safe_fs.TooLarge:
+            raise SkillFormatError("the skill is too large to copy") from None
 
 
 def skill_host_tools(registry: SkillRegistry, user_root: Path, on_model_switch: ModelSwitch | None = None) -> list[SkillHostTool]:

@@ -6,8 +6,9 @@ Every path is relative to `storage_root/<user_id>` and goes through `zcbot_core.
 root are 400. Dotfiles (`.memory/`, upload temp files) never appear in listings.
 
 Because the agent's sandbox can change the tree at any moment (e.g. swap a folder for a symlink),
-files are opened and changed through a directory file descriptor that is re-checked after opening
-(`/proc/self/fd`), never by a second path lookup: check-then-use races cannot leave the root.
+files are opened and changed through `zcbot_core.safe_fs` (resolution beneath the user root's fd
+that never follows a symlink), never by a path lookup: check-then-use races cannot leave the root.
+Symlinks are neither listed nor followed (400).
 
 - `GET /v1/files?path=`: `{entries, crumbs, exists, root, current, truncated}`; a missing path is
   `exists: false` (not 404), a file is 400. `entries[]`: `{name, path, type: file|dir, size, mtime}`
@@ -50,7 +51,6 @@ from zcbot_core.memory import SANDBOX_ROOT
 
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
 from zcbot_gateway.files_fs import (
-    PROC_FD,
     canon_dir,
     delete_at,
     list_dir,
@@ -126,10 +126,10 @@ async def list_files(user: CurrentUser, settings: SettingsDep, path: PathQuery =
 async def download_file(user: CurrentUser, settings: SettingsDep, path: PathQuery = "") -> FileResponse:
     """Download one file as an attachment."""
     rel = clean_rel(path, allow_empty=False)
-    fh, real = await asyncio.to_thread(open_download, user_root(settings, user), rel)
-    served = str(PROC_FD / str(fh.fileno())) if PROC_FD.is_dir() else real
-    # The response re-opens the very file we checked (through its fd), then closes our handle.
-    return FileResponse(served, filename=posixpath.basename(rel), content_disposition_type="attachment",
+    fh = await asyncio.to_thread(open_download, user_root(settings, user), rel)
+    # The response re-opens the very file we opened through its fd (/proc/self/fd/N is our own
+    # descriptor, not a lookup in the user's tree), then closes our handle.
+    return FileResponse(f"/proc/self/fd/{fh.fileno()}", filename=posixpath.basename(rel), content_disposition_type="attachment",
                         background=BackgroundTask(fh.close))
 
 
@@ -280,11 +280,9 @@ async def rename_path(body: RenameIn, user: CurrentUser, session: SessionDep, se
         entry = await asyncio.to_thread(rename_at, root, rel, new_name)
     except BaseException as exc:
         await session.rollback()
-        if isinstance(exc, OSError):
-            log.error("folder rename failed on disk; database rolled back",
-                      extra={"user_id": user, "path": rel, "error": str(exc)})
-            raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR,
-                                detail=f"could not rename on disk ({exc.strerror or exc}); nothing was changed") from None
+        if isinstance(exc, paths.PathRejected):  # safe_fs refusals (the tree changed meanwhile, I/O, ...)
+            log.info("rename refused on disk; database rolled back", extra={"user_id": user, "path": rel, "error": str(exc)})
+            raise HTTPException(getattr(exc, "status", 400), detail=f"{exc}; nothing was changed") from None
         raise
     try:
         await session.commit()
