@@ -19,3 +19,21 @@ async def executor_one(nats_server_url: str, bus_prefix: str, tmp_path):  # type
         yield s
     finally:
         await s.close()
+
+
+from typing import Any  # noqa: E402
+
+from tests.e2e.conftest import Stack as E2EStack  # noqa: E402
+
+
+async def scripted_run(stack: E2EStack, user_id: str, key: str, turns: list[dict[str, Any]],
+                       task_name: str = "attack", token: str | None = None,
+                       task: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One real run whose model turns are `turns` (the fake model answers the message holding
+    `key`): the task and the run's SSE events until `done`."""
+    stack.fake.script(key, turns)
+    token = token or await stack.login(user_id)
+    task = task or await stack.create_task(token, task_name)
+    r = await stack.post(token, task["task_id"], f"{key} go")
+    assert r.status_code == 202, r.text
+    return task, await stack.events(token, r.json()["events_url"], timeout=60)

@@ -131,15 +131,60 @@ def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def open_regular(path: str, shown: str):
+    """Open `path` for reading only if it is a regular file, decided on the opened fd.
+
+    O_NONBLOCK makes the open itself return at once for a FIFO (a plain open blocks until a writer
+    appears: that hung the user's sandbox for the call's whole timeout); the type is then checked
+    with fstat on that fd, so a file swapped for a FIFO or device between a check and the open is
+    still refused. Opening a socket fails (ENXIO), as does a device on the sandbox's nodev mount
+    (EACCES): both are reported by their type.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ToolError(f"file not found: {shown}") from None
+    except OSError as exc:
+        try:  # only for the message: sockets fail with ENXIO, devices on a nodev mount with EACCES
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            kind = _kind(mode)
+            raise ToolError(f"{shown} is {kind}; read only works on regular files") from None
+        raise ToolError(f"cannot open {shown}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ToolError(f"{shown} is {_kind(mode)}; read only works on regular files")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _read_text(path: str, shown: str, max_bytes: int) -> str:
     if not os.path.exists(path):
         raise ToolError(f"file not found: {shown}")
     if os.path.isdir(path):
         raise ToolError(f"{shown} is a directory, not a file")
-    size = os.path.getsize(path)
-    if size > max_bytes:
-        raise ToolError(f"{shown} is {size} bytes; files over {max_bytes} bytes cannot be edited this way (use shell or run_python)")
-    with open(path, "rb") as fh:
+    with open_regular(path, shown) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
+            raise ToolError(f"{shown} is {size} bytes; files over {max_bytes} bytes cannot be edited this way (use shell or run_python)")
         data = fh.read()
     if _is_binary(data[:BINARY_SNIFF]):
         raise ToolError(f"{shown} is a binary file; use run_python to process it")
@@ -203,10 +248,11 @@ def tool_read(ws: Workspace, args: dict, cwd: str) -> tuple[str, dict]:
     last = offset - 1
     total = 0
     full = False  # the page is complete: only count the remaining lines (unless the file is huge)
-    huge = os.path.getsize(path) > 50 * 1024 * 1024
-    with open(path, "rb") as fh:
+    with open_regular(path, shown) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        huge = size > 50 * 1024 * 1024
         if _is_binary(fh.read(BINARY_SNIFF)):
-            raise ToolError(f"{shown} is a binary file ({os.path.getsize(path)} bytes); use run_python to inspect it")
+            raise ToolError(f"{shown} is a binary file ({size} bytes); use run_python to inspect it")
         fh.seek(0)
         for total, raw in enumerate(fh, start=1):
             if total < offset:

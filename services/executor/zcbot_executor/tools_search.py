@@ -10,7 +10,8 @@ import os
 import stat
 
 from tools_fs import (BINARY_SNIFF, GLOB_MAX_RESULTS, GREP_LINE_CHARS, GREP_MAX_CHARS, GREP_MAX_FILE_BYTES,
-                      GREP_MAX_MATCHES, SKIP_DIRS, WALK_MAX_ENTRIES, ToolError, Workspace, _is_binary, _str_arg)
+                      GREP_MAX_MATCHES, SKIP_DIRS, WALK_MAX_ENTRIES, ToolError, Workspace, _is_binary, _str_arg,
+                      open_regular)
 
 
 def glob_regex(pattern: str):
@@ -135,9 +136,9 @@ def tool_grep(ws: Workspace, args: dict, cwd: str) -> tuple[str, dict]:
                 continue
             if not ws.inside(os.path.realpath(path)):
                 continue
-            with open(path, "rb") as fh:
+            with open_regular(path, path) as fh:  # the file may have been swapped for a FIFO since the stat
                 data = fh.read()
-        except OSError:
+        except (OSError, ToolError):
             continue
         if _is_binary(data[:BINARY_SNIFF]):
             continue

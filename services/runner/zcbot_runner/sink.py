@@ -11,7 +11,7 @@ import logging
 
 from nats.js import JetStreamContext
 
-from zcbot_core.bus import Topology, encode
+from zcbot_core.bus import Topology
 from zcbot_core.bus import events as ev
 
 log = logging.getLogger(__name__)
@@ -33,10 +33,13 @@ class BusEventSink:
         self._lock = asyncio.Lock()
         self._acks: list[tuple[asyncio.Future[object], bytes, str]] = []
         self.published = 0
+        nc = getattr(js, "_nc", None)  # the server's limit (1 MB unless raised), learnt at connect
+        self.max_bytes = int(getattr(nc, "max_payload", 0) or ev.DEFAULT_MAX_PAYLOAD)
 
     async def _publish(self, event: ev.RunEvent) -> None:
-        """Publish now (order is the call order), collect the ack later: no round trip per event."""
-        data = encode(event)
+        """Publish now (order is the call order), collect the ack later: no round trip per event.
+        An event over the bus's max payload is cut to fit (with a marker), never dropped."""
+        event, data = ev.fit_event(event, self.max_bytes)
         try:
             ack = await self.js.publish_async(self.subject, data, wait_stall=5)
         except Exception as exc:  # stalled or disconnected: fall back to an acked publish with retries

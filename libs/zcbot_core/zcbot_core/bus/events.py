@@ -144,3 +144,56 @@ EVENT_TYPES: dict[str, type[RunEvent]] = {
     )
 }
 TERMINAL_TYPES = frozenset({"done"})
+
+
+# ---- oversized events ----------------------------------------------------------------------------
+# NATS refuses a message over the server's max payload (1 MB by default): an event over it used to
+# be dropped (MaxPayloadError) and the client never saw the tool call. `fit_event` cuts the event's
+# largest fields instead, each with a visible marker, so it is always delivered.
+DEFAULT_MAX_PAYLOAD = 1024 * 1024  # NATS server default
+EVENT_HEADROOM_BYTES = 8 * 1024  # JetStream headers and the marker text itself
+TRUNCATED_KEY = "zcbot_truncated"
+
+
+def truncation_marker(original_bytes: int, limit: int) -> str:
+    return f"…[truncated by zcbot: this event was {original_bytes} bytes, over the bus's {limit}-byte limit]"
+
+
+def _cut_text(text: str, keep_bytes: int) -> str:
+    return text.encode("utf-8")[:max(keep_bytes, 0)].decode("utf-8", errors="ignore")
+
+
+def fit_event(event: RunEvent, max_bytes: int) -> tuple[RunEvent, bytes]:
+    """The event and its encoding, cut to fit `max_bytes` when it is larger (a marker in each cut
+    field: text keeps its head; an object or list becomes `{TRUNCATED_KEY: marker}` / `[marker]`)."""
+    from zcbot_core.bus.codec import encode
+
+    data = encode(event)
+    if len(data) <= max_bytes:
+        return event, data
+    marker = truncation_marker(len(data), max_bytes)
+    budget = max(max_bytes - EVENT_HEADROOM_BYTES, 1024)
+    sizes = {f.name: len(json.dumps(getattr(event, f.name), ensure_ascii=False, default=str).encode("utf-8"))
+             for f in dataclasses.fields(event) if isinstance(getattr(event, f.name), (str, dict, list))}
+    changes: dict[str, Any] = {}
+    rest = sum(sizes.values())
+    for name in sorted(sizes, key=sizes.__getitem__, reverse=True):
+        if rest <= budget:
+            break
+        value = getattr(event, name)
+        others = rest - sizes[name]
+        if isinstance(value, str):
+            changes[name] = _cut_text(value, budget - others - len(marker.encode("utf-8")) - 64) + marker
+        elif isinstance(value, dict):
+            changes[name] = {TRUNCATED_KEY: marker}
+        else:
+            changes[name] = [marker]
+        rest = others + len(json.dumps(changes[name], ensure_ascii=False).encode("utf-8"))
+    cut = dataclasses.replace(event, **changes)
+    data = encode(cut)
+    if len(data) > max_bytes:  # many mid-sized fields: keep only the markers
+        cut = dataclasses.replace(event, **{name: marker if isinstance(getattr(event, name), str)
+                                            else {TRUNCATED_KEY: marker} if isinstance(getattr(event, name), dict)
+                                            else [marker] for name in sizes})
+        data = encode(cut)
+    return cut, data
