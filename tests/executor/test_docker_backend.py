@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +52,17 @@ class FakeAPI:
         volumes = container.kwargs["volumes"]
         host_of = {v["bind"]: k for k, v in volumes.items()}
         cmd = list(spec["cmd"])
-        cmd[0] = "python3"
-        cmd[4] = cmd[4].replace(policy.RUNNER_MOUNT, host_of[policy.RUNNER_MOUNT])
-        config = json.loads(cmd[6])
+        cmd[0] = sys.executable  # the container's /usr/local/bin/python3 is the host's here
+        prog = cmd.index("-c") + 1  # positions follow the interpreter flags (-I -S -B), found not fixed
+        cmd[prog] = cmd[prog].replace(policy.RUNNER_MOUNT, host_of[policy.RUNNER_MOUNT])
+        config = json.loads(cmd[prog + 2])
         if "root" in config:
             config["root"] = host_of[policy.WORKSPACE]
             config["tmp"] = str(self.engine.tmp)
         config["calls_dir"] = str(self.engine.tmp / "calls")
-        cmd[6] = json.dumps(config)
-        if len(cmd) > 7 and cmd[7].startswith(policy.WORKSPACE):
-            cmd[7] = host_of[policy.WORKSPACE] + cmd[7][len(policy.WORKSPACE):]
+        cmd[prog + 2] = json.dumps(config)
+        if len(cmd) > prog + 3 and cmd[prog + 3].startswith(policy.WORKSPACE):
+            cmd[prog + 3] = host_of[policy.WORKSPACE] + cmd[prog + 3][len(policy.WORKSPACE):]
         proc = subprocess.run(cmd, capture_output=True, timeout=60, env=spec["environment"])
         spec["exit"] = proc.returncode
         return proc.stdout, proc.stderr
@@ -148,6 +150,6 @@ async def test_exec_per_call_round_trip(docker_backend) -> None:
     assert not r.ok and "outside /workspace" in r.error
     assert list((root / ".zcbot_tmp").iterdir()) == []  # request files are consumed
     cmds = [e["cmd"] for e in engine.api.execs.values()]
-    assert all(c[0] == "python3" and c[5] == "once" for c in cmds)
+    assert all(c[0] == "/usr/local/bin/python3" and c[c.index("-c") + 2] == "once" for c in cmds)
     assert all(e["user"] == backend.user and e["workdir"] == "/workspace" for e in engine.api.execs.values())
     await box.close()

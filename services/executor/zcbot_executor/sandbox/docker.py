@@ -30,7 +30,7 @@ from zcbot_executor.sandbox.base import BackgroundSpec, Sandbox, SandboxBackend,
 
 log = logging.getLogger(__name__)
 
-CONTAINER_PYTHON = "python3"
+CONTAINER_PYTHON = "/usr/local/bin/python3"  # absolute: the runner posix_spawns it (no PATH search)
 CALLS_DIR = "/tmp/.zcbot-calls"
 EXEC_MARGIN = 10.0
 
@@ -177,17 +177,16 @@ class DockerSandbox(Sandbox):
 
     def _call_sync(self, call_id: str, tool: str, args: dict[str, Any], cwd: str, timeout: float) -> ToolResult:
         owner = self.backend.config.owner
-        tmp = policy.make_dirs_owned(self.user_root, ".zcbot_tmp", owner)  # refuses a planted symlink
+        policy.make_dirs_owned(self.user_root, ".zcbot_tmp", owner)  # refuses a planted symlink
         name = f"req-{os.urandom(8).hex()}.json"
-        path = tmp / name
         request = {"id": call_id, "op": "call", "tool": tool, "args": args, "cwd": cwd, "timeout": timeout}
-        policy.safe_write(path, json.dumps(request), owner or (os.getuid(), os.getgid()))
+        policy.safe_write(self.user_root, f".zcbot_tmp/{name}", json.dumps(request), owner or (os.getuid(), os.getgid()))
         cmd = policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, "once", json.dumps(self.backend.runner_config()),
                                     f"{policy.WORKSPACE}/.zcbot_tmp/{name}")
         try:
             code, out, err = self._exec(cmd)
         finally:
-            path.unlink(missing_ok=True)
+            policy.safe_unlink(self.user_root, f".zcbot_tmp/{name}")
         lines = [ln for ln in out.splitlines() if ln.strip()]
         try:
             return ToolResult.from_runner(json.loads(lines[-1]))
