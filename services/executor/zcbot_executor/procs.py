@@ -14,13 +14,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import secrets
-import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
+from zcbot_core import safe_fs
 from zcbot_core.tools.sandbox_schemas import DEFAULT_BACKGROUND_LIMIT, MAX_BACKGROUND_LIMIT
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.sandbox import policy
@@ -34,8 +36,30 @@ _PROC_ID = re.compile(r"^p[0-9a-f]{8,32}$")
 _TAIL_BYTES = 64 * 1024
 
 
+def _split(path: Path) -> tuple[Path, str]:
+    """(user root, path relative to it) of `<user_root>/.zcbot_procs/...`: every file operation
+    resolves from the user root's fd (zcbot_core.safe_fs), never by this path."""
+    for parent in path.parents:
+        if parent.name == PROCS_DIR:
+            return parent.parent, path.relative_to(parent.parent).as_posix()
+    return path.parent, path.name  # the executor's private state folder
+
+
 def _read(path: Path) -> str | None:
-    return policy.safe_read(path)
+    return policy.safe_read(*_split(path))
+
+
+def _exists(path: Path) -> bool:
+    return _lstat(path) is not None
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    root, rel = _split(path)
+    try:
+        with safe_fs.Root.open(root) as user:
+            return user.lstat(rel)
+    except safe_fs.SafeFsError:
+        return None
 
 
 def proc_status(proc_dir: Path, now: float | None = None) -> dict[str, Any]:
@@ -54,9 +78,10 @@ def proc_status(proc_dir: Path, now: float | None = None) -> dict[str, Any]:
         info["status"] = {"time limit": "timed out", "killed": "killed", "lost": "lost"}.get(reason, "exited")
         info["ended_at"] = end.get("ended_at")
         return info
-    try:
-        beat = (proc_dir / "heartbeat").lstat().st_mtime
-    except OSError:
+    beat_st = _lstat(proc_dir / "heartbeat")
+    if beat_st is not None:
+        beat = beat_st.st_mtime
+    else:
         beat = float(spec.get("started_at") or 0) if isinstance(spec.get("started_at"), (int, float)) else 0.0
     info["status"] = "running" if now - beat < STALE_SECONDS else "lost"
     return info
@@ -71,30 +96,19 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def _tail(path: Path, lines: int) -> str:
-    import os
-    import stat
-
+    root, rel = _split(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        with safe_fs.Root.open(root) as user:
+            data = user.tail(rel, _TAIL_BYTES).decode("utf-8", errors="replace")
+    except safe_fs.SafeFsError:
         return ""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return ""
-        os.lseek(fd, max(0, st.st_size - _TAIL_BYTES), os.SEEK_SET)
-        data = os.read(fd, _TAIL_BYTES).decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
     if lines <= 0:
         return ""
     return "\n".join(data.splitlines()[-lines:])
 
 
 def _write_json(path: Path, obj: dict[str, Any], owner: tuple[int, int] | None = None) -> None:
-    policy.safe_write(path, json.dumps(obj), owner)
+    policy.safe_write(*_split(path), json.dumps(obj), owner)
 
 
 class ProcManager:
@@ -106,12 +120,13 @@ class ProcManager:
 
     def _user_procs(self, user_root: Path) -> list[Path]:
         base = user_root / PROCS_DIR
-        if not base.is_dir():
+        try:
+            with safe_fs.Root.open(user_root) as user:
+                return [base / task / proc for task, st in user.listdir(PROCS_DIR) if stat.S_ISDIR(st.st_mode)
+                        for proc, pst in _listdir(user, f"{PROCS_DIR}/{task}")
+                        if stat.S_ISDIR(pst.st_mode) and _PROC_ID.match(proc)]
+        except safe_fs.SafeFsError:
             return []
-        if base.is_symlink() or not policy.inside(user_root, base):
-            return []
-        return [p for task in base.iterdir() if task.is_dir() and not task.is_symlink()
-                for p in task.iterdir() if p.is_dir() and not p.is_symlink() and _PROC_ID.match(p.name)]
 
     def running(self, user_root: Path) -> list[Path]:
         return [p for p in self._user_procs(user_root) if proc_status(p)["status"] == "running"]
@@ -137,21 +152,24 @@ class ProcManager:
             task_key = re.sub(r"[^A-Za-z0-9_-]", "_", task_id)[:128] or "task"
             rel_dir = f"{PROCS_DIR}/{task_key}/{proc_id}"
             owner = self.config.owner
-            proc_dir = await asyncio.to_thread(policy.make_dirs_owned, user_root, rel_dir, owner)
+            try:
+                proc_dir = await asyncio.to_thread(self._prepare_dir, user_root, rel_dir, tool, body, owner)
+            except safe_fs.SafeFsError as exc:
+                return ToolResult(False, error=f"could not prepare the background process folder: {exc}")
             spec = {"proc_id": proc_id, "task_id": task_id, "user_id": user_id, "kind": tool,
                     "command": body if tool == "shell" else None, "cwd": f"{policy.WORKSPACE}/{cwd_rel}".rstrip("/"),
                     "time_limit": limit, "log_cap": self.config.bg_log_cap_mb * 1024 * 1024,
                     "started_at": time.time(), "host": self.config.host}
-            if tool == "run_python":
-                policy.safe_write(proc_dir / "script.py", body, owner)
-            _write_json(proc_dir / "proc.json", spec, owner)
-            policy.safe_write(proc_dir / "output.log", b"", owner)
+            try:
+                _write_json(proc_dir / "proc.json", spec, owner)
+            except safe_fs.SafeFsError as exc:
+                return ToolResult(False, error=f"could not prepare the background process folder: {exc}")
             bg = BackgroundSpec(proc_id, user_id, user_root, f"{policy.WORKSPACE}/{rel_dir}")
             try:
                 private = await self.backend.start_background(bg)
             except Exception as exc:
                 log.exception("background launch failed", extra={"user_id": user_id})
-                shutil.rmtree(proc_dir, ignore_errors=True)
+                _rmtree(user_root, rel_dir)
                 return ToolResult(False, error=f"could not start the background process: {exc}")
             self.private_dir.mkdir(parents=True, exist_ok=True)
             _write_json(self.private_dir / f"{proc_id}.json", {**private, "user_root": str(user_root), "dir": rel_dir})
@@ -160,11 +178,20 @@ class ProcManager:
                 "or action='kill' to stop it.")
         return ToolResult(True, text, meta={"proc_id": proc_id, "background": True, "time_limit": limit})
 
+    @staticmethod
+    def _prepare_dir(user_root: Path, rel_dir: str, tool: str, body: str, owner: tuple[int, int] | None) -> Path:
+        with safe_fs.Root.open(user_root) as user:
+            user.makedirs(rel_dir, owner=owner)
+            if tool == "run_python":
+                user.write_bytes(f"{rel_dir}/script.py", body, owner=owner)
+            user.write_bytes(f"{rel_dir}/output.log", b"", owner=owner)
+        return user_root / rel_dir
+
     def _find(self, user_root: Path, proc_id: str, task_id: str) -> Path | None:
         base = user_root / PROCS_DIR
         task_key = re.sub(r"[^A-Za-z0-9_-]", "_", task_id)[:128]
         direct = base / task_key / proc_id
-        if direct.is_dir() and not direct.is_symlink() and policy.inside(user_root, direct):
+        if task_key and _PROC_ID.match(proc_id) and _is_dir(direct):
             return direct
         for path in self._user_procs(user_root):
             if path.name == proc_id:
@@ -200,17 +227,17 @@ class ProcManager:
         return ToolResult(True, "\n".join(lines), meta={k: v for k, v in info.items() if v is not None})
 
     async def _kill(self, user_root: Path, proc_dir: Path) -> dict[str, Any]:
-        policy.safe_touch(proc_dir / "kill")
+        policy.safe_touch(*_split(proc_dir / "kill"))
         for _ in range(30):  # the wrapper polls every 0.2 s
             await asyncio.sleep(0.1)
-            if (proc_dir / "exit_code").exists():
+            if _exists(proc_dir / "exit_code"):
                 return proc_status(proc_dir)
         private_path = self.private_dir / f"{proc_dir.name}.json"
         private = json.loads(_read(private_path) or "{}")
         bg = BackgroundSpec(proc_dir.name, "", user_root, "")
         if private and await self.backend.kill_background(bg, private):
             await asyncio.sleep(0.2)
-        if not (proc_dir / "exit_code").exists():
+        if not _exists(proc_dir / "exit_code"):
             _finish_lost(proc_dir, reason="killed", code=137)
         return proc_status(proc_dir)
 
@@ -218,35 +245,77 @@ class ProcManager:
 def _finish_lost(proc_dir: Path, reason: str = "lost", code: int = -1) -> None:
     """Make a process whose wrapper is gone terminal (its exit_code is then ours)."""
     _write_json(proc_dir / "end.json", {"exit_code": code, "reason": reason, "ended_at": time.time()})
-    policy.safe_write(proc_dir / "exit_code", f"{code}\n")
+    policy.safe_write(*_split(proc_dir / "exit_code"), f"{code}\n")
+
+
+def _listdir(root: safe_fs.Root, rel: str) -> list[tuple[str, os.stat_result]]:
+    try:
+        return root.listdir(rel)
+    except safe_fs.SafeFsError:
+        return []
+
+
+def _is_dir(path: Path) -> bool:
+    st = _lstat(path)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def _rmtree(user_root: Path, rel: str) -> None:
+    try:
+        with safe_fs.Root.open(user_root) as user:
+            user.rmtree(rel)
+    except safe_fs.SafeFsError:
+        log.warning("could not remove a proc folder", extra={"path": rel})
 
 
 def sweep_procs(storage_root: Path, retention_seconds: float, private_dir: Path | None = None) -> int:
-    """Remove terminal proc folders whose exit_code is older than the retention; returns how many."""
+    """Remove terminal proc folders whose exit_code is older than the retention; returns how many.
+
+    Every step resolves beneath the user root's fd and never follows a symlink (safe_fs): a task
+    folder swapped for a symlink while the sweep runs makes that step fail, nothing else.
+    """
     removed = 0
     cutoff = time.time() - retention_seconds
-    if not storage_root.is_dir():
+    try:
+        storage = safe_fs.Root.open(storage_root)
+    except safe_fs.SafeFsError:
         return 0
-    for user in storage_root.iterdir():
-        base = user / PROCS_DIR
-        if not base.is_dir() or base.is_symlink():
+    with storage:
+        users = [name for name, st in storage.listdir() if stat.S_ISDIR(st.st_mode)]
+    for name in users:
+        try:
+            user = safe_fs.Root.open(storage_root / name)
+        except safe_fs.SafeFsError:
             continue
-        for task in list(base.iterdir()):
-            if not task.is_dir() or task.is_symlink():
+        with user:
+            removed += _sweep_user(user, cutoff, private_dir)
+    return removed
+
+
+def _sweep_user(user: safe_fs.Root, cutoff: float, private_dir: Path | None) -> int:
+    removed = 0
+    for task, st in _listdir(user, PROCS_DIR):
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        task_rel = f"{PROCS_DIR}/{task}"
+        for proc, pst in _listdir(user, task_rel):
+            if not stat.S_ISDIR(pst.st_mode):
                 continue
-            for proc in list(task.iterdir()):
-                marker = proc / "exit_code"
-                try:
-                    if proc.is_symlink() or marker.lstat().st_mtime > cutoff:
-                        continue
-                except OSError:  # no exit_code: not terminal
-                    continue
-                shutil.rmtree(proc, ignore_errors=True)
-                if private_dir is not None:
-                    (private_dir / f"{proc.name}.json").unlink(missing_ok=True)
-                removed += 1
             try:
-                task.rmdir()  # only when empty
-            except OSError:
-                pass
+                marker = user.lstat(f"{task_rel}/{proc}/exit_code")
+            except safe_fs.SafeFsError:
+                continue
+            if marker is None or marker.st_mtime > cutoff:
+                continue  # no exit_code: not terminal
+            try:
+                user.rmtree(f"{task_rel}/{proc}")
+            except safe_fs.SafeFsError:
+                continue
+            if private_dir is not None and _PROC_ID.match(proc):
+                (private_dir / f"{proc}.json").unlink(missing_ok=True)  # host state, not a user tree
+            removed += 1
+        try:
+            user.rmdir(task_rel)  # only when empty
+        except safe_fs.SafeFsError:
+            pass
     return removed

@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 from nats.micro import add_service
 from nats.micro.request import Request
 
+from zcbot_core import safe_fs
 from zcbot_core.bus import BusDecodeError, ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
 from zcbot_core.config import Settings
 from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
@@ -212,7 +213,7 @@ class ExecutorService:
         if time.monotonic() - self._prepared.get(key, -1e9) > PREPARED_SECONDS:
             try:
                 await asyncio.to_thread(self._prepare_root, user_root, cwd_rel)
-            except OSError as exc:
+            except (OSError, PathRejected) as exc:  # PathRejected: safe_fs refusals (a symlink on the way)
                 return ToolResult(False, error=f"working folder {req.cwd!r} is not usable: {exc}")
             if len(self._prepared) > 50_000:
                 self._prepared.clear()
@@ -239,12 +240,10 @@ class ExecutorService:
 
     def _prepare_root(self, user_root: Path, cwd_rel: str) -> None:
         owner = self.config.owner
-        user_root.mkdir(parents=True, exist_ok=True)
-        if user_root.is_symlink():
-            raise PermissionError("user root is a symlink")
-        policy.ensure_owned(user_root, owner)
-        if cwd_rel:
-            policy.make_dirs_owned(user_root, cwd_rel, owner)
+        with safe_fs.Root.open(user_root, create=True, owner=owner) as root:  # SafeFsError: a symlink
+            root.chown("", owner)
+            if cwd_rel:
+                root.makedirs(cwd_rel, owner=owner)
 
     async def _sandbox_closed(self, user_id: str) -> None:
         if not self.draining:

@@ -14,6 +14,8 @@ import stat
 import sys
 from pathlib import Path
 
+from zcbot_core import safe_fs
+
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
 RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_search.py", "tools_exec.py", "proc_wrapper.py",
@@ -168,87 +170,61 @@ def python_dirs(python: str) -> list[str]:
     return dirs
 
 
-def ensure_owned(path: Path, owner: tuple[int, int] | None, recursive: bool = False) -> None:
-    """Give the sandbox uid the user's files (root executors only).
+# ---- touching files in a user root from the executor (which may be root) ------------------------
+# A sandbox can plant symlinks anywhere in its root, pointing at host paths it cannot see, and swap
+# folders for them at any moment. Every operation here therefore goes through zcbot_core.safe_fs:
+# resolved beneath the user root's fd, never following a symlink (docs/security.md, layer 2).
+# `root` is the trusted host path of the user root; `rel` is relative to it.
 
-    The recursive walk is fd-based (`os.fwalk`, no symlink following, chown relative to the
-    directory fd), so a symlink swapped in by a running sandbox cannot redirect it to host files.
-    """
+Owner = tuple[int, int] | None
+
+
+def ensure_owned(path: Path, owner: Owner, recursive: bool = False) -> None:
+    """Give the sandbox uid the user's files (root executors only): fd-based, symlinks and
+    hard-linked files (which may share an inode with a host file) are skipped."""
     if owner is None:
         return
-    uid, gid = owner
-    st = os.lstat(path)
-    if (st.st_uid, st.st_gid) != (uid, gid) and not stat.S_ISLNK(st.st_mode):
-        os.chown(path, uid, gid, follow_symlinks=False)
-    if not recursive:
-        return
-    for _root, dirs, files, rootfd in os.fwalk(path, follow_symlinks=False):
-        for name in (*dirs, *files):
-            try:
-                st = os.stat(name, dir_fd=rootfd, follow_symlinks=False)
-                if (st.st_uid, st.st_gid) == (uid, gid) or stat.S_ISLNK(st.st_mode):
-                    continue
-                if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
-                    continue  # a hard link may share its inode with a file outside the root
-                os.chown(name, uid, gid, dir_fd=rootfd, follow_symlinks=False)
-            except OSError:
-                continue
+    with safe_fs.Root.open(path) as root:
+        root.chown("", owner, recursive=recursive)
 
 
-def make_dirs_owned(root: Path, rel: str, owner: tuple[int, int] | None) -> Path:
-    """mkdir -p `root/rel` (rel already validated) with every created level owned by the sandbox."""
-    current = root
-    for part in [p for p in rel.split("/") if p]:
-        current = current / part
-        if not current.exists():
-            current.mkdir(exist_ok=True)
-        if current.is_symlink():
-            raise PermissionError(f"{rel} contains a symlink")
-        ensure_owned(current, owner)
-    return current
+def make_dirs_owned(root: Path, rel: str, owner: Owner) -> Path:
+    """mkdir -p `root/rel` with every created level owned by the sandbox (SafeFsError through a
+    symlink or a file in the way)."""
+    with safe_fs.Root.open(root) as user:
+        user.makedirs(rel, owner=owner)
+    return root / rel
 
 
-# ---- touching files in a user root from the executor (which may be root) ------------------------
-# A sandbox can plant symlinks anywhere in its root, pointing at host paths it cannot see. The
-# executor therefore never follows a symlink there: reads and writes use O_NOFOLLOW, writes go to
-# a fresh O_EXCL temp file renamed over the target, and folders are checked to stay inside.
-
-
-def inside(root: Path, path: Path) -> bool:
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    return real == real_root or real.startswith(real_root.rstrip("/") + "/")
-
-
-def safe_read(path: Path, limit: int = 1024 * 1024) -> str | None:
+def safe_read(root: Path, rel: str, limit: int = 1024 * 1024) -> str | None:
+    """Text of the regular file `rel` (at most `limit` bytes), None when absent or refused."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        with safe_fs.Root.open(root) as user:
+            return user.read_text(rel, limit)
+    except safe_fs.SafeFsError:
         return None
+
+
+def safe_write(root: Path, rel: str, data: bytes | str, owner: Owner = None) -> None:
+    """Atomic replace of `rel` (O_EXCL temp in its folder, fchown, rename)."""
+    with safe_fs.Root.open(root) as user:
+        user.write_bytes(rel, data, owner=owner)
+
+
+def safe_unlink(root: Path, rel: str) -> None:
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, limit).decode("utf-8", errors="replace")
-    finally:
-        os.close(fd)
+        with safe_fs.Root.open(root) as user:
+            user.unlink(rel, missing_ok=True)
+    except safe_fs.SafeFsError:
+        pass
 
 
-def safe_write(path: Path, data: bytes | str, owner: tuple[int, int] | None = None) -> None:
-    raw = data.encode() if isinstance(data, str) else data
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+def safe_touch(root: Path, rel: str) -> bool:
+    """Create `rel` if missing (never through a symlink); True when it exists afterwards."""
     try:
-        os.write(fd, raw)
-        if owner is not None:
-            os.fchown(fd, *owner)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def safe_touch(path: Path) -> bool:
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
-        return True
-    except OSError:
+        with safe_fs.Root.open(root) as user:
+            if not user.exists(rel):
+                user.write_bytes(rel, b"")
+            return True
+    except safe_fs.SafeFsError:
         return False
