@@ -244,3 +244,25 @@ def test_renameat2_exchange(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert (tmp_path / "d").is_symlink() and (tmp_path / "l").is_dir()
+
+
+def test_walk_files_and_user_file(resolver: str, tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    (root / "a" / "b" / "deep.txt").write_text("deep")
+    (root / "a" / ".hidden").write_text("h")
+    with safe_fs.Root.open(root) as r:
+        assert [rel for rel, _ in r.walk_files("")] == ["a/b/deep.txt", "a/f.txt"]  # links, FIFOs, dotfiles out
+        assert [rel for rel, _ in r.walk_files("a", skip=lambda n: n == "b")] == ["a/f.txt"]
+        with pytest.raises(safe_fs.SymlinkRefused):
+            r.walk_files("link_dir")
+    f = safe_fs.UserFile.regular(root, "a/f.txt")
+    assert f.name == "f.txt" and f.relative_to("a") == "f.txt" and f.read_bytes() == b"hello"
+    assert f.stat().st_size == 5 and f.open().read() == b"hello"
+    assert not hasattr(f, "__fspath__")
+    for rel in ("link_file", "fifo", "a", "missing"):
+        with pytest.raises(safe_fs.SafeFsError):
+            safe_fs.UserFile.regular(root, rel)
+    os.unlink(root / "a" / "f.txt")
+    (root / "a" / "f.txt").symlink_to(outside / "secret")  # swapped after the check: still refused
+    with pytest.raises(safe_fs.SymlinkRefused):
+        f.read_bytes()

@@ -11,21 +11,23 @@ blocks on its own failure). When it fires, the tool result becomes an error nami
 the model reworks the deck in the same run. The message names what is wrong and the sanctioned
 way forward; it carries no recipe for doing the rejected thing differently.
 
-Safety on the host: the folder is written by sandboxed code, so symlinks are never followed,
-files are size-capped and parsing runs in a worker thread with a timeout.
+Safety on the host: the folder is written by sandboxed code, so it is walked and read through
+`zcbot_core.safe_fs` (beneath the user root's fd, symlinks never followed), files are size-capped
+and parsing runs in a worker thread with a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zcbot_core import safe_fs
+from zcbot_core.paths import PathRejected, normalize_rel
 from zcbot_core.tools.results import ToolOutcome, preview
 
 log = logging.getLogger(__name__)
@@ -77,11 +79,12 @@ def _background_is_picture(slide) -> bool:
     return bg is not None and bg.find(".//{http://schemas.openxmlformats.org/drawingml/2006/main}blip") is not None
 
 
-def inspect_deck(path: Path) -> DeckVerdict:
+def inspect_deck(path: Path | safe_fs.UserFile) -> DeckVerdict:
     """The verdict for one deck (raises on unreadable files: the caller allows those)."""
     from pptx import Presentation
 
-    prs = Presentation(str(path))
+    with path.open("rb") as fh:  # a UserFile opens through safe_fs: no symlink is followed
+        prs = Presentation(fh)
     sw, sh = int(prs.slide_width or 0), int(prs.slide_height or 0)
     area = sw * sh
     slides = list(prs.slides)
@@ -108,31 +111,17 @@ def inspect_deck(path: Path) -> DeckVerdict:
     return DeckVerdict(reject, len(slides), picture_slides, "full-slide pictures only" if reject else "")
 
 
-def new_decks(folder: Path, since: float) -> list[Path]:
-    """.pptx files under `folder` (not following symlinks, skipping dot folders) modified since `since`."""
-    found: list[Path] = []
-    root = Path(folder)
-    if not root.is_dir() or root.is_symlink():
-        return found
-    base_depth = len(root.parts)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and len(here.parts) - base_depth < MAX_DEPTH]
-        for name in filenames:
-            if not name.lower().endswith(".pptx") or name.startswith((".", "~$")):
-                continue
-            path = here / name
-            try:
-                st = path.lstat()
-            except OSError:
-                continue
-            if not os.path.isfile(path) or path.is_symlink() or st.st_size > MAX_FILE_BYTES:
-                continue
-            if st.st_mtime >= since - MTIME_SLACK:
-                found.append(path)
-                if len(found) >= MAX_FILES:
-                    return found
-    return found
+def new_decks(root: Path, rel_dir: str, since: float) -> list[safe_fs.UserFile]:
+    """.pptx files under the folder `rel_dir` of `root` (walked through directory fds, never
+    following a symlink, skipping dot folders) modified since `since`."""
+    try:
+        with safe_fs.Root.open(root) as r:
+            files = r.walk_files(rel_dir, skip=lambda name: name.startswith("~$"), max_depth=MAX_DEPTH)
+    except PathRejected:
+        return []
+    found = [safe_fs.UserFile(root, rel) for rel, st in files
+             if rel.lower().endswith(".pptx") and st.st_size <= MAX_FILE_BYTES and st.st_mtime >= since - MTIME_SLACK]
+    return found[:MAX_FILES]
 
 
 def rejection_message(rel: str, verdict: DeckVerdict) -> str:
@@ -144,34 +133,32 @@ def rejection_message(rel: str, verdict: DeckVerdict) -> str:
     )
 
 
-async def check_folder(task_dir: Path, since: float) -> list[str]:
-    """Rejection messages for the new decks in `task_dir` (empty when all are fine)."""
+async def check_folder(root: Path, rel_dir: str, since: float) -> list[str]:
+    """Rejection messages for the new decks in the folder `rel_dir` of `root` (empty when all are fine)."""
     messages: list[str] = []
-    decks = await asyncio.to_thread(new_decks, task_dir, since)
-    for path in decks:
+    decks = await asyncio.to_thread(new_decks, root, rel_dir, since)
+    for deck in decks:
         try:
-            verdict = await asyncio.wait_for(asyncio.to_thread(inspect_deck, path), PARSE_TIMEOUT)
+            verdict = await asyncio.wait_for(asyncio.to_thread(inspect_deck, deck), PARSE_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - unreadable or slow: allowed by rule
-            log.info("pptx guard could not inspect a deck; allowing it", extra={"path": str(path), "error": str(exc)})
+            log.info("pptx guard could not inspect a deck; allowing it", extra={"path": deck.rel, "error": str(exc)})
             continue
         if verdict.reject:
-            try:
-                rel = str(path.relative_to(task_dir))
-            except ValueError:
-                rel = path.name
-            messages.append(rejection_message(rel, verdict))
+            messages.append(rejection_message(deck.relative_to(rel_dir), verdict))
     return messages
 
 
-def make_pptx_guard_hook(task_dir: Path, tools: frozenset[str] = GUARDED_TOOLS) -> Hook:
-    """A `RunnerToolBox.after_hooks` hook guarding `task_dir` (the task folder as the runner sees it)."""
-    folder = Path(task_dir)
+def make_pptx_guard_hook(root: Path, working_dir: str = "", tools: frozenset[str] = GUARDED_TOOLS) -> Hook:
+    """A `RunnerToolBox.after_hooks` hook guarding the task folder `working_dir` of the user root
+    `root` (resolved beneath the root's fd at every check)."""
+    root = Path(root)
+    rel_dir = normalize_rel(working_dir)
 
     async def hook(name: str, args: dict[str, Any], outcome: ToolOutcome, started_ts: float) -> ToolOutcome:
         if name not in tools:
             return outcome
         try:
-            messages = await check_folder(folder, started_ts or time.time())
+            messages = await check_folder(root, rel_dir, started_ts or time.time())
         except Exception:  # noqa: BLE001 - the guard never breaks a tool call
             log.warning("pptx guard failed; allowing", exc_info=True)
             return outcome

@@ -168,7 +168,8 @@ class Skill:
         try:
             with safe_fs.Root.open(self.anchor) as anchor, anchor.sub(self.rel_dir) as folder:
                 for sub in SUPPORT_DIRS:
-                    _walk_files(folder, sub, out, limit, depth=0)
+                    if folder.is_dir(sub):
+                        out.extend(rel for rel, _ in folder.walk_files(sub, skip=_not_shipped, max_depth=16))
         except PathRejected:
             pass
         return out[:limit]
@@ -187,21 +188,8 @@ class LoadError:
         return f"{self.path}: {self.error}"
 
 
-def _walk_files(folder: safe_fs.Root, rel: str, out: list[str], limit: int, depth: int) -> None:
-    if len(out) >= limit or depth > 16:
-        return
-    try:
-        entries = sorted(folder.listdir(rel))
-    except PathRejected:
-        return
-    for name, st in entries:
-        child = f"{rel}/{name}"
-        if stat.S_ISDIR(st.st_mode) and not name.startswith((".", "__")):
-            _walk_files(folder, child, out, limit, depth + 1)
-        elif stat.S_ISREG(st.st_mode) and not name.startswith(".") and not name.endswith(".pyc"):
-            out.append(child)
-        if len(out) >= limit:
-            return
+def _not_shipped(name: str) -> bool:
+    return name.startswith("__") or name.endswith(".pyc")
 
 
 class SkillFileMissing(SkillFormatError):

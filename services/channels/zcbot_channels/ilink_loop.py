@@ -25,10 +25,10 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from zcbot_core import safe_fs
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ReplyHooks, resume_reply, run_message
 from zcbot_core.channels.ilink_api import MSG_USER, ILinkClient, ILinkError, SessionExpired, has_media, message_text
@@ -77,7 +77,7 @@ class ILinkReplier:
         token, ctx, base = await self._creds()
         await self.svc.ilink.send_text(self.to, text, token=token, context_token=ctx, base_url=base)
 
-    async def send_file(self, path: Path) -> None:
+    async def send_file(self, path: safe_fs.UserFile) -> None:
         token, ctx, base = await self._creds()
         await self.svc.ilink.send_file(self.to, path, token=token, context_token=ctx, base_url=base)
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zcbot_core import paths
+from zcbot_core import paths, safe_fs
 from zcbot_core.bus import PushReply, PushRequest
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import record_push
@@ -30,12 +29,10 @@ log = logging.getLogger(__name__)
 CHANNEL_LABELS = {"wecom": "WeCom", "ilink": "personal WeChat"}
 
 
-def _resolve_file(svc: "ChannelsService", user_id: str, file_path: str) -> Path:
-    root = paths.user_root(svc.settings.storage_root, user_id)
-    path = paths.resolve_user_path(root, file_path, must_exist=True)
-    if not path.is_file():
-        raise paths.PathRejected(f"{file_path} is not a file")
-    return path
+def _resolve_file(svc: "ChannelsService", user_id: str, file_path: str) -> safe_fs.UserFile:
+    """The regular file `file_path` of the user's root; read later through safe_fs (no symlink is
+    ever followed, so a folder swapped for a link meanwhile makes the send fail, nothing else)."""
+    return safe_fs.UserFile.regular(paths.user_root(svc.settings.storage_root, user_id), file_path)
 
 
 def _ilink_window_error(svc: "ChannelsService", cfg: dict) -> str | None:
@@ -52,7 +49,7 @@ def _ilink_window_error(svc: "ChannelsService", cfg: dict) -> str | None:
     return None
 
 
-async def _deliver_one(svc: "ChannelsService", binding: "ChannelBinding", req: PushRequest, file: Path | None) -> None:
+async def _deliver_one(svc: "ChannelsService", binding: "ChannelBinding", req: PushRequest, file: safe_fs.UserFile | None) -> None:
     cfg = binding.config or {}
     if binding.channel == bindings.WECOM:
         if not svc.cs.wecom_send_enabled:

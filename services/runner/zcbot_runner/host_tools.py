@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import update
 
+from zcbot_core import safe_fs
 from zcbot_core.agent.prompt import PromptContext
 from zcbot_core.bus import RunRequest
 from zcbot_core.bus import events as ev
@@ -21,7 +22,7 @@ from zcbot_core.config import ConfigError
 from zcbot_core.db.models import Task
 from zcbot_core.llm.profiles import get_profile
 from zcbot_core.memory import memory_block
-from zcbot_core.paths import resolve_user_path, user_root
+from zcbot_core.paths import user_root
 from zcbot_core.pptx_guard import make_pptx_guard_hook
 from zcbot_core.service import Runtime
 from zcbot_core.skills import constitution_block, discovery_block, registry_for_user
@@ -76,7 +77,7 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
                    if task.user_has_active_binding else None)
     await asyncio.sleep(0)  # let it send the query before the synchronous reads below
     root = user_root(settings.storage_root, task.user_id)
-    root.mkdir(parents=True, exist_ok=True)
+    safe_fs.Root.open(root, create=True).close()
     registry = registry_for_user(root)
     prompt.skills_block = discovery_block(registry)
     prompt.memory_block = memory_block(root)
@@ -86,4 +87,4 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
     register_schedule_tools(toolbox, rt.sessions, task.user_id, task, in_scheduled_run=scheduled)
     if has_channel is not None and await has_channel:
         register_push_tool(toolbox, rt.nc, rt.topo, task.user_id)
-    toolbox.after_hooks.append(make_pptx_guard_hook(resolve_user_path(root, task.working_dir)))
+    toolbox.after_hooks.append(make_pptx_guard_hook(root, task.working_dir))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ from nats.js import JetStreamContext
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core import paths
+from zcbot_core import paths, safe_fs
 from zcbot_core.bus import BusDecodeError, Topology, decode
 from zcbot_core.bus import events as ev
 from zcbot_core.config import Settings
@@ -62,7 +62,7 @@ class Replier(Protocol):
 
     async def send_text(self, text: str) -> None: ...
 
-    async def send_file(self, path: Path) -> None: ...
+    async def send_file(self, path: safe_fs.UserFile) -> None: ...
 
 
 @dataclass
@@ -85,7 +85,7 @@ class RunOutcome:
     run_id: str | None = None
     task_id: str | None = None
     text: str = ""
-    files: list[Path] | None = None
+    files: list[safe_fs.UserFile] | None = None
 
 
 # ---- the channel task ---------------------------------------------------------------------------
@@ -120,8 +120,7 @@ async def ensure_channel_task(sessions: Sessions, settings: Settings, user_id: s
             wd = paths.to_db_path(candidate)
             if wd in existing or any(paths.is_prefix_nested(wd, other) for other in existing):
                 continue
-            target = paths.resolve_user_path(root, wd)
-            if target.exists() and not target.is_dir():
+            if _taken(root, wd):
                 continue
             working_dir = wd
             break
@@ -155,26 +154,27 @@ async def expand_shortcuts(settings: Settings, user_id: str, text: str) -> str:
     return result if isinstance(result, str) and result.strip() else text
 
 
+def _taken(root: Path, rel: str) -> bool:
+    """True when something other than a plain folder is at `rel` (a file, a symlink)."""
+    try:
+        with safe_fs.Root.open(root, create=True) as user:
+            st = user.lstat(rel)
+    except paths.PathRejected:
+        return True
+    return st is not None and not stat.S_ISDIR(st.st_mode)
+
+
 # ---- files ------------------------------------------------------------------------------------
-def new_files(folder: Path, since: float, limit: int = MAX_FILES) -> list[Path]:
-    """Regular files under `folder` modified at/after `since` (hidden entries and symlinks skipped)."""
-    found: list[tuple[float, Path]] = []
-    if not folder.is_dir():
+def new_files(root: Path, rel_dir: str, since: float, limit: int = MAX_FILES) -> list[safe_fs.UserFile]:
+    """Regular files under the folder `rel_dir` of the user root modified at/after `since` (hidden
+    entries and symlinks skipped; walked through directory fds, never following a link)."""
+    try:
+        with safe_fs.Root.open(root) as user:
+            files = user.walk_files(paths.normalize_rel(rel_dir), skip=lambda name: name == "__pycache__")
+    except paths.PathRejected:
         return []
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
-        for name in filenames:
-            if name.startswith("."):
-                continue
-            path = Path(dirpath) / name
-            try:
-                st = path.lstat()
-            except OSError:
-                continue
-            if not path.is_symlink() and path.is_file() and st.st_mtime >= since:
-                found.append((st.st_mtime, path))
-    found.sort(key=lambda item: item[0])
-    return [p for _, p in found[-limit:]]
+    found = sorted((st.st_mtime, rel) for rel, st in files if st.st_mtime >= since)
+    return [safe_fs.UserFile(root, rel) for _, rel in found[-limit:]]
 
 
 # ---- runs -------------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ async def resume_reply(deps: ConversationDeps, user_id: str, channel: str, task_
 async def deliver_result(deps: ConversationDeps, user_id: str, channel: str, task_id: str, working_dir: str,
                          run_id: str, started: float, status: str, final_text: str, replier: Replier,
                          hooks: ReplyHooks, skip_text: bool = False) -> RunOutcome:
-    folder = paths.resolve_user_path(paths.user_root(deps.settings.storage_root, user_id), working_dir)
+    root = paths.user_root(deps.settings.storage_root, user_id)
     outcome = RunOutcome(status=status, run_id=run_id, task_id=task_id)
     if status == "timeout":
         outcome.text = "This is taking longer than expected; I'm still on it. The result will be in the web app."
@@ -339,14 +339,14 @@ async def deliver_result(deps: ConversationDeps, user_id: str, channel: str, tas
         await replier.send_text(outcome.text)
         if hooks.text_sent is not None:
             await hooks.text_sent(run_id)
-    outcome.files = new_files(folder, started)
+    outcome.files = new_files(root, working_dir, started)
     for path in outcome.files:
         try:
             await replier.send_file(path)
         except Exception as exc:
             log.warning("channel file send failed", extra={"channel": channel, "file": path.name,
                                                            "error": exc.__class__.__name__})
-            rel = path.relative_to(folder).as_posix()
+            rel = path.relative_to(paths.normalize_rel(working_dir))
             await replier.send_text(f"(Could not send {rel} here: {str(exc)[:200]}. It is in the web app.)")
     if hooks.finished is not None:
         await hooks.finished(run_id)

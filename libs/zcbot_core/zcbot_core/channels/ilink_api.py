@@ -36,6 +36,7 @@ import httpx
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from zcbot_core.safe_fs import UserFile  # user files (safe_fs) or host paths: both read the same way
 from zcbot_core import __version__
 from zcbot_core.channels.redact import install_httpx_redaction, safe_error
 from zcbot_core.channels.settings import ChannelSettings
@@ -247,7 +248,7 @@ class ILinkClient:
                                               token=token, context_token=context_token, base_url=base_url))
         return ids
 
-    async def upload_file(self, to_user_id: str, path: Path, *, token: str, media_type: int = MEDIA_FILE,
+    async def upload_file(self, to_user_id: str, path: "Path | UserFile", *, token: str, media_type: int = MEDIA_FILE,
                           base_url: str | None = None) -> UploadedFile:
         plaintext = await asyncio.to_thread(path.read_bytes)
         if len(plaintext) > FILE_MAX_BYTES:
@@ -304,7 +305,7 @@ class ILinkClient:
             return param
         raise ILinkError(f"iLink CDN upload failed after {UPLOAD_RETRIES} attempts ({last})")
 
-    async def send_file(self, to_user_id: str, path: Path, *, token: str, context_token: str | None,
+    async def send_file(self, to_user_id: str, path: "Path | UserFile", *, token: str, context_token: str | None,
                         base_url: str | None = None, file_name: str | None = None) -> str:
         up = await self.upload_file(to_user_id, path, token=token, base_url=base_url)
         item = {"type": ITEM_FILE, "file_item": {

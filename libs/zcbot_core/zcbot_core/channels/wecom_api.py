@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from zcbot_core.safe_fs import UserFile  # user files (safe_fs) or host paths: both read the same way
 from zcbot_core.channels.redact import install_httpx_redaction, safe_error
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.text import split_utf8
@@ -137,7 +138,7 @@ class WeComClient:
             ids.append(str(result.get("msgid", "")))
         return ids
 
-    async def upload_media(self, path: Path, media_type: str = "file", filename: str | None = None) -> str:
+    async def upload_media(self, path: "Path | UserFile", media_type: str = "file", filename: str | None = None) -> str:
         self._require()
         size = path.stat().st_size
         if size < FILE_MIN_BYTES:
@@ -158,7 +159,7 @@ class WeComClient:
             raise WeComError("WeCom media/upload returned no media_id")
         return str(media_id)
 
-    async def send_file(self, touser: str, path: Path) -> str:
+    async def send_file(self, touser: str, path: "Path | UserFile") -> str:
         media_id = await self.upload_media(path, "file")
         result = await self._send({"touser": touser, "msgtype": "file", "file": {"media_id": media_id}})
         return str(result.get("msgid", ""))

@@ -18,9 +18,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
+from zcbot_core import safe_fs
 from zcbot_core.channels import bindings
 from zcbot_core.bus import ChannelInbound, encode
 from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ConversationDeps, ReplyHooks, resume_reply, run_message
@@ -43,7 +43,7 @@ class WeComReplier:
     async def send_text(self, text: str) -> None:
         await self.client.send_text(self.userid, text)
 
-    async def send_file(self, path: Path) -> None:
+    async def send_file(self, path: safe_fs.UserFile) -> None:
         await self.client.send_file(self.userid, path)
 
 

@@ -14,7 +14,9 @@ gateway (404/409/413 by `status`), a tool error in the runner and executor.
 
 from zcbot_core.safe_fs.errors import Conflict, NotFound, NotRegular, SafeFsError, SymlinkRefused, TooLarge
 from zcbot_core.safe_fs.resolve import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
-from zcbot_core.safe_fs.root import Root, TempFile, norm
+from zcbot_core.safe_fs.root import Root, norm
+from zcbot_core.safe_fs.temp import TempFile
+from zcbot_core.safe_fs.userfile import UserFile
 
-__all__ = ["Root", "TempFile", "norm", "SafeFsError", "NotFound", "Conflict", "SymlinkRefused", "NotRegular",
+__all__ = ["Root", "TempFile", "UserFile", "norm", "SafeFsError", "NotFound", "Conflict", "SymlinkRefused", "NotRegular",
            "TooLarge", "renameat2", "RENAME_EXCHANGE", "RENAME_NOREPLACE"]

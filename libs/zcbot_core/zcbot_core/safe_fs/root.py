@@ -12,7 +12,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePath
 from typing import BinaryIO
@@ -20,6 +20,7 @@ from typing import BinaryIO
 from zcbot_core.paths import PathRejected, normalize_rel
 from zcbot_core.safe_fs import resolve, tree
 from zcbot_core.safe_fs.errors import Conflict, NotFound, NotRegular, SafeFsError, TooLarge, from_oserror
+from zcbot_core.safe_fs.temp import TempFile
 
 Owner = tuple[int, int] | None
 _READ = os.O_RDONLY | os.O_NONBLOCK  # a FIFO must never block the host: it is refused after fstat
@@ -147,6 +148,23 @@ class Root:
         dfd = self._open(rel, resolve.DIR_FLAGS)
         try:
             return tree.scan(dfd, limit)
+        except OSError as exc:
+            raise from_oserror(exc, rel, "list") from None
+        finally:
+            os.close(dfd)
+
+    def walk_files(self, rel: str | PurePath = "", *, skip_hidden: bool = True, skip: Callable[[str], bool] | None = None,
+                   max_depth: int = 32) -> list[tuple[str, os.stat_result]]:
+        """(path relative to this root, lstat) of every regular file under the folder `rel`
+        (depth-first by name; symlinks never entered; hidden names skipped unless asked)."""
+        rel = norm(rel)
+
+        def skipped(name: str) -> bool:
+            return (skip_hidden and name.startswith(".")) or (skip is not None and skip(name))
+
+        dfd = self._open(rel, resolve.DIR_FLAGS, action="list")
+        try:
+            return list(tree.walk_files(dfd, rel, skipped, max_depth))
         except OSError as exc:
             raise from_oserror(exc, rel, "list") from None
         finally:
@@ -334,57 +352,4 @@ class Root:
             os.close(fd)
 
 
-class TempFile:
-    """A temp file beside its final name; removed unless committed."""
-
-    def __init__(self, dfd: int, name: str, fh: BinaryIO, dir_rel: str) -> None:
-        self.dfd, self.name, self.file, self.dir_rel = dfd, name, fh, dir_rel
-        self.committed = False
-
-    def write(self, data: bytes, *, durable: bool = False) -> None:
-        try:
-            self.file.write(data)
-            self.file.flush()
-            if durable:
-                os.fsync(self.file.fileno())
-        except OSError as exc:
-            raise from_oserror(exc, self.dir_rel, "write in") from None
-
-    def commit(self, name: str) -> None:
-        """rename over `name` in the same folder (a folder there is a Conflict)."""
-        shown = f"{self.dir_rel}/{name}" if self.dir_rel else name
-        if not name or "/" in name or name in (".", ".."):
-            raise SafeFsError(f"{name!r} is not a file name", shown)
-        self.file.close()
-        try:
-            st = os.stat(name, dir_fd=self.dfd, follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                raise Conflict(f"a folder named {name!r} already exists here", shown)
-        except FileNotFoundError:
-            pass
-        try:
-            os.rename(self.name, name, src_dir_fd=self.dfd, dst_dir_fd=self.dfd)
-        except OSError as exc:
-            raise from_oserror(exc, shown, "write") from None
-        self.committed = True
-
-    def discard(self) -> None:
-        if not self.file.closed:
-            self.file.close()
-        if not self.committed:
-            try:
-                os.unlink(self.name, dir_fd=self.dfd)
-            except OSError:
-                pass
-        if self.dfd >= 0:
-            os.close(self.dfd)
-            self.dfd = -1
-
-    def __enter__(self) -> "TempFile":
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.discard()
-
-
-__all__ = ["Root", "TempFile", "norm"]
+__all__ = ["Root", "norm"]

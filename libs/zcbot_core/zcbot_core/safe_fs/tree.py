@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable, Iterator
 
 from zcbot_core.safe_fs import resolve
 
@@ -77,3 +78,25 @@ def chown_fd(fd: int, owner: tuple[int, int], recursive: bool, depth: int = 0) -
                 chown_fd(child, owner, recursive, depth + 1)
         finally:
             os.close(child)
+
+
+def walk_files(dfd: int, prefix: str, skip: Callable[[str], bool], max_depth: int,
+               depth: int = 0) -> Iterator[tuple[str, os.stat_result]]:
+    """(relative path, lstat) of each regular file under the folder `dfd`, depth-first; folders are
+    entered through O_NOFOLLOW | O_DIRECTORY from their parent's fd, symlinks never; names for
+    which `skip(name)` is true are passed over (files and folders)."""
+    for name, st in sorted(scan(dfd)):
+        if skip(name):
+            continue
+        rel = f"{prefix}/{name}" if prefix else name
+        if stat.S_ISREG(st.st_mode):
+            yield rel, st
+        elif stat.S_ISDIR(st.st_mode) and depth < min(max_depth, MAX_DEPTH):
+            try:
+                child = os.open(name, resolve.DIR_FLAGS, dir_fd=dfd)
+            except OSError:
+                continue  # removed or swapped for a symlink meanwhile
+            try:
+                yield from walk_files(child, rel, skip, max_depth, depth + 1)
+            finally:
+                os.close(child)

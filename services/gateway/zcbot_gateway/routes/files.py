@@ -1,7 +1,7 @@
 """User-rooted files API (seed 003 §7.1, §7.2, §7.4): the only mutation path for folders.
 
 Every path is relative to `storage_root/<user_id>` and goes through `zcbot_core.paths`
-(`normalize_rel` with hidden names refused, `resolve_user_path`, `validate_task_name`,
+(`normalize_rel` with hidden names refused, `validate_task_name`,
 `to_db_path`): traversal, absolute paths, NUL, backslashes, dotfiles and symlinks leading out of the
 root are 400. Dotfiles (`.memory/`, upload temp files) never appear in listings.
 
