@@ -243,9 +243,13 @@ class ProcManager:
 
 
 def _finish_lost(proc_dir: Path, reason: str = "lost", code: int = -1) -> None:
-    """Make a process whose wrapper is gone terminal (its exit_code is then ours)."""
-    _write_json(proc_dir / "end.json", {"exit_code": code, "reason": reason, "ended_at": time.time()})
-    policy.safe_write(*_split(proc_dir / "exit_code"), f"{code}\n")
+    """Make a process whose wrapper is gone terminal (its exit_code is then ours). A proc folder
+    swapped for a symlink meanwhile is left alone (safe_fs refuses it; nothing is written)."""
+    try:
+        _write_json(proc_dir / "end.json", {"exit_code": code, "reason": reason, "ended_at": time.time()})
+        policy.safe_write(*_split(proc_dir / "exit_code"), f"{code}\n")
+    except safe_fs.SafeFsError as exc:
+        log.warning("could not mark a proc as ended", extra={"proc_id": proc_dir.name, "error": str(exc)})
 
 
 def _listdir(root: safe_fs.Root, rel: str) -> list[tuple[str, os.stat_result]]:
