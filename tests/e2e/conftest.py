@@ -35,7 +35,9 @@ def write_fake_profile(models_dir: Path, base_url: str, name: str = "fake", **ex
 
 @pytest.fixture
 async def fake_llm() -> AsyncIterator[FakeLLM]:
-    fake = FakeLLM()
+    # Strict: a request a real provider would refuse (unpaired tool calls, DeepSeek's reasoning rule,
+    # unknown parameters) gets that provider's 400 here too.
+    fake = FakeLLM(strict=True)
     await fake.start()
     yield fake
     await fake.stop()

@@ -21,6 +21,7 @@ from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus import events as ev
 from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import get_profile
+from zcbot_core.llm.retry import RetryPolicy
 from zcbot_core.runs import FinishOutcome, end_run_if_nothing_waits, finish_run, publish_run
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
@@ -230,7 +231,8 @@ class RunExecutor:
         store = DbStepStore(self.rt.sessions, task_id=task.task_id, user_id=task.user_id, run_id=req.run_id,
                             profile=profile.name, owner=self.runner_id, reads=self.rt.reads)
         loop = AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
-                         tools=toolbox, sink=sink, store=store, cancel=token, prepare=MessagePreparer())
+                         tools=toolbox, sink=sink, store=store, cancel=token, prepare=MessagePreparer(),
+                         retry=RetryPolicy.from_settings(self.rt.settings))
         switcher.loop = loop
         return loop
 

@@ -10,6 +10,10 @@ Two layers, orthogonal to each other and to the fold in `agent.fold`:
   `thinking: true` keep it on assistant messages of turns that called tools: DeepSeek's thinking
   mode requires that reasoning to be passed back in every later request (it ignores the reasoning
   of turns without tool calls, so that is dropped).
+  Such a message that has no reasoning to pass back — the model called a tool with an empty
+  `reasoning_content` (seen from DeepSeek V4 flash), or the message came from another provider or
+  a profile with thinking off — gets `REASONING_PLACEHOLDER`: DeepSeek rejects the request
+  ("The `reasoning_content` in the thinking mode must be passed back to the API.") otherwise.
 - **Compression above a pressure threshold.** While the window is below `PRESSURE_RATIO` (50%) of
   the profile's `reliable_context`, nothing else changes. Above it, the bodies of old tool results
   (and old `load_skill` texts) are shrunk to a head preview plus a pointer to where the full text
@@ -160,23 +164,42 @@ def _tool_turns(messages: Sequence[dict[str, Any]]) -> set[int]:
     return keep
 
 
+REASONING_PLACEHOLDER = " "
+"""What an assistant message of a tool turn carries when it has no reasoning of its own: one space,
+the smallest value DeepSeek accepts (LiteLLM's DeepSeek transformation injects the same)."""
+
+
 def without_reasoning(message: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in message.items() if k != "reasoning_content"}
+    return {k: v for k, v in message.items() if k not in ("reasoning_content", "thinking_blocks")}
+
+
+def with_reasoning_placeholder(message: dict[str, Any]) -> dict[str, Any]:
+    return {**message, "reasoning_content": REASONING_PLACEHOLDER}
+
+
+def _has_reasoning(message: dict[str, Any]) -> bool:
+    reasoning = message.get("reasoning_content")
+    return isinstance(reasoning, str) and bool(reasoning)
 
 
 def strip_old_reasoning(messages: list[dict[str, Any]], keep_tool_turns: bool = False,
                         strip: Callable[[dict[str, Any]], dict[str, Any]] = without_reasoning,
+                        fill: Callable[[dict[str, Any]], dict[str, Any]] = with_reasoning_placeholder,
                         ) -> list[dict[str, Any]]:
     """Reasoning text of earlier turns is not sent back (providers reject or ignore it).
 
-    With `keep_tool_turns` (thinking profiles), reasoning on assistant messages of earlier turns
-    that called tools is kept: DeepSeek's thinking mode requires it in every later request.
+    With `keep_tool_turns` (thinking profiles), reasoning on assistant messages of turns that called
+    tools is kept, and filled in (`fill`) where there is none: DeepSeek's thinking mode requires it
+    in every later request.
     """
     last_user = _last_user(messages)
     keep = _tool_turns(messages) if keep_tool_turns else set()
     out = []
     for i, msg in enumerate(messages):
-        if i < last_user and i not in keep and msg.get("role") == "assistant" and "reasoning_content" in msg:
+        if i in keep:
+            if not _has_reasoning(msg):
+                msg = fill(msg)
+        elif i < last_user and msg.get("role") == "assistant" and ("reasoning_content" in msg or "thinking_blocks" in msg):
             msg = strip(msg)
         out.append(msg)
     return out
@@ -264,7 +287,8 @@ def compress_old_results(messages: list[dict[str, Any]], keep_turns: int = KEEP_
     return out
 
 
-_KEY_ORDER = {key: i for i, key in enumerate(("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"))}
+_KEY_ORDER = {key: i for i, key in enumerate(("role", "content", "reasoning_content", "thinking_blocks", "tool_calls",
+                                               "tool_call_id", "name"))}
 
 
 def _canonical(value: Any) -> Any:
@@ -321,7 +345,8 @@ class MessagePreparer:
     def __call__(self, messages: list[dict[str, Any]], profile: Any) -> list[dict[str, Any]]:
         thinking = bool(getattr(profile, "thinking", False))
         body = strip_old_reasoning(messages, keep_tool_turns=thinking,
-                                   strip=lambda m: self._once("strip", m, without_reasoning))
+                                   strip=lambda m: self._once("strip", m, without_reasoning),
+                                   fill=lambda m: self._once("fill", m, with_reasoning_placeholder))
         if under_pressure(messages, profile, tokens=lambda m: self._once("tokens", m, message_tokens)):
             body = compress_old_results(body, shrink=lambda m, call: self._once("shrink", m, shrunk_result, call))
         # Fresh containers every call: whatever edits the request on its way (a LiteLLM hook, a

@@ -20,6 +20,7 @@ from zcbot_core.agent.tool_args import parse_args
 from zcbot_core.bus import events as ev
 from zcbot_core.llm.client import LlmCallError, LlmResult, Usage, stream_chat
 from zcbot_core.llm.profiles import MissingApiKey, Profile
+from zcbot_core.llm.retry import RetryPolicy
 from zcbot_core.tools.results import ToolOutcome, preview_args
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,12 @@ log = logging.getLogger(__name__)
 CANCELLED_RESULT = "[cancelled by user]"
 RESTARTED_RESULT = ("[the runner executing this call restarted before its result was recorded; "
                     "the call may or may not have run — check its effects before repeating it]")
+TRUNCATED_CALL_RESULT = ("[not run: your reply hit the output limit ({limit} tokens) before the arguments of this "
+                         "call were complete, so they are cut off. Split the work into smaller calls (for example "
+                         "write a large file in several parts, or append to it) and try again.]")
+FILTERED_CALL_RESULT = "[not run: the provider's content filter stopped this reply]"
+MAX_TRUNCATED_STEPS = 3
+"""Consecutive replies cut off inside tool-call arguments before the run stops."""
 
 
 class EventSink(Protocol):
@@ -117,6 +124,7 @@ class AgentLoop:
         store: StepStore,
         cancel: CancelToken,
         prepare: Any = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.run_id = run_id
         self.profile = profile
@@ -128,6 +136,9 @@ class AgentLoop:
         # Context preparation (compression) is pluggable: a callable(messages, profile) -> messages.
         self.prepare = prepare
         self.state = LoopState()
+        # Transient provider failures (429, 503, a dropped connection before any output) are tried again.
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.truncated_steps = 0
         self.repeat = RepeatGuard()
         self.stall = StallGuard()
 
@@ -152,6 +163,11 @@ class AgentLoop:
                 assistant = result.message
                 messages.append(assistant)
                 tool_calls = assistant.get("tool_calls") or []
+                unfinished = await self._unfinished(messages, result.finish_reason, tool_calls)
+                if unfinished is not None:
+                    return unfinished if isinstance(unfinished, LoopResult) else await self._stop(unfinished)
+                if result.finish_reason == "length" and tool_calls:
+                    continue  # the model was told its calls were cut off; it tries again, smaller
                 if not tool_calls:
                     return self._result("ok", final_text=assistant.get("content") or "")
                 stop = await self._tool_step(messages, tool_calls)
@@ -178,6 +194,39 @@ class AgentLoop:
         await self.store.append({"role": "assistant", "content": reason}, kind="guard")
         return self._result("stopped", final_text=reason)
 
+    async def _unfinished(self, messages: list[dict[str, Any]], finish: str,
+                          tool_calls: list[dict[str, Any]]) -> LoopResult | str | None:
+        """What a reply that did not finish normally becomes: its tool calls are never run (cut-off
+        arguments may parse and still be wrong: a file written half); a text answer ends the run with
+        a warning saying so. None: the reply finished, or the loop goes on (`length` in tool calls)."""
+        if finish == "length":
+            limit = self.profile.max_output
+            if tool_calls:
+                self.truncated_steps += 1
+                for call in tool_calls:
+                    await self._record_tool(messages, call, TRUNCATED_CALL_RESULT.format(limit=limit), ok=False)
+                if self.truncated_steps >= MAX_TRUNCATED_STEPS:
+                    return (f"stopped: {self.truncated_steps} replies in a row hit the output limit ({limit} tokens) "
+                            "inside tool-call arguments. " + CONTINUE_HINT)
+                await self.emit(ev.Warn(run_id=self.run_id, msg=f"the model's tool call was cut off at the output "
+                                                               f"limit ({limit} tokens); it was not run and the model "
+                                                               "was asked to split it"))
+                return None
+            text = str(messages[-1].get("content") or "")
+            await self.emit(ev.Warn(run_id=self.run_id, msg=f"the answer was cut off at the model's output limit "
+                                                           f"({limit} tokens); ask it to continue for the rest"))
+            return self._result("ok", final_text=text)
+        self.truncated_steps = 0
+        if finish == "content_filter":
+            for call in tool_calls:
+                await self._record_tool(messages, call, FILTERED_CALL_RESULT, ok=False)
+            if tool_calls:
+                return "stopped: the provider's content filter stopped the model's reply; its tool calls were not run"
+            await self.emit(ev.Warn(run_id=self.run_id, msg="the provider's content filter stopped the answer; "
+                                                           "it may be incomplete"))
+            return self._result("ok", final_text=str(messages[-1].get("content") or ""))
+        return None
+
     def _outgoing(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         body = [{"role": "system", "content": self.system_prompt}, *messages]
         if self.prepare is not None:
@@ -196,10 +245,15 @@ class AgentLoop:
             state.first_token = state.first_token or time.monotonic()
             await self.emit(ev.ReasoningDelta(run_id=self.run_id, delta=delta))
 
+        async def on_retry(why: str, wait: float, attempt: int) -> None:
+            await self.emit(ev.Warn(run_id=self.run_id, msg=f"the model call failed ({why}); retrying in {wait:.1f} s "
+                                                           f"(attempt {attempt + 1} of {self.retry.retries + 1})"))
+
         started = time.monotonic()
         try:
             result = await self.cancel.race(
-                stream_chat(self.profile, self._outgoing(messages), self.tools.schemas() or None, on_text, on_reasoning)
+                stream_chat(self.profile, self._outgoing(messages), self.tools.schemas() or None, on_text, on_reasoning,
+                            retry=self.retry, on_retry=on_retry)
             )
         finally:
             state.llm_seconds += time.monotonic() - started
@@ -259,7 +313,12 @@ class AgentLoop:
             await self._record_tool(messages, call, content)
         return self.stall.step(net_output)
 
-    async def _record_tool(self, messages: list[dict[str, Any]], call: dict[str, Any], content: str) -> None:
+    async def _record_tool(self, messages: list[dict[str, Any]], call: dict[str, Any], content: str,
+                           ok: bool | None = None) -> None:
+        """Store a tool result; `ok` given: also tell the client (for a call the loop refused to run)."""
         payload = {"role": "tool", "tool_call_id": call.get("id"), "name": call["function"]["name"], "content": content}
         await self.store.append(payload)
         messages.append(payload)
+        if ok is not None:
+            await self.emit(ev.ToolResultEvent(run_id=self.run_id, call_id=call.get("id") or "", name=call["function"]["name"],
+                                               preview=content[:400], truncated=False, ok=ok))

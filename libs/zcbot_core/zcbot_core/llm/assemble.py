@@ -54,13 +54,26 @@ class _ToolCallParts:
 
 @dataclass
 class StreamAssembler:
-    """Feed each chunk to `add`; `message()` is the assistant message in OpenAI form."""
+    """Feed each chunk to `add`; `message()` is the assistant message in OpenAI form.
+
+    Tool-call deltas are keyed by their `index`, except that a delta carrying a new, different `id`
+    at an index whose call already has a name starts a new call: Ollama streams parallel calls all
+    at index 0, each complete with its own id (ollama#15457), and merging them would make one call
+    with the last name and concatenated arguments. Continuation deltas with an empty id (Qwen /
+    DashScope) or none (OpenAI) keep folding into the call at their index.
+    """
 
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     tool_calls: dict[int, _ToolCallParts] = field(default_factory=dict)
     usage: Any = None
     chunks: int = 0
+    finish_reason: str | None = None
+    # Anthropic's thinking blocks by block index: the text and the signature must go back unchanged on
+    # the assistant message of a tool-use turn (LiteLLM turns `thinking_blocks` back into content blocks).
+    thinking_blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # stream index -> key in `tool_calls` (they differ once an index is reused)
+    _slots: dict[int, int] = field(default_factory=dict)
 
     def add(self, chunk: Any) -> ChunkDelta | None:
         """Fold one chunk in; returns what its delta adds (None for a usage-only chunk)."""
@@ -71,19 +84,24 @@ class StreamAssembler:
         choices = chunk_field(chunk, "choices")
         if not choices:
             return None
+        finish = chunk_field(choices[0], "finish_reason")
+        if finish:
+            self.finish_reason = str(finish)
         delta = chunk_field(choices[0], "delta")
         if delta is None:
             return None
         content = chunk_field(delta, "content")
         if content:
             self.content.append(content)
-        reasoning = chunk_field(delta, "reasoning_content")
-        if reasoning:
+        # `reasoning` (vLLM, OpenRouter) where a parser did not already rename it to `reasoning_content`
+        reasoning = chunk_field(delta, "reasoning_content") or chunk_field(delta, "reasoning")
+        if reasoning and isinstance(reasoning, str):
             self.reasoning.append(reasoning)
+        for block in chunk_field(delta, "thinking_blocks") or ():
+            self._add_thinking(block)
         tool_calls = chunk_field(delta, "tool_calls")
         for position, call in enumerate(tool_calls or ()):
-            index = call.index if getattr(call, "index", None) is not None else position
-            parts = self.tool_calls.setdefault(index, _ToolCallParts())
+            parts = self._parts_for(call, position)
             if call.id:
                 parts.id = call.id
             function = call.function
@@ -92,12 +110,38 @@ class StreamAssembler:
                     parts.name = function.name
                 if function.arguments:
                     parts.arguments.append(function.arguments)
-        return ChunkDelta(content or None, reasoning or None, bool(tool_calls))
+        return ChunkDelta(content or None, reasoning if isinstance(reasoning, str) and reasoning else None,
+                          bool(tool_calls))
+
+    def _add_thinking(self, block: Any) -> None:
+        if not isinstance(block, dict):
+            return
+        index = int(block.get("index") or 0)
+        kept = self.thinking_blocks.setdefault(index, {"type": block.get("type") or "thinking"})
+        for key, value in block.items():
+            if key == "index" or value in (None, ""):
+                continue
+            if key == "thinking":
+                kept["thinking"] = kept.get("thinking", "") + str(value)
+            else:
+                kept[key] = value  # signature (arrives once, at the end), redacted `data`, type
+
+    def _parts_for(self, call: Any, position: int) -> _ToolCallParts:
+        index = call.index if getattr(call, "index", None) is not None else position
+        key = self._slots.get(index)
+        current = self.tool_calls.get(key) if key is not None else None
+        if current is None or (call.id and current.id and call.id != current.id and current.name):
+            key = len(self.tool_calls)
+            self._slots[index] = key
+            current = self.tool_calls[key] = _ToolCallParts()
+        return current
 
     def message(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
         if self.reasoning:
             message["reasoning_content"] = "".join(self.reasoning)
+        if self.thinking_blocks:
+            message["thinking_blocks"] = [self.thinking_blocks[i] for i in sorted(self.thinking_blocks)]
         calls = [self.tool_calls[i] for i in sorted(self.tool_calls) if self.tool_calls[i].name]
         if calls:
             message["tool_calls"] = [

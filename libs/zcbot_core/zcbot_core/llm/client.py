@@ -7,6 +7,7 @@ stream at once (the caller races it against the run's cancel token).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -30,16 +31,32 @@ import openai  # noqa: E402
 from zcbot_core.llm import lean
 from zcbot_core.llm.assemble import StreamAssembler
 from zcbot_core.llm.profiles import Profile
+from zcbot_core.llm.retry import RetryPolicy, retryable
 
 litellm.suppress_debug_info = True
 litellm.drop_params = True
 litellm.telemetry = False
 
 DeltaCallback = Callable[[str], Awaitable[None]]
+RetryCallback = Callable[[str, float, int], Awaitable[None]]
+"""(why the call failed, seconds until the next attempt, attempt number) before each retry."""
+
+# Finish reasons that LiteLLM maps to "stop" but mean the answer is not complete (lean.StreamWatch).
+FAILED_FINISH = {
+    "insufficient_system_resource": "the provider stopped the answer: insufficient system resources "
+                                    "(DeepSeek's finish_reason insufficient_system_resource)",
+    "error": "the provider reported an error in the middle of the answer (finish_reason: error)",
+}
 
 
 class LlmCallError(Exception):
-    """The provider failed (HTTP error, timeout, malformed stream): the run ends with a clear error."""
+    """The provider failed (HTTP error, timeout, malformed stream): the run ends with a clear error.
+
+    `retry`: (why, Retry-After seconds) when another attempt may succeed (`llm.retry.retryable`)."""
+
+    def __init__(self, message: str, retry: tuple[str, float | None] | None = None) -> None:
+        super().__init__(message)
+        self.retry = retry
 
 
 @dataclass
@@ -56,6 +73,8 @@ class LlmResult:
     cost_usd: float
     first_token_at: float | None
     duration: float
+    finish_reason: str = "stop"
+    """As the provider sent it (not LiteLLM's mapping): stop | tool_calls | length | content_filter | …"""
 
 
 def _cached_tokens(usage: Any) -> int:
@@ -85,6 +104,10 @@ def call_kwargs(profile: Profile, messages: list[dict[str, Any]], tools: list[di
             kwargs["parallel_tool_calls"] = True
     if profile.reasoning_effort:
         kwargs["reasoning_effort"] = profile.reasoning_effort
+    if profile.model.startswith("deepseek/"):
+        # DeepSeek V4 thinks unless told not to: say which, so `thinking: false` really is off (and the
+        # reasoning rule of agent/context.py holds either way). LiteLLM passes it on as DeepSeek's own.
+        kwargs["thinking"] = {"type": "enabled" if profile.thinking else "disabled"}
     if profile.prompt_caching:
         # Anthropic caches up to the marked blocks: the system prompt and the newest message.
         kwargs["cache_control_injection_points"] = [{"location": "message", "role": "system"},
@@ -180,6 +203,46 @@ async def stream_chat(
     on_text: DeltaCallback,
     on_reasoning: DeltaCallback,
     timeout: float = 600.0,
+    retry: RetryPolicy | None = None,
+    on_retry: RetryCallback | None = None,
+) -> LlmResult:
+    """One model call; a failure `llm.retry` deems transient is tried again (after a backoff, or the
+    provider's `Retry-After`) up to `retry.retries` times, but only while nothing of the call has
+    reached `on_text`/`on_reasoning`."""
+    policy = retry or RetryPolicy(retries=0)
+    attempt = 0
+    while True:
+        shown = [False]
+
+        async def text(delta: str) -> None:
+            shown[0] = True
+            await on_text(delta)
+
+        async def reasoning(delta: str) -> None:
+            shown[0] = True
+            await on_reasoning(delta)
+
+        try:
+            return await _stream_once(profile, messages, tools, text, reasoning, timeout)
+        except LlmCallError as exc:
+            if exc.retry is None or shown[0]:
+                raise
+            attempt += 1
+            wait = policy.delay(attempt, exc.retry[1])
+            if wait is None:
+                raise
+            if on_retry is not None:
+                await on_retry(exc.retry[0], wait, attempt)
+            await asyncio.sleep(wait)
+
+
+async def _stream_once(
+    profile: Profile,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    on_text: DeltaCallback,
+    on_reasoning: DeltaCallback,
+    timeout: float,
 ) -> LlmResult:
     kwargs = call_kwargs(profile, messages, tools)
     register_model_info(profile)
@@ -187,8 +250,10 @@ async def stream_chat(
     first: float | None = None
     assembler = StreamAssembler()
     parsed: Any = None
+    watch = lean.StreamWatch()
     try:
         response = await litellm.acompletion(timeout=timeout, **kwargs)
+        watch = lean.StreamWatch.watch(response)
         parsed = lean.parsed_stream(response) if profile.lean_stream else None
         async for chunk in (lean.lean_chunks(parsed) if parsed is not None else response):
             delta = assembler.add(chunk)
@@ -203,16 +268,22 @@ async def stream_chat(
             if first is None and delta.has_tool_calls:
                 first = time.monotonic()
     except openai.APIStatusError as exc:
-        raise LlmCallError(f"the model provider returned an error: {exc.__class__.__name__}: {_short(exc)}") from exc
+        raise LlmCallError(f"the model provider returned an error: {exc.__class__.__name__}: {_short(exc)}",
+                           retryable(exc)) from exc
     except (openai.OpenAIError, httpx.HTTPError, TimeoutError) as exc:
-        raise LlmCallError(f"the model call failed: {exc.__class__.__name__}: {_short(exc)}") from exc
+        raise LlmCallError(f"the model call failed: {exc.__class__.__name__}: {_short(exc)}", retryable(exc)) from exc
     except lean.ProviderStreamError as exc:
-        raise LlmCallError(f"the model call failed: {_short(exc)}") from exc
+        cause = exc.__cause__
+        raise LlmCallError(f"the model call failed: {_short(exc)}",
+                           retryable(cause) if cause is not None else ("the stream broke off", None)) from exc
     finally:
         if parsed is not None:
             await lean.close(response)
     if not assembler.chunks:
-        raise LlmCallError("the model returned an empty stream")
+        raise LlmCallError("the model returned an empty stream", ("an empty stream", None))
+    finish = watch.finish_reason or assembler.finish_reason or "stop"
+    if finish in FAILED_FINISH:
+        raise LlmCallError(FAILED_FINISH[finish], (f"finish_reason {finish}", None))
     message = assembler.message()
     usage = _usage(assembler.usage, messages, profile, message)
     return LlmResult(
@@ -221,6 +292,7 @@ async def stream_chat(
         cost_usd=compute_cost(profile, usage),
         first_token_at=first,
         duration=time.monotonic() - started,
+        finish_reason=finish,
     )
 
 

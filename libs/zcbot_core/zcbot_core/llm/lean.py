@@ -80,6 +80,43 @@ async def lean_chunks(stream: Any) -> AsyncIterator[ModelResponseStream]:
             finished = True  # the parser's [DONE] marker
 
 
+class StreamWatch:
+    """What LiteLLM's OpenAI-compatible parser would lose, read from the raw chunks before it parses them.
+
+    - `finish_reason`: the provider's own value. LiteLLM maps every finish reason it does not know to
+      "stop" (DeepSeek's `insufficient_system_resource`, OpenRouter's mid-stream `error`), which would
+      make a cut-off answer pass for a complete one.
+    - An error object in vLLM's older shape (`{"object": "error", "message": ...}` at the top level,
+      without an `error` key) would parse as an empty chunk, and the stream would end as a success;
+      it is handed to the parser in the `{"error": {...}}` shape it raises on.
+
+    `watch` wraps the parser of one response (the same object on the lean path and inside LiteLLM's
+    wrapper, so both paths see it); other providers' parsers are left alone.
+    """
+
+    def __init__(self) -> None:
+        self.finish_reason: str | None = None
+
+    @classmethod
+    def watch(cls, response: Any) -> StreamWatch:
+        watch = cls()
+        stream = getattr(response, "completion_stream", None)
+        if isinstance(stream, OpenAIChatCompletionStreamingHandler):
+            parse = stream.chunk_parser
+
+            def chunk_parser(chunk: dict[str, Any]) -> Any:
+                if isinstance(chunk, dict):
+                    if chunk.get("object") == "error" and "error" not in chunk:
+                        chunk = {"error": {k: v for k, v in chunk.items() if k != "object"}}
+                    for choice in chunk.get("choices") or ():
+                        if isinstance(choice, dict) and choice.get("finish_reason"):
+                            watch.finish_reason = str(choice["finish_reason"])
+                return parse(chunk)
+
+            stream.chunk_parser = chunk_parser  # this response's parser only
+        return watch
+
+
 async def close(response: Any) -> None:
     """Release the HTTP stream without running the wrapper's end-of-stream rebuild and logging."""
     await response.aclose()

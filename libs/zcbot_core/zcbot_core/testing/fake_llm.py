@@ -41,6 +41,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from zcbot_core.testing.fake_wire import TOOL_CALL_SHAPES, strict_problem, tool_call_deltas
+
 __all__ = [
     "EXHAUSTED_TEXT",
     "FakeLLM",
@@ -81,6 +83,10 @@ _KNOWN_TURN_KEYS = frozenset(
         "hang",
         "usage",
         "finish_reason",
+        "tool_call_shape",
+        "fail_first",
+        "raw",
+        "raw_write_bytes",
     }
 )
 _ERROR_TYPES = {
@@ -154,6 +160,10 @@ def validate_turns(turns: Any) -> list[Turn]:
         error = turn.get("error")
         if error is not None and not (isinstance(error, dict) and "status" in error):
             raise ValueError(f"turn {i} error must be a dict with 'status'")
+        if turn.get("tool_call_shape", "openai") not in TOOL_CALL_SHAPES:
+            raise ValueError(f"turn {i} tool_call_shape must be one of {', '.join(TOOL_CALL_SHAPES)}")
+        if turn.get("raw") is not None and not isinstance(turn["raw"], (str, bytes)):
+            raise ValueError(f"turn {i} raw must be the response body (str or bytes)")
         checked.append(dict(turn))
     return checked
 
@@ -363,6 +373,9 @@ class _Plan:
     hang: bool = False
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
+    tool_call_shape: str = "openai"
+    raw: bytes | None = None
+    raw_write_bytes: int = 0
 
 
 class FakeLLM:
@@ -388,7 +401,20 @@ class FakeLLM:
       (a provider or proxy that drops the connection mid-answer).
     - ``hang``: send headers (and any scripted chunks) then stall until the client leaves.
     - ``usage``: ``{"prompt_tokens", "completion_tokens", "cached_tokens"}`` overrides.
-    - ``finish_reason``: defaults to ``"tool_calls"`` if there are tool calls, else ``"stop"``.
+    - ``finish_reason``: defaults to ``"tool_calls"`` if there are tool calls, else ``"stop"``; any
+      string is sent as given (``length``, ``content_filter``, ``insufficient_system_resource``, …).
+    - ``tool_call_shape``: how the calls are streamed (``fake_wire.TOOL_CALL_SHAPES``): ``openai``
+      (default), ``one_chunk``, ``same_index`` (Ollama), ``several_in_one_chunk``,
+      ``empty_continuation_ids`` (Qwen), ``interleaved``.
+    - ``fail_first``: with ``error``, only the first N requests that reach this turn get the error
+      (then the turn is served normally): a 429/503 that a retry gets past.
+    - ``raw``: the exact response body (a recorded SSE stream, str or bytes), sent as is with status
+      200; ``raw_write_bytes``: send it in writes of that many bytes (each its own TCP write and HTTP
+      chunk, so multi-byte UTF-8 characters are split across reads), ``chunk_delay`` apart.
+
+    ``strict=True`` answers a request a real provider would refuse with that provider's 400
+    (``fake_wire.strict_problem``): unknown parameters, unpaired tool calls and results, DeepSeek's
+    thinking-mode ``reasoning_content`` rule.
 
     ``default_chunks``/``default_chunk_delay`` shape the unscripted ``ok: ...`` reply so
     benchmarks can emulate a model streaming at a fixed rate.
@@ -402,6 +428,7 @@ class FakeLLM:
         default_chunks: int = DEFAULT_TEXT_CHUNKS,
         default_chunk_delay: float = 0.0,
         max_recorded_requests: int | None = 10_000,
+        strict: bool = False,
     ) -> None:
         self.host = host
         self.port = port
@@ -414,6 +441,11 @@ class FakeLLM:
         self._server: asyncio.Server | None = None
         self._conn_tasks: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
+        self.strict = strict
+        """Refuse requests a real provider would refuse (see the class docstring)."""
+        self.rejected: list[str] = []
+        """The strict-mode refusals sent, oldest first (a test can assert there were none)."""
+        self._hits: dict[int, int] = {}  # id(turn) -> requests served from it (for `fail_first`)
         self.active_responses = 0
         """Chat completions currently being produced; returns to 0 once clients are gone,
         which lets tests assert that cancelled requests did not leak server-side work."""
@@ -472,6 +504,7 @@ class FakeLLM:
         if not isinstance(key, str) or not key:
             raise ValueError("script key must be a non-empty string")
         self._scripts[key] = validate_turns(list(turns))
+        self._hits.clear()
 
     def clear_scripts(self) -> None:
         """Forget every script (``DELETE /_script``)."""
@@ -541,6 +574,9 @@ class FakeLLM:
             hang=bool(turn.get("hang")),
             usage=turn.get("usage"),
             finish_reason=turn.get("finish_reason"),
+            tool_call_shape=str(turn.get("tool_call_shape") or "openai"),
+            raw=turn["raw"].encode("utf-8") if isinstance(turn.get("raw"), str) else turn.get("raw"),
+            raw_write_bytes=int(turn.get("raw_write_bytes") or 0),
         )
 
     # -- connection handling --------------------------------------------------------------
@@ -560,7 +596,9 @@ class FakeLLM:
                     return
                 if req is None:
                     return
-                if not await self._serve_one(req, reader, conn):
+                if not await self._serve_one(req, reader, conn) or self._server is None:
+                    # stop() may have cancelled us while `_serve_one` was awaiting its own cancelled
+                    # helpers (which swallows the cancellation): do not wait for another request.
                     return
         except asyncio.CancelledError:
             pass  # stop(): the connection is closed below; nothing to report
@@ -607,6 +645,10 @@ class FakeLLM:
         path = req.path.rstrip("/") or "/"
         if path in ("/v1/chat/completions", "/chat/completions") and req.method == "POST":
             return await self._chat_completions(req, conn)
+        if path == "/v1/messages" and req.method == "POST":
+            # Anthropic's Messages API: served from `raw` turns only (recorded Anthropic streams); the
+            # strict checks are OpenAI's and DeepSeek's, so they do not apply here.
+            return await self._chat_completions(req, conn, strict=False)
         if path in ("/v1/models", "/models") and req.method == "GET":
             models = {
                 "object": "list",
@@ -645,7 +687,7 @@ class FakeLLM:
         if limit is not None and len(self.requests) > limit:
             del self.requests[: len(self.requests) - limit]
 
-    async def _chat_completions(self, req: _Request, conn: _Conn) -> bool:
+    async def _chat_completions(self, req: _Request, conn: _Conn, strict: bool | None = None) -> bool:
         keep_alive = req.keep_alive
         try:
             body = json.loads(req.body)
@@ -655,7 +697,19 @@ class FakeLLM:
             await conn.send_json(400, _error_body(400, f"invalid request: {exc}"), keep_alive=keep_alive)
             return keep_alive
         self._record(body)
-        plan = self._plan(self.select_turn(body["messages"]))
+        if self.strict if strict is None else strict:
+            problem = strict_problem(body)
+            if problem is not None:
+                self.rejected.append(problem[1])
+                await conn.send_json(problem[0], _error_body(problem[0], problem[1], type_="invalid_request_error",
+                                                             code="invalid_request_error"), keep_alive=keep_alive)
+                return keep_alive
+        turn = self.select_turn(body["messages"])
+        if turn.get("fail_first") is not None:
+            hits = self._hits[id(turn)] = self._hits.get(id(turn), 0) + 1
+            if hits > int(turn["fail_first"]):
+                turn = {k: v for k, v in turn.items() if k != "error"}
+        plan = self._plan(turn)
         stream = bool(body.get("stream"))
         opts = body.get("stream_options")
         include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
@@ -677,7 +731,9 @@ class FakeLLM:
                     extra_headers=err.get("headers"),
                 )
                 return keep_alive
-            if stream:
+            if plan.raw is not None:
+                await self._raw(plan, conn, keep_alive=keep_alive)
+            elif stream:
                 await self._stream(body, plan, conn, include_usage=include_usage, keep_alive=keep_alive)
             else:
                 await self._complete(body, plan, conn, keep_alive=keep_alive)
@@ -771,24 +827,22 @@ class FakeLLM:
             yield with_role({"content": None, "reasoning_content": piece})
         for piece in plan.text:
             yield with_role({"content": piece})
-        for index, call in enumerate(plan.tool_calls):
-            yield with_role(
-                {
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "index": index,
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {"name": call["name"], "arguments": ""},
-                        }
-                    ],
-                }
-            )
-            for piece in split_text(call["arguments"], TOOL_ARG_CHUNKS):
-                yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+        for delta in tool_call_deltas(plan.tool_calls, plan.tool_call_shape, TOOL_ARG_CHUNKS):
+            yield with_role(delta)
         if first:  # nothing at all to say: still announce the role, like OpenAI does
             yield with_role({"content": ""})
+
+    async def _raw(self, plan: _Plan, conn: _Conn, *, keep_alive: bool) -> None:
+        """A recorded stream, byte for byte (`raw`), in writes of `raw_write_bytes`."""
+        assert plan.raw is not None
+        await conn.start_chunked("text/event-stream; charset=utf-8", keep_alive=keep_alive)
+        await asyncio.sleep(plan.first_delay)
+        size = plan.raw_write_bytes or len(plan.raw) or 1
+        for start in range(0, len(plan.raw), size):
+            if start:
+                await asyncio.sleep(plan.chunk_delay)
+            await conn.send_chunk(plan.raw[start:start + size])
+        await conn.end_chunked()
 
     async def _stream(
         self,
@@ -868,6 +922,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0.0,
         help="seconds between chunks of the unscripted reply (e.g. 0.0333 for 30 chunks/s)",
     )
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse requests a real provider would refuse (unknown parameters, unpaired tool "
+                             "calls, DeepSeek's reasoning_content rule) with its 400")
     parser.add_argument(
         "--max-recorded-requests",
         type=int,
@@ -884,6 +941,7 @@ async def _serve_forever(args: argparse.Namespace) -> None:
         default_chunks=args.default_chunks,
         default_chunk_delay=args.default_chunk_delay,
         max_recorded_requests=args.max_recorded_requests,
+        strict=args.strict,
     )
     await fake.start()
     stop = asyncio.Event()
