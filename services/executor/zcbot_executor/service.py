@@ -30,6 +30,7 @@ from nats.micro.request import Request
 from zcbot_core import safe_fs
 from zcbot_core.bus import BusDecodeError, ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
 from zcbot_core.config import Settings
+from zcbot_core.quota import MB
 from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.service import Runtime
 from zcbot_core.tools.executor_client import PROBE_TOOL, probe_host
@@ -38,6 +39,7 @@ from zcbot_executor import metrics
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.leases import LeaseKeeper
 from zcbot_executor.procs import ProcManager, sweep_procs
+from zcbot_executor.quota_guard import QuotaGuard
 from zcbot_executor.replies import make_reply, outcome_of
 from zcbot_executor.sandbox import make_backend, policy
 from zcbot_executor.sandbox.base import Sandbox, SandboxBackend, SandboxError, SandboxPool, ToolResult
@@ -81,6 +83,8 @@ class ExecutorService:
                                   in_use=self._in_use, idle_seconds=self.config.idle_seconds)
         await self.leases.start()
         self.procs = ProcManager(self.config, self.backend)
+        self.quota = QuotaGuard(self.config.storage_root, self.settings.zcbot_user_disk_quota_mb * MB,
+                                getattr(self.procs, "watch", None))  # the background watch, where it exists
         self.sem = asyncio.Semaphore(self.config.max_concurrency)
         self.control = await self.nc.subscribe(self.topo.exec_cancel_subject(self.host), cb=self._on_control)
         self.micro = await add_service(
@@ -93,6 +97,7 @@ class ExecutorService:
                                       queue_group=self.topo.executor_queue_group)
         await self.nc.flush()
         self._background.append(asyncio.create_task(self._sweep_loop(), name="proc-sweeper"))
+        self._background.append(asyncio.create_task(self.quota.run(), name="disk-quota"))
         log.info("executor serving", extra={"host": self.host, "backend": self.backend.name,
                                             "storage_root": str(self.config.storage_root)})
 
@@ -120,6 +125,7 @@ class ExecutorService:
             await self.control.unsubscribe()
         except Exception:
             pass
+        self.quota.close()
         await self.backend.close()
         log.info("executor drained", extra={"host": self.host})
 
@@ -224,6 +230,9 @@ class ExecutorService:
                 return ToolResult(False)
             if req.tool == "check_process":
                 return await self.procs.check(user_root, req.task_id, req.args)
+            refusal = await self.quota.refusal(req.tool, req.args, req.user_id, user_root, cwd_rel)
+            if refusal is not None:
+                return ToolResult(False, error=refusal, meta={"disk_quota": True})
             if req.tool in ("shell", "run_python") and req.args.get("background"):
                 return await self.procs.start(req.user_id, user_root, req.task_id, cwd_rel, req.tool, req.args)
             timeout = effective_timeout(req.tool, req.args, req.timeout)
@@ -233,8 +242,11 @@ class ExecutorService:
                 entry.box = box
                 if entry.cancelled:
                     return ToolResult(False)
-                return await box.call(req.call_id, req.tool, req.args, cwd, timeout)
+                self.quota.started(req.call_id, req.user_id, lambda: box.cancel(req.call_id))
+                result = await box.call(req.call_id, req.tool, req.args, cwd, timeout)
+                return await self.quota.finished(req.call_id, req.tool, req.user_id, user_root, result)
             except SandboxError as exc:
+                self.quota.running.pop(req.call_id, None)
                 await self.pool.discard(req.user_id)
                 return ToolResult(False, error=f"sandbox failure: {exc}; a fresh sandbox starts with the next call")
 

@@ -148,7 +148,8 @@ def canon_dir(root: Path, rel: str) -> str | None:
     return rel if stat.S_ISDIR(st.st_mode) else None
 
 
-def delete_at(root: Path, rel: str, check_dir: Any) -> None:
+def delete_at(root: Path, rel: str, check_dir: Any) -> int:
+    """Delete a file or an empty folder; the bytes freed (for the disk quota's ledger)."""
     with _root(root) as r:
         st = _lstat_plain(r, rel)
         if st is None:
@@ -166,6 +167,7 @@ def delete_at(root: Path, rel: str, check_dir: Any) -> None:
                 r.unlink(rel)
             except safe_fs.Conflict:  # became a folder meanwhile
                 raise conflict("path changed during the request; retry") from None
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def stat_source(root: Path, rel: str, new_name: str) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from zcbot_core import safe_fs
+from zcbot_core import quota, safe_fs
 from zcbot_core.agent.prompt import PromptContext
 from zcbot_core.bus import RunRequest
 from zcbot_core.bus import events as ev
@@ -82,7 +82,7 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
     prompt.skills_block = discovery_block(registry)
     prompt.memory_block = memory_block(root)
     prompt.extra = constitution_block(task.task_id, task.name)
-    register_skill_tools(toolbox, registry, root, on_model_switch=switcher)
+    register_skill_tools(toolbox, registry, root, on_model_switch=switcher, ledger=quota.Ledger.from_settings(settings))
     scheduled = task.scheduled_job_id is not None or req.origin == "scheduler"
     register_schedule_tools(toolbox, rt.sessions, task.user_id, task, in_scheduled_run=scheduled)
     if has_channel is not None and await has_channel:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zcbot_core import safe_fs
+from zcbot_core import quota, safe_fs
 from zcbot_core.paths import PathRejected, normalize_rel
 from zcbot_core.skills import (
     MAX_SKILL_BYTES,
@@ -132,10 +132,17 @@ def _rename_frontmatter(text: str, new_name: str) -> str:
 # ---- the tools -------------------------------------------------------------------------------
 
 class SkillTools:
-    def __init__(self, registry: SkillRegistry, user_root: Path, on_model_switch: ModelSwitch | None = None) -> None:
+    def __init__(self, registry: SkillRegistry, user_root: Path, on_model_switch: ModelSwitch | None = None,
+                 ledger: quota.Ledger | None = None) -> None:
         self.registry = registry
         self.user_root = Path(user_root)
         self.on_model_switch = on_model_switch
+        self.ledger = ledger  # the disk quota (None: not counted)
+
+    def _reserve(self, nbytes: int) -> None:
+        """Count a save against the user's disk quota first (quota.QuotaExceeded: not saved)."""
+        if self.ledger is not None and nbytes > 0:
+            self.ledger.reserve(self.user_root.name, nbytes, self.user_root)
 
     @property
     def skills_root(self) -> Path:
@@ -229,7 +236,7 @@ class SkillTools:
                 if meta["name"] != name:
                     raise SkillFormatError(f"the frontmatter says `name: {meta['name']}` but the skill is saved as {name!r}; make them equal")
             await asyncio.to_thread(self._write, name, rel, content)
-        except (SkillFormatError, PathRejected) as exc:
+        except (SkillFormatError, PathRejected, quota.QuotaExceeded) as exc:
             return ToolOutcome.failure(f"skill not saved: {exc}")
         except OSError as exc:
             return ToolOutcome.failure(f"skill not saved: {exc.strerror or exc}")
@@ -244,7 +251,10 @@ class SkillTools:
         with self._root() as root:
             if rel != SKILL_FILE and not root.is_file(f"{USER_SKILLS_DIRNAME}/{name}/{SKILL_FILE}"):
                 raise SkillFormatError(f"save {name}'s SKILL.md first (or fork a built-in skill), then its support files")
-            root.write_bytes(f"{USER_SKILLS_DIRNAME}/{name}/{rel}", content.encode("utf-8"), owner=_owner_of(root),
+            data = content.encode("utf-8")
+            old = root.lstat(f"{USER_SKILLS_DIRNAME}/{name}/{rel}")
+            self._reserve(len(data) - (old.st_size if old is not None else 0))
+            root.write_bytes(f"{USER_SKILLS_DIRNAME}/{name}/{rel}", data, owner=_owner_of(root),
                              mkdirs=True, durable=True)
 
     async def fork_skill(self, args: dict[str, Any]) -> ToolOutcome:
@@ -260,7 +270,7 @@ class SkillTools:
                     raise SkillFormatError(f"`{name}` is already the user's own skill; give new_name to copy it")
                 source = current
             count = await asyncio.to_thread(self._copy, source, new_name)
-        except (SkillFormatError, PathRejected) as exc:
+        except (SkillFormatError, PathRejected, quota.QuotaExceeded) as exc:
             return ToolOutcome.failure(f"skill not forked: {exc}")
         except OSError as exc:
             return ToolOutcome.failure(f"skill not forked: {exc.strerror or exc}")
@@ -293,6 +303,7 @@ class SkillTools:
                     if rel == SKILL_FILE and new_name != source.name:
                         data = _rename_frontmatter(data.decode("utf-8"), new_name).encode("utf-8")
                     mode = 0o755 if rel.startswith("scripts/") else 0o644
+                    self._reserve(len(data))
                     root.write_bytes(f"{staging}/{rel}", data, owner=owner, mode=mode, mkdirs=True)
                 try:
                     root.rename(staging, f"{USER_SKILLS_DIRNAME}/{new_name}")
@@ -314,8 +325,9 @@ class SkillTools:
             raise SkillFormatError("the skill is too large to copy") from None
 
 
-def skill_host_tools(registry: SkillRegistry, user_root: Path, on_model_switch: ModelSwitch | None = None) -> list[SkillHostTool]:
-    tools = SkillTools(registry, user_root, on_model_switch)
+def skill_host_tools(registry: SkillRegistry, user_root: Path, on_model_switch: ModelSwitch | None = None,
+                     ledger: quota.Ledger | None = None) -> list[SkillHostTool]:
+    tools = SkillTools(registry, user_root, on_model_switch, ledger)
     return [
         SkillHostTool(SCHEMAS["load_skill"], tools.load_skill),
         SkillHostTool(SCHEMAS["read_skill_file"], tools.read_skill_file),
@@ -325,9 +337,9 @@ def skill_host_tools(registry: SkillRegistry, user_root: Path, on_model_switch: 
 
 
 def register_skill_tools(toolbox: Any, registry: SkillRegistry, user_root: Path,
-                         on_model_switch: ModelSwitch | None = None) -> list[SkillHostTool]:
+                         on_model_switch: ModelSwitch | None = None, ledger: quota.Ledger | None = None) -> list[SkillHostTool]:
     """Add the four skill tools to a `RunnerToolBox` (anything with `add_host_tool(tool)`)."""
-    tools = skill_host_tools(registry, user_root, on_model_switch)
+    tools = skill_host_tools(registry, user_root, on_model_switch, ledger)
     for tool in tools:
         toolbox.add_host_tool(tool)
     return tools

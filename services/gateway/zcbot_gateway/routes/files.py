@@ -16,7 +16,8 @@ Symlinks are neither listed nor followed (400).
   sees it (`/workspace`); `crumbs` start with `{name: "~", path: ""}`.
 - `POST /v1/files/upload?path=<dir>`: multipart field `file` (repeatable); the folder is created;
   each file is written to a temp file and renamed into place (an existing file is replaced, all or
-  nothing per request). The request's total size is capped by `ZCBOT_UPLOAD_MAX_BYTES` (413).
+  nothing per request). The request's total size is capped by `ZCBOT_UPLOAD_MAX_BYTES` (413); an
+  upload that would take the user over `ZCBOT_USER_DISK_QUOTA_MB` is 507 and writes nothing.
 - `GET /v1/files/download?path=`: the file as an attachment (dirs 400, missing 404).
 - `POST /v1/files/mkdir {path}`: creates the folder and missing parents (exists -> 409).
 - `POST /v1/files/delete {path}`: a file or an empty folder; the root, non-empty folders (400) and
@@ -44,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.background import BackgroundTask
 from starlette.datastructures import UploadFile
 
-from zcbot_core import paths
+from zcbot_core import paths, quota
 from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.memory import SANDBOX_ROOT
@@ -171,7 +172,17 @@ async def upload_files(request: Request, user: CurrentUser, settings: SettingsDe
             files.append((name, value))
         if not files:
             raise bad_request("no files: send one or more multipart parts named 'file'")
-        results = await asyncio.to_thread(write_uploads, user_root(settings, user), rel_dir, files, limit)
+        root, need = user_root(settings, user), sum(upload.size or 0 for _, upload in files)
+        ledger = quota.Ledger.from_settings(settings)
+        try:
+            await asyncio.to_thread(ledger.reserve, user, need, root)
+        except quota.QuotaExceeded as exc:
+            raise HTTPException(status.HTTP_507_INSUFFICIENT_STORAGE, detail=str(exc)) from None
+        try:
+            results = await asyncio.to_thread(write_uploads, root, rel_dir, files, limit)
+        except BaseException:
+            await asyncio.to_thread(ledger.reserve, user, -need)  # nothing was kept
+            raise
     finally:
         await form.close()
     return {"path": rel_dir, "uploaded": results}
@@ -214,8 +225,9 @@ async def delete_path(body: PathIn, user: CurrentUser, session: SessionDep, sett
             raise conflict(f"folder is used by a task (working_dir {live!r}); delete or move that task first"
                            if live is not None else "folder changed during the request; retry")
 
-    await asyncio.to_thread(delete_at, root, rel, check_dir)
+    freed = await asyncio.to_thread(delete_at, root, rel, check_dir)
     await session.commit()
+    await asyncio.to_thread(quota.Ledger.from_settings(settings).reserve, user, -freed, root)
     return {"ok": True, "path": rel}
 
 
