@@ -1,10 +1,10 @@
 """The single place user paths are checked (seed 003 §7.4).
 
 - `validate_task_name`: display names and folder names (no empty, `/`, `\\`, NUL, leading `.`).
-- `to_db_path` / `from_db_path`: working dirs are stored relative to the user root as normalized
-  posix strings.
-- `resolve_user_path`: turn a user-supplied relative path into an absolute path inside the user
-  root, rejecting traversal, absolute paths, NUL and symlink escapes.
+- `to_db_path`: working dirs are stored relative to the user root as normalized posix strings.
+- `resolve_user_path`: a check of where a path leads now (symlinks followed); it is no way to reach
+  a file, since the tree may change right after. Files in a user tree are reached only through
+  `zcbot_core.safe_fs` (docs/security.md, layer 2; tests/security/test_fs_rule.py enforces it).
 """
 
 from __future__ import annotations
@@ -87,10 +87,6 @@ def to_db_path(path: str) -> str:
     for part in rel.split("/"):
         validate_task_name(part, "folder name")
     return rel
-
-
-def from_db_path(user_root: Path, db_path: str) -> Path:
-    return resolve_user_path(user_root, db_path)
 
 
 def user_root(storage_root: Path, user_id: str) -> Path:

@@ -10,7 +10,7 @@
   `user_id`, `?range=all|7d|30d&sort=cost|tokens&page=&page_size=` -> `{page, page_size, count,
   results}` (descending; ties by the other measure, then the key). Bad range/sort -> 400.
 - `GET /v1/admin/storage/users?page=&page_size=`: bytes (apparent size), files and folders per user
-  root, walked with `os.scandir` in a worker thread without following symlinks, within
+  root, walked through `zcbot_core.safe_fs` in a worker thread (symlinks never followed), within
   `STORAGE_SCAN_SECONDS` (users not fully walked are `partial: true`); sorted by bytes.
 
 Tokens come from `usage_events.units` (`prompt_tokens`, `completion_tokens`, `cached_tokens`, as the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -30,7 +31,7 @@ from fastapi import APIRouter, Query
 from sqlalchemy import Numeric, case, distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from zcbot_core import __version__, paths
+from zcbot_core import __version__, paths, safe_fs
 from zcbot_core.db.models import Task, UsageEvent, User
 
 from zcbot_gateway.deps import AdminUser, SessionDep, SettingsDep
@@ -184,33 +185,37 @@ async def usage_by_user(admin: AdminUser, session: SessionDep, range_: Range = "
 # ---- storage ---------------------------------------------------------------------------------
 
 
-def _walk(top: str, deadline: float) -> dict[str, Any]:
+def _walk(top: Path, deadline: float) -> dict[str, Any]:
+    """Sizes under one user root, folder by folder through `safe_fs` (each listed beneath the root's
+    fd, symlinks never entered, so a folder swapped for a link cannot make it count host files)."""
     stats: dict[str, Any] = {"bytes": 0, "files": 0, "dirs": 0, "partial": False}
-    stack = [top]
-    seen = 0
-    while stack:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as it:
-                for entry in it:
-                    seen += 1
-                    if seen % 1000 == 0 and time.monotonic() > deadline:
-                        stats["partial"] = True
-                        return stats
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stats["dirs"] += 1
-                            stack.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            stats["files"] += 1
-                            stats["bytes"] += entry.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-        if stack and time.monotonic() > deadline:
-            stats["partial"] = True
-            return stats
+    try:
+        root = safe_fs.Root.open(top)
+    except paths.PathRejected:
+        return stats
+    with root:
+        stack = [""]
+        seen = 0
+        while stack:
+            folder = stack.pop()
+            try:
+                entries = root.listdir(folder)
+            except paths.PathRejected:
+                continue
+            for name, st in entries:
+                seen += 1
+                if seen % 1000 == 0 and time.monotonic() > deadline:
+                    stats["partial"] = True
+                    return stats
+                if stat.S_ISDIR(st.st_mode):
+                    stats["dirs"] += 1
+                    stack.append(f"{folder}/{name}" if folder else name)
+                elif stat.S_ISREG(st.st_mode):
+                    stats["files"] += 1
+                    stats["bytes"] += st.st_size
+            if stack and time.monotonic() > deadline:
+                stats["partial"] = True
+                return stats
     return stats
 
 
@@ -231,7 +236,7 @@ def scan_storage(storage_root: Path, budget: float) -> tuple[dict[str, dict[str,
         if time.monotonic() > deadline:
             out[entry.name] = {"bytes": 0, "files": 0, "dirs": 0, "partial": True}
             continue
-        out[entry.name] = _walk(entry.path, deadline)
+        out[entry.name] = _walk(storage_root / entry.name, deadline)
     return out, time.monotonic() - started
 
 

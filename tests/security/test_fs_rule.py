@@ -1,0 +1,59 @@
+"""The grep-able rule of layer 2 (docs/security.md): root-side code reaches a user-writable tree
+only through `zcbot_core.safe_fs`. Outside that package and the modules that run inside the
+sandbox as the sandbox uid, none of the calls below may appear, except at the listed places, each
+with the reason it is not on a user tree. A new hit fails here with its file and line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCANNED = ("libs", "services")
+FORBIDDEN = re.compile(
+    r"os\.path\.realpath|\.is_symlink\(|shutil\.rmtree|shutil\.copy|os\.replace\(|os\.walk\(|os\.fwalk\("
+    r"|O_NOFOLLOW|/proc/self/fd|resolve_user_path\(|tempfile\.mk")
+IN_SANDBOX = {  # run inside the sandbox as its uid: the kernel, not path checks, confines them
+    "services/executor/zcbot_executor/tool_runner.py", "services/executor/zcbot_executor/tools_fs.py",
+    "services/executor/zcbot_executor/tools_exec.py", "services/executor/zcbot_executor/tools_search.py",
+    "services/executor/zcbot_executor/proc_wrapper.py", "services/executor/zcbot_executor/sandbox_init.py",
+    "libs/zcbot_core/zcbot_core/rendering/common.py", "libs/zcbot_core/zcbot_core/rendering/pdf.py",
+}
+ALLOWED = {  # (file, the matching text) -> why it is not an operation on a user tree
+    ("libs/zcbot_core/zcbot_core/paths.py", "resolve_user_path("): "the check itself (tests only call it)",
+    ("libs/zcbot_core/zcbot_core/paths.py", "os.path.realpath"): "inside resolve_user_path",
+    ("libs/zcbot_core/zcbot_core/embedded.py", "os.walk("): "the embedded PostgreSQL's own data folder",
+    ("libs/zcbot_core/zcbot_core/embedded.py", "shutil.rmtree"): "the embedded database's socket folder",
+    ("libs/zcbot_core/zcbot_core/embedded.py", "tempfile.mk"): "the embedded database's socket folder",
+    ("libs/zcbot_core/zcbot_core/quota/__init__.py", "O_NOFOLLOW"): "the quota ledger in the service state folder",
+    ("libs/zcbot_core/zcbot_core/quota/meter.py", "/proc/self/fd"): "inotify on a directory fd safe_fs opened",
+    ("services/gateway/zcbot_gateway/routes/files.py", "/proc/self/fd"): "the download's own fd, opened by safe_fs",
+    ("services/executor/zcbot_executor/sandbox/policy.py", "shutil.rmtree"): "staging the runner files (state folder)",
+    ("services/executor/zcbot_executor/sandbox/policy.py", "os.path.realpath"): "the interpreter's install folders",
+    ("services/executor/zcbot_executor/sandbox/unsafe.py", "os.path.realpath"): "the interpreter's path",
+}
+
+
+def _hits() -> list[tuple[str, int, str, str]]:
+    out = []
+    for top in SCANNED:
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if "/safe_fs/" in rel or rel in IN_SANDBOX:
+                continue
+            for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                for match in FORBIDDEN.finditer(line):
+                    out.append((rel, no, match.group(0), line.strip()))
+    return out
+
+
+def test_no_path_based_file_operation_outside_safe_fs() -> None:
+    bad = [f"{rel}:{no}: {text!r} in {line}" for rel, no, text, line in _hits() if (rel, text) not in ALLOWED]
+    assert not bad, "use zcbot_core.safe_fs for files in a user tree (docs/security.md, layer 2):\n" + "\n".join(bad)
+
+
+def test_every_exception_is_still_needed() -> None:
+    used = {(rel, text) for rel, _no, text, _line in _hits()}
+    stale = sorted(set(ALLOWED) - used)
+    assert not stale, f"remove these exceptions, nothing matches them any more: {stale}"
