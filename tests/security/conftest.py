@@ -9,16 +9,22 @@ from tests.executor.conftest import Stack as ExecutorStack  # noqa: E402
 
 
 @pytest.fixture
-async def executor_one(nats_server_url: str, bus_prefix: str, tmp_path):  # type: ignore[no-untyped-def]
-    """One in-process executor (host h1, real bwrap) and a client, without gateway or runner
+async def exec_stack(nats_server_url: str, bus_prefix: str, tmp_path):  # type: ignore[no-untyped-def]
+    """Executors on the real NATS (real bwrap), started by the test with its overrides, and a client
     (named apart from the e2e `stack` imported above)."""
     s = ExecutorStack(nats_server_url, bus_prefix, tmp_path)
     await s.connect()
     try:
-        await s.executor("h1")
         yield s
     finally:
         await s.close()
+
+
+@pytest.fixture
+async def executor_one(exec_stack):  # type: ignore[no-untyped-def]
+    """`exec_stack` with one executor (host h1, defaults)."""
+    await exec_stack.executor("h1")
+    return exec_stack
 
 
 from typing import Any  # noqa: E402

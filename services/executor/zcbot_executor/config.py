@@ -18,6 +18,11 @@ Knobs that `zcbot_core.config.Settings` does not carry (all optional):
 - ZCBOT_BG_TIME_LIMIT_SECONDS             default background time limit (7200, cap 86400)
 - ZCBOT_BG_LOG_CAP_MB                     background output.log cap (10)
 - ZCBOT_PROC_RETENTION_DAYS               terminal proc folders kept this long (7)
+- ZCBOT_USER_MEMORY_MB                    memory of ALL of a user's sandbox processes on a host
+                                          (per-user cgroup, sandbox/cgroups.py; default 4096)
+- ZCBOT_USER_MAX_PROCS                    process count of all of a user's sandboxes (1024)
+- ZCBOT_SANDBOX_CGROUP                    auto (default: v2, else v1, else warn) | v1 | v2 |
+                                          required (refuse to start without) | off
 """
 
 from __future__ import annotations
@@ -86,6 +91,9 @@ class ExecutorConfig:
     bg_log_cap_mb: int = 10
     proc_retention_days: float = 7.0
     sweep_interval_seconds: float = 3600.0
+    user_memory_mb: int = 4096
+    user_max_procs: int = 1024
+    cgroup_mode: str = "auto"
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> "ExecutorConfig":
@@ -118,6 +126,9 @@ class ExecutorConfig:
             bg_time_limit=_env_float("ZCBOT_BG_TIME_LIMIT_SECONDS", 7200.0) or 7200.0,
             bg_log_cap_mb=_env_int("ZCBOT_BG_LOG_CAP_MB", 10),
             proc_retention_days=_env_float("ZCBOT_PROC_RETENTION_DAYS", 7.0) or 7.0,
+            user_memory_mb=_env_int("ZCBOT_USER_MEMORY_MB", 4096),
+            user_max_procs=_env_int("ZCBOT_USER_MAX_PROCS", 1024),
+            cgroup_mode=os.environ.get("ZCBOT_SANDBOX_CGROUP") or "auto",
         )
         return replace(config, **overrides) if overrides else config
 

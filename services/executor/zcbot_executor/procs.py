@@ -24,6 +24,7 @@ from typing import Any
 
 from zcbot_core import safe_fs
 from zcbot_core.tools.sandbox_schemas import DEFAULT_BACKGROUND_LIMIT, MAX_BACKGROUND_LIMIT
+from zcbot_executor.bg_watch import BackgroundWatch
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.sandbox import policy
 from zcbot_executor.sandbox.base import BackgroundSpec, SandboxBackend, ToolResult
@@ -117,6 +118,7 @@ class ProcManager:
         self.backend = backend
         self.private_dir = config.state_dir / "procs"
         self._locks: dict[str, asyncio.Lock] = {}
+        self.watch = BackgroundWatch(backend, self.private_dir)  # limits and kills from outside (bg_watch.py)
 
     def _user_procs(self, user_root: Path) -> list[Path]:
         base = user_root / PROCS_DIR
@@ -131,6 +133,19 @@ class ProcManager:
     def running(self, user_root: Path) -> list[Path]:
         return [p for p in self._user_procs(user_root) if proc_status(p)["status"] == "running"]
 
+    def counted(self, user_id: str, user_root: Path) -> list[str]:
+        """What counts against ZCBOT_MAX_BG_PROCS: this host's live processes (from the processes
+        themselves, whatever their files say) and any other not yet terminal — "lost" included —
+        until its time limit has passed."""
+        ids = set(self.watch.live_for_user(user_id))
+        now = time.time()
+        for path in self._user_procs(user_root):
+            info = proc_status(path, now)
+            if info["status"] == "running" or (info["status"] == "lost" and "exit_code" not in info
+                                               and not _past_limit(path, now)):
+                ids.add(path.name)
+        return sorted(ids)
+
     async def start(self, user_id: str, user_root: Path, task_id: str, cwd_rel: str, tool: str,
                     args: dict[str, Any]) -> ToolResult:
         body = args.get("command") if tool == "shell" else args.get("code")
@@ -142,14 +157,14 @@ class ProcManager:
             limit = self.config.bg_time_limit or DEFAULT_BACKGROUND_LIMIT
         limit = float(min(limit, self.config.bg_time_limit_max or MAX_BACKGROUND_LIMIT))
         async with self._locks.setdefault(user_id, asyncio.Lock()):
-            running = await asyncio.to_thread(self.running, user_root)
+            running = await asyncio.to_thread(self.counted, user_id, user_root)
             if len(running) >= self.config.max_bg_procs:
-                ids = ", ".join(p.name for p in running)
+                ids = ", ".join(running)
                 return ToolResult(False, error=(
-                    f"too many background processes: {len(running)} running (limit {self.config.max_bg_procs}): {ids}. "
+                    f"too many background processes: {len(running)} not ended (limit {self.config.max_bg_procs}): {ids}. "
                     "Wait for one to finish or stop one with check_process(action='kill')."))
             proc_id = "p" + secrets.token_hex(6)
-            task_key = re.sub(r"[^A-Za-z0-9_-]", "_", task_id)[:128] or "task"
+            task_key = _task_key(task_id)
             rel_dir = f"{PROCS_DIR}/{task_key}/{proc_id}"
             owner = self.config.owner
             try:
@@ -172,11 +187,19 @@ class ProcManager:
                 _rmtree(user_root, rel_dir)
                 return ToolResult(False, error=f"could not start the background process: {exc}")
             self.private_dir.mkdir(parents=True, exist_ok=True)
-            _write_json(self.private_dir / f"{proc_id}.json", {**private, "user_root": str(user_root), "dir": rel_dir})
+            record = {**private, "user_root": str(user_root), "dir": rel_dir, "user_id": user_id, "task_key": task_key,
+                      "started_at": spec["started_at"], "time_limit": limit, "keep": args.get("keep") is True}
+            _write_json(self.private_dir / f"{proc_id}.json", record)
+            self.watch.add(proc_id, record)
         text = (f"started background process {proc_id} ({tool}); time limit {limit:g} s. Output goes to "
                 f"/workspace/{rel_dir}/output.log. Use check_process(proc_id='{proc_id}') for its status and output, "
                 "or action='kill' to stop it.")
         return ToolResult(True, text, meta={"proc_id": proc_id, "background": True, "time_limit": limit})
+
+    async def stop_task(self, user_id: str, task_id: str, reason: str) -> list[str]:
+        """A run was cancelled or the task deleted: kill this host's processes of that task
+        (keep=true ones stay)."""
+        return await self.watch.stop_task(user_id, _task_key(task_id), reason)
 
     @staticmethod
     def _prepare_dir(user_root: Path, rel_dir: str, tool: str, body: str, owner: tuple[int, int] | None) -> Path:
@@ -212,10 +235,15 @@ class ProcManager:
         if proc_dir is None:
             return ToolResult(False, error=f"no background process {proc_id} (it may have been cleaned up after 7 days)")
         info = await asyncio.to_thread(proc_status, proc_dir)
-        if action == "kill" and info["status"] == "running":
-            info = await self._kill(user_root, proc_dir)
+        here = proc_id in self.watch.entries  # launched here and alive, whatever its files say
+        if action == "kill" and (here or info["status"] in ("running", "lost")):
+            info = await self._kill(user_root, proc_dir, wait=info["status"] == "running")
         elif info["status"] == "lost" and "exit_code" not in info:
-            _finish_lost(proc_dir)
+            if here:  # wrapper frozen or gone: the process must not outlive that
+                await self.watch.kill(proc_id, "lost", -1)
+                info = await asyncio.to_thread(proc_status, proc_dir)
+            elif _past_limit(proc_dir, time.time()):
+                _finish_lost(proc_dir)  # another host's, past its limit: that host's watch killed it
         tail = await asyncio.to_thread(_tail, proc_dir / "output.log", min(tail_lines, 500))
         lines = [f"proc {proc_id}: {info['status']}"]
         if info.get("exit_code") is not None:
@@ -226,20 +254,29 @@ class ProcManager:
         lines.append(f"output (last {tail_lines} lines):\n{tail}" if tail else "output: (none yet)")
         return ToolResult(True, "\n".join(lines), meta={k: v for k, v in info.items() if v is not None})
 
-    async def _kill(self, user_root: Path, proc_dir: Path) -> dict[str, Any]:
-        policy.safe_touch(*_split(proc_dir / "kill"))
-        for _ in range(30):  # the wrapper polls every 0.2 s
+    async def _kill(self, user_root: Path, proc_dir: Path, wait: bool = True) -> dict[str, Any]:
+        policy.safe_touch(*_split(proc_dir / "kill"))  # the wrapper's way (any host can ask it)
+        for _ in range(30 if wait else 0):  # the wrapper polls every 0.2 s
             await asyncio.sleep(0.1)
             if _exists(proc_dir / "exit_code"):
-                return proc_status(proc_dir)
-        private_path = self.private_dir / f"{proc_dir.name}.json"
-        private = json.loads(_read(private_path) or "{}")
-        bg = BackgroundSpec(proc_dir.name, "", user_root, "")
-        if private and await self.backend.kill_background(bg, private):
-            await asyncio.sleep(0.2)
-        if not _exists(proc_dir / "exit_code"):
+                break
+        if proc_dir.name in self.watch.entries:  # launched here: from outside, in any state
+            await self.watch.kill(proc_dir.name, "killed", 137)
+        elif not _exists(proc_dir / "exit_code"):
             _finish_lost(proc_dir, reason="killed", code=137)
         return proc_status(proc_dir)
+
+
+def _task_key(task_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", task_id)[:128] or "task"
+
+
+def _past_limit(proc_dir: Path, now: float) -> bool:
+    spec = _json(proc_dir / "proc.json")
+    try:
+        return now > float(spec["started_at"]) + float(spec["time_limit"]) + STALE_SECONDS
+    except (KeyError, TypeError, ValueError):
+        return True
 
 
 def _finish_lost(proc_dir: Path, reason: str = "lost", code: int = -1) -> None:

@@ -38,6 +38,15 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32,
 _CAP_V3 = 0x20080522
 
 
+def early(uid: int | None = None, gid: int | None = None) -> None:
+    """The runner's first statement: close inherited fds, leave host root (builtins only)."""
+    # Only stdio is ours: an fd the executor forgot to mark close-on-exec (uvloop's spawn does not
+    # close them) must not reach code in the sandbox.
+    os.closerange(3, 1 << 20)
+    if uid is not None and gid is not None:
+        drop_early(uid, gid)
+
+
 def drop_early(uid: int, gid: int) -> None:
     """Leave host root (builtins only: this runs before any import from a search path)."""
     if os.geteuid() != 0:

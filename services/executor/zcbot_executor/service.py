@@ -28,7 +28,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 
 from zcbot_core import safe_fs
-from zcbot_core.bus import BusDecodeError, ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
+from zcbot_core.bus import BackgroundStop, BusDecodeError, ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
 from zcbot_core.config import Settings
 from zcbot_core.quota import MB
 from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
@@ -83,10 +83,11 @@ class ExecutorService:
                                   in_use=self._in_use, idle_seconds=self.config.idle_seconds)
         await self.leases.start()
         self.procs = ProcManager(self.config, self.backend)
-        self.quota = QuotaGuard(self.config.storage_root, self.settings.zcbot_user_disk_quota_mb * MB,
-                                getattr(self.procs, "watch", None))  # the background watch, where it exists
+        self.quota = QuotaGuard(self.config.storage_root, self.settings.zcbot_user_disk_quota_mb * MB, self.procs.watch)
+        self.procs.watch.start()
         self.sem = asyncio.Semaphore(self.config.max_concurrency)
         self.control = await self.nc.subscribe(self.topo.exec_cancel_subject(self.host), cb=self._on_control)
+        self.bg_stop = await self.nc.subscribe(self.topo.exec_background_stop_subject(), cb=self._on_background_stop)
         self.micro = await add_service(
             self.nc, name=self.topo.executor_service_name, version="1.0.0",
             description="zcbot sandbox tool executor", metadata={"host": self.host, "backend": self.backend.name},
@@ -121,10 +122,12 @@ class ExecutorService:
         await self.leases.stop(release=True)
         for task in self._background:
             task.cancel()
-        try:
-            await self.control.unsubscribe()
-        except Exception:
-            pass
+        await self.procs.watch.stop()  # the records stay: the next start enforces them again
+        for sub in (self.control, self.bg_stop):
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
         self.quota.close()
         await self.backend.close()
         log.info("executor drained", extra={"host": self.host})
@@ -203,6 +206,16 @@ class ExecutorService:
             await self._respond(msg, ToolCallReply(call_id=obj.call_id, ok=True, output="", host=self.host,
                                                    meta={"running": running, "draining": self.draining}))
 
+    async def _on_background_stop(self, msg: Msg) -> None:
+        """A run was cancelled or a task deleted (any gateway): kill the processes launched here."""
+        try:
+            stop = decode(msg.data, BackgroundStop)
+            validate_user_id(stop.user_id)
+        except (BusDecodeError, PathRejected) as exc:
+            log.warning("bad background stop", extra={"error": str(exc)})
+            return
+        self._spawn(self.procs.stop_task(stop.user_id, stop.task_id, stop.reason))
+
     # ---- execution ---------------------------------------------------------------------------------
     async def _execute(self, req: ToolCallRequest, entry: _Inflight) -> ToolResult:
         if req.tool not in SANDBOX_TOOL_NAMES:
@@ -237,6 +250,8 @@ class ExecutorService:
                 return await self.procs.start(req.user_id, user_root, req.task_id, cwd_rel, req.tool, req.args)
             timeout = effective_timeout(req.tool, req.args, req.timeout)
             cwd = policy.WORKSPACE + (f"/{cwd_rel}" if cwd_rel else "")
+            # The OOM counter is read around calls that run user processes only (a read stays cheap).
+            ooms = self._oom_kills(req.user_id) if req.tool in ("shell", "run_python") else None
             try:
                 box = await self.pool.get(req.user_id, user_root)
                 entry.box = box
@@ -244,11 +259,32 @@ class ExecutorService:
                     return ToolResult(False)
                 self.quota.started(req.call_id, req.user_id, lambda: box.cancel(req.call_id))
                 result = await box.call(req.call_id, req.tool, req.args, cwd, timeout)
-                return await self.quota.finished(req.call_id, req.tool, req.user_id, user_root, result)
+                result = await self.quota.finished(req.call_id, req.tool, req.user_id, user_root, result)
+                return self._oom_note(req.user_id, ooms, result)
             except SandboxError as exc:
                 self.quota.running.pop(req.call_id, None)
                 await self.pool.discard(req.user_id)
-                return ToolResult(False, error=f"sandbox failure: {exc}; a fresh sandbox starts with the next call")
+                return self._oom_note(req.user_id, ooms, ToolResult(
+                    False, error=f"sandbox failure: {exc}; a fresh sandbox starts with the next call"))
+
+    def _oom_kills(self, user_id: str) -> int | None:
+        groups = self.backend.cgroups
+        return groups.oom_kills(user_id) if groups is not None else None
+
+    def _oom_note(self, user_id: str, before: int | None, result: ToolResult) -> ToolResult:
+        """A process killed by the kernel for the user's memory total: say so (it looks like a bare
+        SIGKILL from inside)."""
+        after = self._oom_kills(user_id)
+        if before is None or after is None or after <= before:
+            return result
+        total = self.backend.cgroups.memory_mb()
+        note = (f"out of memory: a process was killed because all of this user's sandbox processes together "
+                f"exceeded their {total} MB memory limit (ZCBOT_USER_MEMORY_MB); use less memory at once, or "
+                "stop background processes you no longer need")
+        result.ok = False
+        result.error = f"{result.error}; {note}" if result.error else note
+        result.meta["oom_killed"] = True
+        return result
 
     def _prepare_root(self, user_root: Path, cwd_rel: str) -> None:
         owner = self.config.owner

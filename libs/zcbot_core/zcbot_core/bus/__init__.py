@@ -6,6 +6,7 @@ with `codec`. See DESIGN §3.
 
 from zcbot_core.bus.codec import BusDecodeError, decode, encode
 from zcbot_core.bus.messages import (
+    BackgroundStop,
     CancelRequest,
     ChannelInbound,
     PushReply,
@@ -18,6 +19,7 @@ from zcbot_core.bus.messages import (
 from zcbot_core.bus.subjects import Topology
 
 __all__ = [
+    "BackgroundStop",
     "BusDecodeError",
     "CancelRequest",
     "ChannelInbound",

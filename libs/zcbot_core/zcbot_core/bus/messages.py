@@ -61,6 +61,17 @@ class ToolCancel:
     call_id: str
 
 
+@message("bg_stop")
+@dataclass
+class BackgroundStop:
+    """A task's run was cancelled or the task deleted: every executor kills the background
+    processes it launched for that task, except those started with keep=true."""
+
+    user_id: str
+    task_id: str
+    reason: str  # "run cancelled" | "task deleted"
+
+
 @message("push")
 @dataclass
 class PushRequest:

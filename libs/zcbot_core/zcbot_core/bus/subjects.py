@@ -110,6 +110,10 @@ class Topology:
     def exec_cancel_wildcard(self) -> str:
         return f"{self.prefix}.exec.*.cancel"
 
+    def exec_background_stop_subject(self) -> str:
+        """`BackgroundStop` broadcasts: every executor subscribes (no queue group)."""
+        return f"{self.prefix}.exec.bgstop"
+
     def channel_inbound_subject(self, channel: str) -> str:
         """Inbound channel messages received by a gateway, handled durably by the channels service."""
         return f"{self.prefix}.chin.{_token(channel)}"

@@ -27,7 +27,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
-from zcbot_core.bus import BusDecodeError, ToolCallReply, ToolCallRequest, ToolCancel, Topology, decode, encode
+from zcbot_core.bus import BackgroundStop, BusDecodeError, ToolCallReply, ToolCallRequest, ToolCancel, Topology, decode, encode
 from zcbot_core.tools.sandbox_schemas import effective_timeout
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,18 @@ NO_RESPONDERS_RETRY_SECONDS = 0.1
 
 def _fail(req: ToolCallRequest, error: str, host: str = "") -> ToolCallReply:
     return ToolCallReply(call_id=req.call_id, ok=False, output="", error=error, meta={"executor_error": True}, host=host)
+
+
+async def stop_background(nc: NATS, topo: Topology, user_id: str, task_id: str, reason: str) -> None:
+    """Tell every executor to kill the background processes of `task_id` (except keep=true ones):
+    a run was cancelled or the task deleted. Fire and forget; never raises (the caller's action
+    stands either way; each process still has its time limit)."""
+    try:
+        await nc.publish(topo.exec_background_stop_subject(),
+                         encode(BackgroundStop(user_id=user_id, task_id=task_id, reason=reason)))
+        await nc.flush(timeout=2)
+    except Exception as exc:  # NATS down or slow: logged, the route still answers
+        log.warning("could not broadcast the background stop", extra={"task_id": task_id, "error": str(exc)})
 
 
 async def probe_host(nc: NATS, topo: Topology, host: str, call_id: str = "", user_id: str = "", timeout: float = 2.0) -> bool | None:

@@ -34,6 +34,13 @@ _BACKGROUND = {
         "at once; follow it with check_process. Default false."
     ),
 }
+_KEEP = {
+    "type": "boolean",
+    "description": (
+        "With background=true: keep the process running when this run is cancelled or the task is deleted "
+        "(only when the user asked for that; its time limit still applies). Default false: it is killed then."
+    ),
+}
 
 SANDBOX_TOOL_SCHEMAS: list[dict[str, Any]] = [
     _fn(
@@ -98,6 +105,7 @@ SANDBOX_TOOL_SCHEMAS: list[dict[str, Any]] = [
             "command": {"type": "string", "description": "The bash command line."},
             "timeout": {"type": "number", "description": f"Seconds before the command is killed (default 60, max {MAX_FOREGROUND_TIMEOUT:g}; with background=true: the time limit, default {DEFAULT_BACKGROUND_LIMIT:g})."},
             "background": _BACKGROUND,
+            "keep": _KEEP,
         },
         ["command"],
     ),
@@ -110,6 +118,7 @@ SANDBOX_TOOL_SCHEMAS: list[dict[str, Any]] = [
             "code": {"type": "string", "description": "The Python source to run."},
             "timeout": {"type": "number", "description": f"Seconds before it is killed (default 120, max {MAX_FOREGROUND_TIMEOUT:g}; with background=true: the time limit, default {DEFAULT_BACKGROUND_LIMIT:g})."},
             "background": _BACKGROUND,
+            "keep": _KEEP,
         },
         ["code"],
     ),

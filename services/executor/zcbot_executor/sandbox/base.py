@@ -83,6 +83,16 @@ class Sandbox(abc.ABC):
 
 class SandboxBackend(abc.ABC):
     name: str = "?"
+    cgroups: Any = None  # cgroups.UserCgroups when this host has per-user cgroups (bwrap, unsafe)
+
+    def cgroup_procs(self, user_id: str, leaf: str) -> list[str]:
+        """The `cgroup.procs` files a new sandbox process of `user_id` joins (none without cgroups)."""
+        if self.cgroups is None:
+            return []
+        try:
+            return self.cgroups.prepare(user_id, leaf)
+        except (OSError, RuntimeError) as exc:
+            raise SandboxError(f"could not prepare the user's cgroup: {exc}") from exc
 
     async def start(self) -> None:
         """Prepare (stage files, check the engine, remove leftovers of a previous run)."""
@@ -100,6 +110,8 @@ class SandboxBackend(abc.ABC):
 
     async def close(self) -> None:
         """Release backend resources (sandboxes are closed by the pool)."""
+        if self.cgroups is not None:
+            self.cgroups.close()
 
 
 class SandboxPool:

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from zcbot_executor.config import ExecutorConfig
-from zcbot_executor.sandbox import policy
+from zcbot_executor.sandbox import cgroups, policy
 from zcbot_executor.sandbox.base import BackgroundSpec, Sandbox, SandboxBackend, SandboxError
-from zcbot_executor.sandbox.launch import kill_detached, launch_detached
+from zcbot_executor.sandbox.launch import kill_background_tree, launch_detached
 from zcbot_executor.sandbox.runner_conn import WarmSandbox
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,10 @@ class BwrapBackend(SandboxBackend):
         self.stage = await asyncio.to_thread(policy.stage_runner, self.config.state_dir)
         self.python_dirs = await asyncio.to_thread(policy.python_dirs, self.config.python)
         await self._self_check()
+        try:
+            self.cgroups = await asyncio.to_thread(cgroups.for_config, self.config)
+        except cgroups.CgroupError as exc:
+            raise SandboxError(str(exc)) from exc
         log.info("bwrap backend ready", extra={"bwrap": self.bwrap, "python_dirs": self.python_dirs,
                                                "drops_privileges": self.config.drops_privileges})
 
@@ -164,7 +168,8 @@ class BwrapBackend(SandboxBackend):
         read_fd = args_pipe(argv[1:split])
         try:  # options through a pipe: the sandbox's pid 1 shows `bwrap --args N -- cmd`, not host paths
             box = await WarmSandbox.spawn(user_id, user_root, [argv[0], "--args", str(read_fd), *argv[split:]],
-                                          self.env, "bwrap", pass_fds=(read_fd,))
+                                          self.env, "bwrap", pass_fds=(read_fd,),
+                                          cgroup_procs=self.cgroup_procs(user_id, cgroups.RUNNER_LEAF))
         finally:
             os.close(read_fd)
         log.info("sandbox started", extra={"user_id": user_id, "pid": box.pid, "backend": self.name})
@@ -173,10 +178,10 @@ class BwrapBackend(SandboxBackend):
     async def start_background(self, spec: BackgroundSpec) -> dict[str, Any]:
         cfg = self.runner_config(sweep=False)
         argv = self.argv(spec.user_root, self.runner_command("proc", cfg, spec.proc_dir_virtual), die_with_parent=False)
-        return await launch_detached(argv, self.env, args_fd=True)
+        return await launch_detached(argv, self.env, args_fd=True, cgroup_procs=self.cgroup_procs(spec.user_id, spec.proc_id))
 
     async def kill_background(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:
-        return await asyncio.to_thread(kill_detached, private, self.bwrap or "")
+        return await asyncio.to_thread(kill_background_tree, self, spec, private, self.bwrap or "")
 
 
 def args_pipe(args: list[str]) -> int:

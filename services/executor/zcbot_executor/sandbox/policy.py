@@ -103,14 +103,13 @@ def runner_command(python: str, folder: str, mode: str, config_json: str, arg: s
                    drop: tuple[int, int] | None = None) -> list[str]:
     """The runner's command line. `-I` keeps every user-writable folder off `sys.path` (no '' for
     the cwd, no PYTHON* variables, no user site) and `-S` skips site-packages and `.pth` files; the
-    only folder added is the read-only runner mount. With `drop`, the privilege drop is the first
-    statement, before any module is loaded from a search path (see sandbox_init.py). `-c` imports
+    only folder added is the read-only runner mount. The first statement closes inherited fds and, with `drop`,
+    drops privileges, before any module is loaded from a search path (see sandbox_init.py). `-c` imports
     tool_runner as a module so its compiled bytecode (staged next to it) is used: a cold sandbox
     then compiles nothing."""
-    code = f"import sys; sys.path.insert(0, {folder!r}); "
-    if drop is not None:
-        code += f"import sandbox_init; sandbox_init.drop_early({int(drop[0])}, {int(drop[1])}); "
-    code += "import tool_runner; sys.exit(tool_runner.main(sys.argv))"
+    ids = f"{int(drop[0])}, {int(drop[1])}" if drop is not None else ""
+    code = (f"import sys; sys.path.insert(0, {folder!r}); import sandbox_init; sandbox_init.early({ids}); "
+            "import tool_runner; sys.exit(tool_runner.main(sys.argv))")
     return [python, "-I", "-S", "-B", "-c", code, mode, config_json] + ([arg] if arg else [])
 
 

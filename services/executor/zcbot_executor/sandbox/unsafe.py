@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from zcbot_executor.config import ExecutorConfig
-from zcbot_executor.sandbox import policy
+from zcbot_executor.sandbox import cgroups, policy
 from zcbot_executor.sandbox.base import BackgroundSpec, Sandbox, SandboxBackend
-from zcbot_executor.sandbox.launch import kill_detached, launch_detached
+from zcbot_executor.sandbox.launch import kill_background_tree, launch_detached
 from zcbot_executor.sandbox.runner_conn import WarmSandbox
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ class UnsafeBackend(SandboxBackend):
         log.warning(WARNING)
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         self.stage = await asyncio.to_thread(policy.stage_runner, self.config.state_dir)
+        self.cgroups = await asyncio.to_thread(cgroups.for_config, self.config)
 
     def _config(self, user_root: Path) -> dict[str, Any]:
         tmp = policy.make_dirs_owned(user_root, ".zcbot_tmp", None)
@@ -58,11 +59,13 @@ class UnsafeBackend(SandboxBackend):
 
     async def open(self, user_id: str, user_root: Path) -> Sandbox:
         log.warning("starting an UNSANDBOXED tool runner", extra={"user_id": user_id})
-        return await WarmSandbox.spawn(user_id, user_root, self._cmd("serve", user_root), self._env(user_root), "unsafe")
+        return await WarmSandbox.spawn(user_id, user_root, self._cmd("serve", user_root), self._env(user_root), "unsafe",
+                                       cgroup_procs=self.cgroup_procs(user_id, cgroups.RUNNER_LEAF))
 
     async def start_background(self, spec: BackgroundSpec) -> dict[str, Any]:
         real_dir = str(spec.user_root) + spec.proc_dir_virtual[len(policy.WORKSPACE):]
-        return await launch_detached(self._cmd("proc", spec.user_root, real_dir), self._env(spec.user_root))
+        return await launch_detached(self._cmd("proc", spec.user_root, real_dir), self._env(spec.user_root),
+                                     cgroup_procs=self.cgroup_procs(spec.user_id, spec.proc_id))
 
     async def kill_background(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:
-        return await asyncio.to_thread(kill_detached, private, os.path.realpath(self.config.python))
+        return await asyncio.to_thread(kill_background_tree, self, spec, private, os.path.realpath(self.config.python))

@@ -27,7 +27,8 @@ from zcbot_core.config import Settings
 from zcbot_core.db.models import Task
 from zcbot_core.folders import lock_user_folders, nested_working_dir
 
-from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep, check_model_profile
+from zcbot_core.tools.executor_client import stop_background
+from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep, check_model_profile
 from zcbot_gateway.schemas import (
     ACTIVE_RUN_STATUSES,
     TASK_STATUSES,
@@ -303,14 +304,16 @@ async def patch_task(
 
 
 @router.delete("/tasks/{task_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_task(task_id: str, user: CurrentUser, session: SessionDep) -> Response:
-    """Soft delete (the folder and its files stay). 409 while a run is active."""
+async def delete_task(task_id: str, user: CurrentUser, session: SessionDep, rt: RuntimeDep) -> Response:
+    """Soft delete (the folder and its files stay). 409 while a run is active. The task's background
+    processes are killed (except keep=true ones)."""
     task = await get_user_task(session, user, task_id, for_update=True)
     require_web_task(task)
     if task.run_status in ACTIVE_RUN_STATUSES:
         raise conflict(f"task has an active run ({task.run_status}); cancel it first")
     task.deleted_at = func.now()
     await session.commit()
+    await stop_background(rt.nc, rt.topo, user, task_id, "task deleted")
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
