@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -92,12 +93,11 @@ def test_v2_join_and_kill_a_stopped_process_on_the_real_hierarchy(tmp_path: Path
     tree = cgroups._Tree(base, (), "memory.events", True)  # no limits: no controller is needed
     found = cgroups.UserCgroups([tree], tmp_path)
     try:
-        fds = cgroups.join_fds(found.prepare("u1", "p1"))
-        try:
-            child = subprocess.Popen(["sleep", "4260"], preexec_fn=lambda: cgroups.join_in_child(fds))
-        finally:
-            for fd in fds:
-                os.close(fd)
+        child = subprocess.Popen(cgroups.join_argv(found.prepare("u1", "p1"), ["/bin/sleep", "4260"]))
+        deadline = time.monotonic() + 5
+        while "sleep" not in Path(f"/proc/{child.pid}/cmdline").read_text():  # exec'd after joining
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         assert found.pids("u1", "p1") == {child.pid}
         os.kill(child.pid, signal.SIGSTOP)  # stopped: it can react to nothing
         assert found.kill("u1", "p1") is True
@@ -106,4 +106,4 @@ def test_v2_join_and_kill_a_stopped_process_on_the_real_hierarchy(tmp_path: Path
     finally:
         found.close()
         base.rmdir()
-    assert not any(p.info["cmdline"] == ["sleep", "4260"] for p in psutil.process_iter(["cmdline"]))
+    assert not any(p.info["cmdline"] == ["/bin/sleep", "4260"] for p in psutil.process_iter(["cmdline"]))

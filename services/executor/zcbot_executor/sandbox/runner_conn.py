@@ -9,12 +9,10 @@ the runner is stuck (say, a pathological regex in grep): the sandbox is killed a
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -44,18 +42,14 @@ class WarmSandbox(Sandbox):
     async def spawn(cls, user_id: str, user_root: Path, argv: list[str], env: dict[str, str], label: str,
                     pass_fds: tuple[int, ...] = (), cgroup_procs: list[str] | None = None) -> "WarmSandbox":
         """`cgroup_procs`: the child joins these cgroups before it execs (no fork escapes them)."""
-        fds = cgroups.join_fds(cgroup_procs) if cgroup_procs else []
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                *cgroups.join_argv(cgroup_procs or [], argv), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 env=env, start_new_session=True, limit=MAX_LINE, pass_fds=pass_fds,
-                preexec_fn=functools.partial(cgroups.join_in_child, fds) if fds else None,
             )
-        except (OSError, subprocess.SubprocessError) as exc:
+        except OSError as exc:
             raise SandboxError(f"could not start the {label} sandbox: {exc}") from exc
-        finally:
-            for fd in fds:
-                os.close(fd)
         return cls(user_id, user_root, proc, label)
 
     @property
