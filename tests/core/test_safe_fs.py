@@ -3,8 +3,11 @@ refusing symlinks anywhere on the way and never touching anything outside the ro
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,8 +48,25 @@ def _outside_unchanged(outside: Path) -> None:
     assert (outside / "secret").read_text() == "SECRET"
 
 
-def test_openat2_available_here() -> None:
+def test_openat2_available_here(tmp_path: Path) -> None:
     assert resolve.SYS_OPENAT2 == 437 and resolve.USE_OPENAT2
+    (tmp_path / "l").symlink_to(tmp_path)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for rel, code in (("/etc", errno.EXDEV), ("l", errno.ELOOP), ("nope", errno.ENOENT)):
+            with pytest.raises(OSError) as info:
+                resolve.openat2(fd, rel, os.O_RDONLY)
+            assert info.value.errno == code, rel
+    finally:
+        os.close(fd)
+
+
+def test_fallback_is_forced_by_the_environment() -> None:
+    code = "from zcbot_core.safe_fs import resolve; print(resolve.USE_OPENAT2)"
+    for value, expected in (("1", "False"), ("", "True")):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ZCBOT_SAFE_FS_FALLBACK": value},
+                             capture_output=True, text=True, timeout=60, check=True)
+        assert out.stdout.strip() == expected
 
 
 READ_REFUSALS = [
