@@ -47,12 +47,13 @@ FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="zcbot" \
       org.opencontainers.image.description="zcbot services: gateway, runner, executor, scheduler, channels"
 
-# CLI tools the agent's shell tool expects inside a bwrap sandbox (which sees this filesystem).
+# CLI tools the agent's shell tool expects inside a bwrap sandbox (which sees this filesystem), and
+# tini: PID 1 of the executor container, reaping orphaned sandbox processes (deploy/k8s executor).
 # Versions follow the base image's Debian release; pin the base image by digest to freeze them.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-        file git jq less procps ripgrep unzip xz-utils zip \
+        file git jq less procps ripgrep tini unzip xz-utils zip \
     && rm -rf /var/lib/apt/lists/*
 
 RUN groupadd --system --gid 10001 zcbot \

@@ -143,6 +143,10 @@ def test_up_starts_all_restarts_a_crash_and_stops_without_orphans(os_tmp_dir: Pa
         assert stored["JWT_SECRET"] not in text
         assert seen["ZCBOT_DB_URL"].endswith("/zcbot") and seen["ZCBOT_NATS_URL"].startswith("nats://127.0.0.1:")
         assert seen["ZCBOT_HOME"] == str(home.resolve())
+        # ... but not to the executor (root, beside the sandboxes): no secret, no database credentials.
+        executor_env = _env_seen(state, "executor")
+        assert all(executor_env.get(k) is None for k in ("JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY"))
+        assert stored["JWT_SECRET"] not in json.dumps(executor_env) and ".invalid/" in executor_env["ZCBOT_DB_URL"]
         # The admin exists in the stack's database.
         with psycopg.connect(seen["ZCBOT_DB_URL"]) as conn:
             assert conn.execute("select role from users where email = 'admin@localhost'").fetchone() == ("admin",)

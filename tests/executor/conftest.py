@@ -187,7 +187,7 @@ class ExecutorProcess:
             "ZCBOT_NATS_URL": url, "ZCBOT_DB_URL": "postgresql+psycopg://unused@127.0.0.1:1/unused",
             "ZCBOT_BUS_PREFIX": topo.prefix, "ZCBOT_HOME": str(root / "home"), "ZCBOT_STORAGE_ROOT": str(root / "users"),
             "ZCBOT_EXECUTOR_HOST": host, "ZCBOT_EXECUTOR_PORT": str(free_port()), "ZCBOT_SANDBOX": "bwrap",
-            "JWT_SECRET": secrets.token_hex(32), "PLATFORM_KEY": secrets.token_hex(32), "PYTHONUNBUFFERED": "1",
+            "PYTHONUNBUFFERED": "1",  # no JWT_SECRET / PLATFORM_KEY: the executor starts without them
             **extra_env,
         })
         self.env = env

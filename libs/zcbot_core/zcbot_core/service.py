@@ -143,10 +143,17 @@ async def run_service(
     port: int,
     use_db: bool = True,
     extra_app: Callable[[FastAPI, Runtime], Awaitable[None] | None] | None = None,
+    needs_secrets: bool = True,
 ) -> None:
-    """Run a non-HTTP service until SIGTERM/SIGINT, then drain within the grace period."""
+    """Run a non-HTTP service until SIGTERM/SIGINT, then drain within the grace period.
+    `needs_secrets=False`: a service that never signs or checks a token (the executor) starts
+    without JWT_SECRET/PLATFORM_KEY, so they need not be in its environment at all."""
     setup_logging(name, settings.zcbot_log_level)
-    settings.require_secrets()
+    if needs_secrets:
+        settings.require_secrets()
+    from zcbot_core.llm.profiles import check_profiles
+
+    check_profiles(settings)  # an invalid model profile file: refuse to start, naming file, line and key
     rt = await open_runtime(name, settings, use_db=use_db)
     app = FastAPI(title=f"zcbot {name}", docs_url=None, redoc_url=None, openapi_url=None)
     health_routes(app, lambda: rt)

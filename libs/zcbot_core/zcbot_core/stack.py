@@ -169,6 +169,20 @@ class Printer:
 
 
 # ---- ports, secrets, admin ------------------------------------------------------------------
+# The executor (root, next to the sandboxes) never signs or checks a token nor opens the database:
+# it is started without the secrets and with a database URL that names nothing (as in deploy/).
+EXECUTOR_WITHOUT = ("JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY")
+EXECUTOR_DB_URL = "postgresql://no-database@executor.invalid/none"
+
+
+def service_env(name: str, env: dict[str, str]) -> dict[str, str]:
+    """A child service's environment: the stack's, less what that service must not hold."""
+    if name != "executor":
+        return env
+    out = {k: v for k, v in env.items() if k not in EXECUTOR_WITHOUT}
+    out["ZCBOT_DB_URL"] = EXECUTOR_DB_URL
+    return out
+
 
 
 def choose_port(home: Path, key: str, default: int) -> int:
@@ -420,7 +434,7 @@ class Stack:
         cmd = self.service_cmd(svc.name)
         svc.proc = subprocess.Popen(
             cmd,
-            env=self.env,
+            env=service_env(svc.name, self.env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

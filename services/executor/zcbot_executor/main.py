@@ -10,7 +10,7 @@ from zcbot_executor.service import ExecutorService
 def main() -> None:
     settings = get_settings()
     main_entry(lambda: run_service("executor", settings, lambda: ExecutorService(settings),
-                                   port=settings.zcbot_executor_port, use_db=False))
+                                   port=settings.zcbot_executor_port, use_db=False, needs_secrets=False))
 
 
 if __name__ == "__main__":
