@@ -92,10 +92,11 @@ def test_v2_join_and_kill_a_stopped_process_on_the_real_hierarchy(tmp_path: Path
     base.mkdir()
     tree = cgroups._Tree(base, (), "memory.events", True)  # no limits: no controller is needed
     found = cgroups.UserCgroups([tree], tmp_path)
+    child = None
     try:
         child = subprocess.Popen(cgroups.join_argv(found.prepare("u1", "p1"), ["/bin/sleep", "4260"]))
         deadline = time.monotonic() + 5
-        while "sleep" not in Path(f"/proc/{child.pid}/cmdline").read_text():  # exec'd after joining
+        while not Path(f"/proc/{child.pid}/cmdline").read_text().startswith("/bin/sleep"):  # exec'd: joined
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert found.pids("u1", "p1") == {child.pid}
@@ -104,6 +105,9 @@ def test_v2_join_and_kill_a_stopped_process_on_the_real_hierarchy(tmp_path: Path
         assert child.wait(5) == -signal.SIGKILL
         assert found.pids("u1") == set()
     finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait(5)
         found.close()
         base.rmdir()
     assert not any(p.info["cmdline"] == ["/bin/sleep", "4260"] for p in psutil.process_iter(["cmdline"]))

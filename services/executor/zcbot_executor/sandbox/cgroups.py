@@ -219,8 +219,10 @@ def _v2_trees(root: Path, own: str, memory_mb: int, max_pids: int) -> list[_Tree
     except CgroupError:
         # "no internal processes": the executor sits in its cgroup (a container's root); move it into
         # a leaf of its own so the controllers can be delegated to the zcbot folder beside it.
+        # Everything in it moves (a container's init too): the whole folder is this container's.
         (parent / "executor").mkdir(exist_ok=True)
-        _write(parent / "executor" / "cgroup.procs", str(os.getpid()))
+        for pid in sorted(_read_pids(parent / "cgroup.procs")):
+            _write(parent / "executor" / "cgroup.procs", str(pid), optional=True)
         _write(parent / "cgroup.subtree_control", "+memory +pids")
     base.mkdir(exist_ok=True)
     _write(base / "cgroup.subtree_control", "+memory +pids")
