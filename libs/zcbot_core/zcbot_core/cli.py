@@ -18,8 +18,10 @@ def _cmd_service(name: str) -> int:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    from zcbot_core.llm.profiles import check_profiles
     from zcbot_core.stack import up
 
+    check_profiles(get_settings())  # before any service starts (each would refuse, and be restarted)
     return up(only=args.only)
 
 

@@ -15,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from zcbot_core.config import ConfigError, get_settings
+from zcbot_core.llm.profiles import check_profiles
 from zcbot_core.logs import setup_logging
 from zcbot_core.service import own_process_heap
 
@@ -42,6 +43,7 @@ def main() -> None:
     try:
         settings.require_secrets()
         settings.require_urls()
+        check_profiles(settings)  # an invalid model profile file: refuse to start, naming it
     except ConfigError as exc:
         raise SystemExit(f"zcbot gateway: {exc}") from None
     setup_logging("gateway", settings.zcbot_log_level)
