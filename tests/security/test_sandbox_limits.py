@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.executor.conftest import Stack as ExecutorStack
 
 FORK_25 = """
@@ -28,6 +30,7 @@ for pid in kids:
 HOLD = "python3 -c \"b = b'x' * ({mb} * 1024 * 1024); import time; time.sleep({secs})\""
 
 
+@pytest.mark.heavy  # ~4 GB allocated and an OOM kill: 5-12 s on 2 busy cores
 async def test_memory_total_across_processes_is_enforced_and_reported(exec_stack: ExecutorStack) -> None:
     svc = await exec_stack.executor("h1", user_memory_mb=2048)
     assert svc.backend.cgroups is not None, "this machine has writable cgroups: the limit must be on"

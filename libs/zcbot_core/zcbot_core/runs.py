@@ -24,6 +24,7 @@ from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core import run_sql as sql
 from zcbot_core.run_sql import ACTIVE_STATUSES
+from zcbot_core.tools.executor_client import stop_background
 
 Multitask = Literal["reject", "enqueue", "interrupt"]
 MAX_PENDING_INPUTS = 20
@@ -170,6 +171,9 @@ async def request_cancel(
         await session.execute(sql.MARK_CANCELLING, {"cancel_task": task_id})
         run_id = task.run_id
     await signal_cancel(nc, js, topo, task_id, run_id, reason)
+    # The run's background processes go with it (every cancel path: user, scheduler timeout), except
+    # keep=true ones (docs/security.md, Layer 3).
+    await stop_background(nc, topo, user_id, task_id, "run cancelled")
     return run_id
 
 

@@ -12,7 +12,6 @@ from sqlalchemy import and_, bindparam, select
 
 from zcbot_core import runs, submit
 from zcbot_core.db.models import Message, Task, User
-from zcbot_core.tools.executor_client import stop_background
 
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
 from zcbot_gateway.routes.tasks import TASK_NOT_FOUND, check_task_id, get_user_task
@@ -161,7 +160,6 @@ async def cancel_run(task_id: str, user_id: CurrentUser, rt: RuntimeDep) -> dict
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail="task not found") from None
     except runs.NothingToCancel as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
-    await stop_background(rt.nc, rt.topo, user_id, task_id, "run cancelled")  # keep=true ones stay
     return {"task_id": task_id, "run_id": run_id, "status": "cancelling"}
 
 
