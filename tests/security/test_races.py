@@ -99,6 +99,13 @@ async def test_skill_read_and_save(resolver: str, host: Path) -> None:
         for _ in range(N // 5):
             outputs.append((await tools.save_skill({"name": "mine", "content": SKILL_MD})).output)
             outputs.append(str([s.body for s in registry_for_user(root).list()]))
+    with flipping(root / ".skills", canary.folder):  # forks: staged and renamed inside `.skills`
+        forks = [(await tools.fork_skill({"name": "mine", "new_name": f"copy{i}"})).output for i in range(N // 10)]
+    outputs += forks
+    # Refused (a link on the way, or `mine` missing from a registry reloaded mid-flip) or done.
+    assert all(f.startswith("forked") or "symlink" in f or "no skill named" in f for f in forks), forks[:3]
+    tools.registry.reload()
+    assert (await tools.fork_skill({"name": "mine", "new_name": "calm"})).output.startswith("forked")
     assert not [o for o in outputs if leaked(o)]
     assert any(o == "mine" for o in outputs) and any("symlink" in o for o in outputs), "no race happened"
     assert flip.flips > N
