@@ -7,16 +7,27 @@ same way), and prints a table:
     claim | profile says | observed | verdict (OK / MISMATCH / ERROR / SKIPPED)
 
 - `basic_chat`: a one-line answer comes back.
+- `tool_round_trip`: call -> result -> answer, the way a run does it (the request built by the same
+  `agent.context.prepare_messages`, reasoning passed back as the runner passes it): the model must
+  call `get_weather`, and its answer after the tool result must quote the result's code. A provider
+  that refuses the second request (DeepSeek's thinking-mode `reasoning_content` rule) is an ERROR
+  here rather than in every real run.
 - `parallel_tools`: the model is asked for two independent tool calls in one turn; a profile with
   `parallel_tools: true` must get both in one reply, one with `false` should get one (two is a
-  mismatch too: the profile could switch the feature on).
+  mismatch too: the profile could switch the feature on). The calls must be the two asked for:
+  `get_weather` with a city naming Paris and `get_local_time` with timezone Asia/Tokyo, arguments
+  valid JSON (two merged or garbled calls are not parallel tool support).
 - `thinking`: `reasoning_content` is (or is not) present in a reply to a small reasoning question.
 - `long_context` (only with `--long-context`; it costs ~`reliable_context` input tokens): a needle
-  in the middle of a prompt filled to ~90% of `reliable_context` must be found.
+  in the middle of a prompt filled to ~90% of `reliable_context` must be found. A context-length
+  refusal (OpenAI's "maximum context length", vLLM's "longer than the maximum model length",
+  DeepSeek's) is a MISMATCH: the profile claims more than the endpoint takes.
 
-Exit status: 0 when every checked claim is OK; 1 when any is a MISMATCH or could not be checked
-(ERROR) — an unverified claim is not a pass. A missing API key is a configuration error (status 2,
-from the CLI). Explicit only: nothing on the start-up path calls this module.
+Exit status (`zcbot probe`):
+  0  every checked claim is OK (SKIPPED claims were not checked);
+  1  a claim is a MISMATCH, or could not be checked (ERROR) — an unverified claim is not a pass;
+  2  configuration error before any call: unknown or invalid profile (file:line: key), missing API key.
+Explicit only: nothing on the start-up path calls this module.
 
 Each prompt carries a `[probe:<claim>]` key so the fake LLM can script the replies in tests.
 """
@@ -30,11 +41,17 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from zcbot_core.agent.context import prepare_messages
 from zcbot_core.llm.client import LlmCallError, LlmResult, stream_chat
 from zcbot_core.llm.profiles import Profile
 
 OK, MISMATCH, ERROR, SKIPPED = "OK", "MISMATCH", "ERROR", "SKIPPED"
 LONG_CONTEXT_FILL = 0.9
+# How providers say a prompt is over the model's limit: OpenAI and DeepSeek ("This model's maximum
+# context length is N tokens", code context_length_exceeded), vLLM ("... is longer than the maximum
+# model length of N"), Anthropic ("prompt is too long"), others ("too many tokens", "context window").
+CONTEXT_LENGTH_ERRORS = ("context length", "context_length", "too long", "maximum context", "too many tokens",
+                         "maximum model length", "max_model_len", "context window", "reduce the length")
 
 PROBE_TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -49,6 +66,10 @@ BASIC_PROMPT = "[probe:basic_chat] Reply with the single word PONG and nothing e
 PARALLEL_PROMPT = ("[probe:parallel_tools] I need two independent facts: the current weather in Paris (get_weather) "
                    "and the current local time in Asia/Tokyo (get_local_time). Neither depends on the other, so "
                    "call both tools now, together in this one reply, before saying anything.")
+ROUND_TRIP_PROMPT = ("[probe:tool_round_trip] What is the weather in Paris right now? Use get_weather, then "
+                     "answer in one sentence and quote the report code it returns.")
+ROUND_TRIP_RESULT = "Paris: 17 °C, light rain. Report code {code}."
+ROUND_TRIP_CODE = "WX-58213"  # only in the tool result: an answer quoting it has read the result
 THINKING_PROMPT = ("[probe:thinking] A bat and a ball cost 1.10 dollars in total. The bat costs 1.00 dollar more "
                    "than the ball. How much does the ball cost? Think it through, then answer with the amount only.")
 LONG_PROMPT = ("[probe:long_context] Somewhere in the archive above there is a line with the vault passcode. "
@@ -85,7 +106,9 @@ async def _ignore(_: str) -> None:
 async def _call(profile: Profile, prompt: str | list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                 report: ProbeReport, timeout: float) -> LlmResult:
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    result = await asyncio.wait_for(stream_chat(profile, messages, tools, _ignore, _ignore, timeout=timeout), timeout)
+    # shaped as the runner shapes a run's history (reasoning kept, or filled in, where it must be)
+    result = await asyncio.wait_for(stream_chat(profile, prepare_messages(messages, profile), tools, _ignore, _ignore,
+                                                timeout=timeout), timeout)
     report.cost_usd += result.cost_usd
     return result
 
@@ -123,12 +146,73 @@ async def probe_parallel_tools(profile: Profile, report: ProbeReport, timeout: f
     observed = f"{len(calls)} tool call{'s' if len(calls) != 1 else ''} in one turn" + (f" ({names})" if names else "")
     if not calls:
         return ProbeRow("parallel_tools", says, observed, MISMATCH, "no tool call at all: tools may be unsupported")
+    wrong = _wrong_calls(calls)
+    if wrong:
+        return ProbeRow("parallel_tools", says, observed, MISMATCH, wrong)
     parallel = len(calls) >= 2
     if parallel == profile.parallel_tools:
         return ProbeRow("parallel_tools", says, observed, OK)
     detail = ("the model made one call where two were independent: set parallel_tools: false"
               if profile.parallel_tools else "the model made parallel calls: parallel_tools: true would fit")
     return ProbeRow("parallel_tools", says, observed, MISMATCH, detail)
+
+
+EXPECTED_ARGS = {"get_weather": ("city", lambda v: "paris" in v.lower()),
+                 "get_local_time": ("timezone", lambda v: v.strip() == "Asia/Tokyo")}
+
+
+def _wrong_calls(calls: list[dict[str, Any]]) -> str:
+    """Why the calls are not the ones asked for ("" when they are)."""
+    problems = []
+    for call in calls:
+        name, raw = call["function"]["name"], call["function"].get("arguments") or ""
+        if name not in EXPECTED_ARGS:
+            problems.append(f"unexpected tool {name!r}")
+            continue
+        try:
+            args = json.loads(raw)
+        except ValueError:
+            problems.append(f"{name}: arguments are not valid JSON ({raw[:60]!r})")
+            continue
+        key, fits = EXPECTED_ARGS[name]
+        value = args.get(key) if isinstance(args, dict) else None
+        if not isinstance(value, str) or not fits(value):
+            problems.append(f"{name}: {key} is {value!r}")
+    seen = [c["function"]["name"] for c in calls]
+    if len(calls) >= 2 and sorted(seen) != sorted(EXPECTED_ARGS):
+        problems.append(f"expected one call of each tool, got {', '.join(seen)}")
+    return "; ".join(problems)
+
+
+async def probe_tool_round_trip(profile: Profile, report: ProbeReport, timeout: float,
+                                code: str | None = None) -> ProbeRow:
+    says = "yes"
+    code = code or ROUND_TRIP_CODE
+    history: list[dict[str, Any]] = [{"role": "user", "content": ROUND_TRIP_PROMPT}]
+    try:
+        first = await _call(profile, history, PROBE_TOOLS[:1], report, timeout)
+    except (LlmCallError, TimeoutError) as exc:
+        return _error_row("tool_round_trip", says, exc)
+    calls = first.message.get("tool_calls") or []
+    if not calls:
+        return ProbeRow("tool_round_trip", says, "answered without calling the tool", MISMATCH,
+                        "the model did not call get_weather: tools may be unsupported")
+    history.append(first.message)
+    history += [{"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"],
+                 "content": ROUND_TRIP_RESULT.format(code=code)} for c in calls]
+    try:
+        second = await _call(profile, history, PROBE_TOOLS[:1], report, timeout)
+    except (LlmCallError, TimeoutError) as exc:
+        row = _error_row("tool_round_trip", says, exc)
+        row.observed = "the request after the tool result failed"
+        return row
+    answer = str(second.message.get("content") or "")
+    if code in answer:
+        return ProbeRow("tool_round_trip", says, "call -> result -> answer quoting the result", OK)
+    if second.message.get("tool_calls"):
+        return ProbeRow("tool_round_trip", says, "called a tool again instead of answering", MISMATCH)
+    return ProbeRow("tool_round_trip", says, "the answer ignored the tool result", MISMATCH,
+                    f"answer: {answer.strip()[:80]!r}")
 
 
 async def probe_thinking(profile: Profile, report: ProbeReport, timeout: float) -> ProbeRow:
@@ -162,7 +246,7 @@ async def probe_long_context(profile: Profile, report: ProbeReport, timeout: flo
         result = await _call(profile, long_context_prompt(target, needle), None, report, timeout * 3)
     except (LlmCallError, TimeoutError) as exc:
         text = str(exc).lower()
-        if any(k in text for k in ("context length", "context_length", "too long", "maximum context", "too many tokens")):
+        if any(k in text for k in CONTEXT_LENGTH_ERRORS):
             return ProbeRow("long_context", says, f"~{target} tokens rejected", MISMATCH, str(exc)[:300])
         return _error_row("long_context", says, exc)
     answer = str(result.message.get("content") or "")
@@ -174,10 +258,11 @@ async def probe_long_context(profile: Profile, report: ProbeReport, timeout: flo
 
 
 async def run_probe(profile: Profile, *, long_context: bool = False, timeout: float = 120.0,
-                    needle: str | None = None) -> ProbeReport:
+                    needle: str | None = None, round_trip_code: str | None = None) -> ProbeReport:
     """Check every claim of `profile` (sequentially: a rate-limited key should not fail the probe)."""
     report = ProbeReport(profile=profile.name, model=profile.model)
     report.rows.append(await probe_basic_chat(profile, report, timeout))
+    report.rows.append(await probe_tool_round_trip(profile, report, timeout, round_trip_code))
     report.rows.append(await probe_parallel_tools(profile, report, timeout))
     report.rows.append(await probe_thinking(profile, report, timeout))
     if long_context:
