@@ -143,3 +143,23 @@ async def test_a_failure_after_output_is_not_retried(stack: Stack) -> None:
     events = await run_events(stack, token, task_id, "KEY-broken go", status="error")
     assert not [w for w in of(events, "warn") if "retrying" in w["msg"]]
     assert len([r for r in stack.fake.requests if "KEY-broken" in str(r["messages"])]) == 1
+
+
+async def test_anthropic_thinking_blocks_go_back_signed(stack: Stack) -> None:
+    """Anthropic through LiteLLM in a tool loop: the reply's thinking block (text and signature) is
+    sent back on the assistant tool-use message of the next request, as Anthropic requires; cache
+    reads are counted."""
+    add_profile(stack, "claude-t", model="anthropic/claude-sonnet-4-5", api_base=stack.fake.root_url, thinking=True)
+    stack.fake.script("KEY-claude", [{"raw": recorded("anthropic_thinking_tool_use")},
+                                     {"raw": recorded("anthropic_text_end_turn")}])
+    token, task_id = await new_task(stack, "clara", "claude-t")
+    events = await run_events(stack, token, task_id, "KEY-claude weather in SF?")
+    assert "foggy in San Francisco" in "".join(d["delta"] for d in of(events, "text"))
+    assert [e["cached_tokens"] for e in of(events, "llm_end")] == [2048, 2048]
+    second = [r for r in stack.fake.requests if "KEY-claude" in str(r["messages"])][1]
+    assistant = next(m for m in second["messages"] if m["role"] == "assistant")
+    blocks = assistant["content"]
+    thinking = next(b for b in blocks if b["type"] == "thinking")
+    assert thinking["signature"] == "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
+    assert thinking["thinking"] == "I need the weather in San Francisco, so I call get_weather."
+    assert [b["type"] for b in blocks].index("thinking") < [b["type"] for b in blocks].index("tool_use")
