@@ -49,9 +49,16 @@ def test_launch_returns_at_once_under_uvloop_and_leaks_no_fd() -> None:
     finally:
         assert kill_detached(private, "sleep")
     deadline = time.monotonic() + 3
-    while psutil.pid_exists(private["pid"]) and psutil.Process(private["pid"]).status() != psutil.STATUS_ZOMBIE:
+    while _running(private["pid"]):
         assert time.monotonic() < deadline, "the launched process survived its kill"
         time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 async def test_frozen_wrapper_does_not_outlive_its_time_limit(exec_stack: ExecutorStack) -> None:

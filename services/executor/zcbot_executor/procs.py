@@ -4,9 +4,10 @@ Each runs in a sandbox of its own, launched detached from the executor (see sand
 under a time limit (default 7200 s) with a capped log. State is files only, in
 `<user_root>/.zcbot_procs/<task_id>/<proc_id>/` (layout in proc_wrapper.py); `exit_code` appearing
 is the only terminal signal. A process is "running" while its wrapper's heartbeat is fresh, so any
-executor host can answer check_process. The launching host keeps the pid privately
-(`<state_dir>/procs/<proc_id>.json`) for a hard kill when the wrapper does not react to `kill`.
-A sweeper removes terminal proc folders older than the retention (7 days).
+executor host can answer check_process. Those files are the user's (forgeable): the launching host
+keeps its own record (`<state_dir>/procs/<proc_id>.json`) and enforces the time limit, kills and the
+cap from outside the process tree (bg_watch.py). A sweeper removes terminal proc folders older than
+the retention (7 days).
 """
 
 from __future__ import annotations
@@ -129,9 +130,6 @@ class ProcManager:
                         if stat.S_ISDIR(pst.st_mode) and _PROC_ID.match(proc)]
         except safe_fs.SafeFsError:
             return []
-
-    def running(self, user_root: Path) -> list[Path]:
-        return [p for p in self._user_procs(user_root) if proc_status(p)["status"] == "running"]
 
     def counted(self, user_id: str, user_root: Path) -> list[str]:
         """What counts against ZCBOT_MAX_BG_PROCS: this host's live processes (from the processes
