@@ -118,9 +118,9 @@ def classify(dirfd: int, rel: str, exc: OSError) -> OSError:
         for part in rel.split("/"):
             st = os.stat(part, dir_fd=cur, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
-                return OSError(errno.ELOOP, "a symlink is on the way", rel)
-            if not stat.S_ISDIR(st.st_mode):
                 break
+            if not stat.S_ISDIR(st.st_mode):
+                return exc  # a real file on the way
             nxt = os.open(part, DIR_FLAGS, dir_fd=cur)
             os.close(cur)
             cur = nxt
@@ -128,7 +128,8 @@ def classify(dirfd: int, rel: str, exc: OSError) -> OSError:
         pass
     finally:
         os.close(cur)
-    return exc
+    # A symlink now, or folders only: the path was a link when it was resolved (swapped back since).
+    return OSError(errno.ELOOP, "a symlink is on the way", rel)
 
 
 def renameat2(src_dfd: int, src: str, dst_dfd: int, dst: str, flags: int = 0) -> None:
