@@ -34,7 +34,7 @@ mkdir -p "$R/usr/bin" "$R/usr/lib" "$R/usr/lib64" "$R/usr/sbin"
 usr() { case "$1" in /bin/*|/lib/*|/sbin/*|/lib64/*) echo "/usr$1";; *) echo "$1";; esac; }
 copy() { for f in "$@"; do f=$(usr "$f"); [ -e "$f" ] || continue
   [ -d "$f" ] && continue; cp -an --parents "$f" "$R" 2>/dev/null; t=$(readlink -f "$f"); cp -an --parents "$t" "$R" 2>/dev/null; done; }
-bins=$(dpkg -L coreutils bash dash grep sed findutils procps 2>/dev/null | sort -u)
+bins=$(dpkg -L coreutils bash dash grep sed findutils procps mawk 2>/dev/null | sort -u)
 copy $bins /usr/bin/python3 /usr/bin/python3.11
 cp -a --parents /usr/lib/python3.11 "$R"
 [ -d /usr/lib/locale/C.utf8 ] && cp -a --parents /usr/lib/locale/C.utf8 "$R" 2>/dev/null  # LC_ALL=C.UTF-8 in the sandbox env
@@ -47,6 +47,7 @@ sos=$(find "$R/usr/lib/python3/dist-packages" "$R/usr/lib/python3.11/lib-dynload
 copy $(for f in $sos; do ldd "$f" 2>/dev/null; done | grep -o '/[^ ]*\.so[^ ]*' | sort -u) /lib64/ld-linux-x86-64.so.2
 cd "$R" && mkdir -p etc tmp workspace opt/zcbot usr/local/bin proc sys dev
 ln -sfn /usr/bin/python3.11 usr/local/bin/python3
+[ -e usr/bin/mawk ] && ln -sfn mawk usr/bin/awk
 printf 'root:x:0:0:root:/root:/bin/bash\nsandbox:x:10001:10001::/workspace:/bin/bash\n' >etc/passwd
 printf 'root:x:0:\nsandbox:x:10001:\n' >etc/group
 chown 10001:10001 workspace && chmod 1777 tmp && find . -type d -exec chmod a+rx {} +
