@@ -30,6 +30,7 @@ QUOTA_TICK_SECONDS = 0.2
 FORGET_AFTER_SECONDS = 900.0  # a user root is metered this long after its last call
 BLOCK = 4096
 EXEC_TOOLS = frozenset({"shell", "run_python"})
+WRITING_TOOLS = EXEC_TOOLS | {"write", "edit"}  # read, glob, grep, check_process cannot add a byte: no quota work
 
 
 @dataclass
@@ -60,12 +61,15 @@ class QuotaGuard:
     async def usage(self, user_id: str, user_root: Path) -> int:
         assert self.meter is not None
         self.last_seen[user_id] = time.monotonic()
+        tree = self.meter.trees.get(user_id)
+        if tree is not None and not tree.rescan:  # a few re-stats at most: no thread hop on the hot path
+            return self.meter.refresh(user_id)
         return await asyncio.to_thread(self.meter.track, user_id, user_root)
 
     # ---- before / after a call -----------------------------------------------------------------
     async def refusal(self, tool: str, args: dict[str, Any], user_id: str, user_root: Path, cwd_rel: str) -> str | None:
         """The quota error for a call that must not run, else None."""
-        if self.meter is None:
+        if self.meter is None or tool not in WRITING_TOOLS:
             return None
         used = await self.usage(user_id, user_root)
         if tool in EXEC_TOOLS and args.get("background") and used >= self.limit:
@@ -98,13 +102,13 @@ class QuotaGuard:
 
     def started(self, call_id: str, user_id: str, cancel: Any) -> None:
         """A call is about to run: the tick may kill it (through `cancel`) if it writes past the quota."""
-        if self.meter is not None:
+        if self.meter is not None and call_id not in self.running:
             tree = self.meter.trees.get(user_id)
             self.running[call_id] = _Running(user_id, tree.total if tree else 0, cancel)
 
     async def finished(self, call_id: str, tool: str, user_id: str, user_root: Path, result: ToolResult) -> ToolResult:
         run = self.running.pop(call_id, None)
-        if self.meter is None:
+        if self.meter is None or tool not in WRITING_TOOLS:
             return result
         used = await self.usage(user_id, user_root)
         grew = run is not None and used > run.started_usage
