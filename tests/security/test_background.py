@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import time
 
 import psutil
@@ -19,14 +20,21 @@ from tests.executor.conftest import wait_no_processes, wait_processes
 from tests.executor.test_procs import wait_status
 from zcbot_executor.sandbox.launch import kill_detached, launch_detached
 
+# Durations unique to this session (e.g. `sleep 4241.004711`): process checks match the exact command
+# line across the host, and other sessions may run this suite at the same time (another backend too).
+RUN = f"{secrets.randbelow(10**6):06d}"
 FREEZE = "kill -STOP $PPID; exec sleep {n}"  # stops the wrapper: no heartbeat, no limit, no kill file
 # Claims that every proc of the user has exited (its files are in the user's own, writable tree).
 FORGE = ("sleep 0.3; for p in /workspace/.zcbot_procs/*/*/; do echo 0 > ${{p}}exit_code; "
          "echo '{{\"reason\": \"exited\"}}' > ${{p}}end.json; done; exec sleep {n}")
 
 
-def _exact(n: int):  # noqa: ANN202
-    return lambda cmd: cmd == f"sleep {n}"
+def _n(base: int) -> str:
+    return f"{base}.{RUN}"
+
+
+def _exact(base: int):  # noqa: ANN202
+    return lambda cmd: cmd == f"sleep {_n(base)}"
 
 
 async def _start(s: ExecutorStack, command: str, **args) -> str:  # noqa: ANN003
@@ -38,7 +46,7 @@ async def _start(s: ExecutorStack, command: str, **args) -> str:  # noqa: ANN003
 def test_launch_returns_at_once_under_uvloop_and_leaks_no_fd() -> None:
     async def main() -> tuple[dict, float]:
         started = time.monotonic()
-        private = await launch_detached(["/bin/sleep", "4240"], {"PATH": "/usr/bin:/bin"})
+        private = await launch_detached(["/bin/sleep", _n(4240)], {"PATH": "/usr/bin:/bin"})
         return private, time.monotonic() - started
 
     private, took = uvloop.run(main())
@@ -63,7 +71,7 @@ def _running(pid: int) -> bool:
 
 async def test_frozen_wrapper_does_not_outlive_its_time_limit(exec_stack: ExecutorStack) -> None:
     await exec_stack.executor("h1")
-    proc_id = await _start(exec_stack, FREEZE.format(n=4241), timeout=1)
+    proc_id = await _start(exec_stack, FREEZE.format(n=_n(4241)), timeout=1)
     await wait_processes(_exact(4241))
     # the wrapper is stopped (T), so only the executor can enforce the limit (1 s + grace)
     assert await wait_no_processes(_exact(4241), timeout=8) == []
@@ -73,8 +81,8 @@ async def test_frozen_wrapper_does_not_outlive_its_time_limit(exec_stack: Execut
 
 async def test_kill_reaches_a_frozen_or_forged_process(exec_stack: ExecutorStack) -> None:
     await exec_stack.executor("h1")
-    frozen = await _start(exec_stack, FREEZE.format(n=4242))
-    forged = await _start(exec_stack, FORGE.format(n=4243))
+    frozen = await _start(exec_stack, FREEZE.format(n=_n(4242)))
+    forged = await _start(exec_stack, FORGE.format(n=_n(4243)))
     await wait_processes(_exact(4242))
     await wait_processes(_exact(4243))
     await asyncio.sleep(0.5)
@@ -86,15 +94,15 @@ async def test_kill_reaches_a_frozen_or_forged_process(exec_stack: ExecutorStack
 
 async def test_frozen_and_forged_processes_count_against_the_cap(exec_stack: ExecutorStack) -> None:
     await exec_stack.executor("h1", max_bg_procs=2)
-    first = await _start(exec_stack, FREEZE.format(n=4244))
-    await _start(exec_stack, FORGE.format(n=4245))
+    first = await _start(exec_stack, FREEZE.format(n=_n(4244)))
+    await _start(exec_stack, FORGE.format(n=_n(4245)))
     await wait_processes(_exact(4244))
     await wait_processes(_exact(4245))
     await asyncio.sleep(0.5)
     r = await exec_stack.call("shell", {"command": "true", "background": True})
     assert not r.ok and "too many background processes" in r.error and first in r.error, r
     await exec_stack.services[0][0].procs.stop_task("u1", "t1", "test cleanup")
-    assert await wait_no_processes(lambda c: c in ("sleep 4244", "sleep 4245"), timeout=3) == []
+    assert await wait_no_processes(lambda c: c in (f"sleep {_n(4244)}", f"sleep {_n(4245)}"), timeout=3) == []
     r = await exec_stack.call("shell", {"command": "true", "background": True})
     assert r.ok, r.error
 
@@ -119,14 +127,14 @@ def _kill_exact(n: int) -> None:
     """Clean up a keep=true process the test started (by its exact command, sandbox uid only)."""
     for p in psutil.process_iter():
         try:
-            if p.uids().real == 10001 and p.cmdline() == ["sleep", str(n)]:
+            if p.uids().real == 10001 and p.cmdline() == ["sleep", _n(n)]:
                 p.kill()
         except psutil.Error:
             continue
 
 
 async def test_task_deletion_kills_its_background_processes_unless_kept(stack: Stack) -> None:
-    stack.fake.script("KEY-bg-delete", _background_turns(FREEZE.format(n=4246), "exec sleep 4247"))
+    stack.fake.script("KEY-bg-delete", _background_turns(FREEZE.format(n=_n(4246)), f"exec sleep {_n(4247)}"))
     token = await stack.login("bgdel")
     task = await stack.create_task(token, "Jobs")
     await _run(stack, token, task["task_id"], "KEY-bg-delete")
@@ -137,7 +145,7 @@ async def test_task_deletion_kills_its_background_processes_unless_kept(stack: S
             assert (await c.delete(f"/v1/tasks/{task['task_id']}")).status_code == 204
         assert await wait_no_processes(_exact(4246), timeout=5) == []
         await asyncio.sleep(0.5)
-        assert await wait_no_processes(_exact(4247), timeout=0) == ["sleep 4247"]  # keep=true stays
+        assert await wait_no_processes(_exact(4247), timeout=0) == [f"sleep {_n(4247)}"]  # keep=true stays
     finally:
         _kill_exact(4247)
 
@@ -145,7 +153,7 @@ async def test_task_deletion_kills_its_background_processes_unless_kept(stack: S
 async def test_run_cancel_kills_the_runs_background_processes(stack: Stack) -> None:
     stack.fake.script("KEY-bg-cancel", [
         {"text": "Starting.", "tool_calls": [
-            {"name": "shell", "arguments": {"command": FREEZE.format(n=4248), "background": True}}]},
+            {"name": "shell", "arguments": {"command": FREEZE.format(n=_n(4248)), "background": True}}]},
         {"text": "Waiting.", "tool_calls": [{"name": "shell", "arguments": {"command": "sleep 20"}}]},
         {"text": "Done."},
     ])
@@ -154,7 +162,7 @@ async def test_run_cancel_kills_the_runs_background_processes(stack: Stack) -> N
     r = await stack.post(token, task["task_id"], "KEY-bg-cancel go")
     assert r.status_code == 202, r.text
     await wait_processes(_exact(4248))
-    await wait_processes(_exact(20), timeout=15)
+    await wait_processes(lambda c: c == "sleep 20", timeout=15)
     async with stack.client(token) as c:
         assert (await c.post(f"/v1/tasks/{task['task_id']}/cancel")).status_code == 202
     assert await wait_no_processes(_exact(4248), timeout=5) == []

@@ -25,8 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from zcbot_executor.sandbox.base import BackgroundSpec, SandboxBackend
 
 log = logging.getLogger(__name__)
@@ -60,17 +58,8 @@ class BackgroundWatch:
         self.entries[proc_id] = record
 
     def alive(self, proc_id: str, record: dict[str, Any]) -> bool:
-        groups = self.backend.cgroups
-        if groups is not None:  # every process of it was born in its leaf and cannot leave it
-            return bool(groups.pids(str(record.get("user_id")), proc_id))
-        try:
-            proc = psutil.Process(int(record["pid"]))
-            created = record.get("create_time")
-            if created is not None and abs(proc.create_time() - float(created)) > 0.01:
-                return False
-            return proc.status() != psutil.STATUS_ZOMBIE
-        except (psutil.Error, KeyError, ValueError, TypeError):
-            return False
+        spec = BackgroundSpec(proc_id, str(record.get("user_id")), Path(str(record.get("user_root"))), "")
+        return self.backend.background_alive(spec, record)
 
     def live_for_user(self, user_id: str) -> list[str]:
         return [pid for pid, rec in list(self.entries.items()) if rec.get("user_id") == user_id and self.alive(pid, rec)]

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 log = logging.getLogger(__name__)
 
 
@@ -107,6 +109,21 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     async def kill_background(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:
         """Hard-kill a background sandbox launched by this host (when its wrapper did not react)."""
+
+    def background_alive(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:
+        """Is a background sandbox launched by this host still alive? Asked of the process itself, never
+        of its (user-writable) proc files: any member left in its cgroup leaf, or, without cgroups,
+        its pid with the recorded start time (a zombie is dead). Blocking (call in a thread)."""
+        if self.cgroups is not None:  # every process of it was born in its leaf and cannot leave it
+            return bool(self.cgroups.pids(spec.user_id, spec.proc_id))
+        try:
+            proc = psutil.Process(int(private["pid"]))
+            created = private.get("create_time")
+            if created is not None and abs(proc.create_time() - float(created)) > 0.01:
+                return False
+            return proc.status() != psutil.STATUS_ZOMBIE
+        except (psutil.Error, KeyError, ValueError, TypeError):
+            return False
 
     async def close(self) -> None:
         """Release backend resources (sandboxes are closed by the pool)."""
