@@ -290,33 +290,10 @@ class Root:
 
     # ---- removing, renaming, owning -------------------------------------------------------
 
-    def unlink(self, rel: str | PurePath, *, missing_ok: bool = False) -> None:
-        """Remove a file or symlink (a folder is refused: `rmdir` / `rmtree`)."""
+    def _remove(self, rel: str | PurePath, missing_ok: bool, remove: Callable[[int, str], None]) -> None:
         try:
             with self.parent(rel) as (dfd, name):
-                os.unlink(name, dir_fd=dfd)
-        except NotFound:
-            if not missing_ok:
-                raise
-        except FileNotFoundError:
-            if not missing_ok:
-                raise NotFound(f"{norm(rel)}: no such file", norm(rel)) from None
-        except OSError as exc:
-            raise from_oserror(exc, norm(rel), "delete") from None
-
-    def rmdir(self, rel: str | PurePath) -> None:
-        """Remove an empty folder."""
-        with self.parent(rel) as (dfd, name):
-            try:
-                os.rmdir(name, dir_fd=dfd)
-            except OSError as exc:
-                raise from_oserror(exc, norm(rel), "delete") from None
-
-    def rmtree(self, rel: str | PurePath, *, missing_ok: bool = True) -> None:
-        """Remove `rel` and everything under it, fd by fd: a symlink is unlinked, never entered."""
-        try:
-            with self.parent(rel) as (dfd, name):
-                tree.remove_entry(dfd, name)
+                remove(dfd, name)
         except NotFound:
             if not missing_ok:
                 raise
@@ -325,6 +302,18 @@ class Root:
                 raise NotFound(f"{norm(rel)}: no such file or folder", norm(rel)) from None
         except OSError as exc:
             raise from_oserror(exc, norm(rel), "delete") from None
+
+    def unlink(self, rel: str | PurePath, *, missing_ok: bool = False) -> None:
+        """Remove a file or symlink (a folder is refused: `rmdir` / `rmtree`)."""
+        self._remove(rel, missing_ok, lambda dfd, name: os.unlink(name, dir_fd=dfd))
+
+    def rmdir(self, rel: str | PurePath) -> None:
+        """Remove an empty folder."""
+        self._remove(rel, False, lambda dfd, name: os.rmdir(name, dir_fd=dfd))
+
+    def rmtree(self, rel: str | PurePath, *, missing_ok: bool = True) -> None:
+        """Remove `rel` and everything under it, fd by fd: a symlink is unlinked, never entered."""
+        self._remove(rel, missing_ok, tree.remove_entry)
 
     def rename(self, src: str | PurePath, dst: str | PurePath, *, replace: bool = False) -> None:
         """Rename within the root (RENAME_NOREPLACE unless `replace`: an existing `dst` is a Conflict)."""
