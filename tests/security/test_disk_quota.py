@@ -107,3 +107,22 @@ def test_meter_counts_changes_without_a_walk_and_agrees_with_a_full_measure(tmp_
             assert Ledger(tmp_path / "users", 100 * MB).used("u1") == measure(root)
     finally:
         meter.close()
+
+
+async def test_a_background_process_writing_past_the_quota_is_killed(stack: Stack) -> None:
+    import asyncio
+
+    writer = "for i in $(seq 1 100); do head -c 100000 /dev/zero >> bg.bin; sleep 0.05; done"
+    task, events = await scripted_run(stack, "dave", "KEY-quota-bg", [
+        _call("shell", command=writer, background=True),
+        _call("shell", command="sleep 3; echo waited"),
+        {"text": "Done."},
+    ])
+    started, waited = _results(events)
+    assert started["ok"], started["preview"]
+    target = stack.settings.storage_root / "dave" / task["working_dir"] / "bg.bin"
+    size = target.stat().st_size
+    assert size < 3_000_000, f"{size} bytes: the background writer was not stopped at the 2 MB quota"
+    await asyncio.sleep(1.5)
+    assert target.stat().st_size == size  # it is gone, not just slow
+    assert "disk quota exceeded" in waited["preview"]  # the user's commands say why meanwhile
