@@ -253,3 +253,22 @@ async def test_register_on_runner_toolbox(builtin, user_root):
     for schema in SCHEMAS.values():
         assert schema["function"]["parameters"]["type"] == "object"
 
+
+
+async def test_save_and_fork_count_against_the_disk_quota(builtin, tmp_path):
+    from zcbot_core.quota import Ledger, measure
+
+    root = tmp_path / "users" / "q1"
+    root.mkdir(parents=True)
+    limit = measure(root) + 4 * 1024  # room for a small save, not for a copy of the ppt skill
+    ledger = Ledger(tmp_path / "users", limit)
+    tools = SkillTools(registry_for_user(root, builtin), root, None, ledger)
+    out = await tools.save_skill({"name": "small", "content": skill_md("small")})
+    assert out.ok, out.output
+    used = ledger.used("q1")
+    out = await tools.save_skill({"name": "big", "content": skill_md("big", extra="x: " + "y" * 8_000 + "\n")})
+    assert not out.ok and "disk quota exceeded" in out.output and not (root / ".skills" / "big").exists()
+    out = await tools.fork_skill({"name": "ppt"})
+    assert not out.ok and "disk quota exceeded" in out.output
+    assert not (root / ".skills" / "ppt").exists() and not list((root / ".skills").glob(".fork-*"))
+    assert ledger.used("q1") == used  # what a failed fork counted was given back

@@ -61,9 +61,7 @@ class QuotaGuard:
     async def usage(self, user_id: str, user_root: Path) -> int:
         assert self.meter is not None
         self.last_seen[user_id] = time.monotonic()
-        tree = self.meter.trees.get(user_id)
-        if tree is not None and not tree.rescan:  # a few re-stats at most: no thread hop on the hot path
-            return self.meter.refresh(user_id)
+        # In a thread: usually a few re-stats, but a new tree (git clone) is scanned there too.
         return await asyncio.to_thread(self.meter.track, user_id, user_root)
 
     # ---- before / after a call -----------------------------------------------------------------

@@ -139,10 +139,17 @@ class SkillTools:
         self.on_model_switch = on_model_switch
         self.ledger = ledger  # the disk quota (None: not counted)
 
-    def _reserve(self, nbytes: int) -> None:
-        """Count a save against the user's disk quota first (quota.QuotaExceeded: not saved)."""
+    def _reserve(self, nbytes: int) -> int:
+        """Count a save against the user's disk quota first (quota.QuotaExceeded: not saved); the
+        bytes counted, to give back if the save fails after all."""
         if self.ledger is not None and nbytes > 0:
             self.ledger.reserve(self.user_root.name, nbytes, self.user_root)
+            return nbytes
+        return 0
+
+    def _release(self, nbytes: int) -> None:
+        if self.ledger is not None and nbytes > 0:
+            self.ledger.reserve(self.user_root.name, -nbytes, self.user_root)
 
     @property
     def skills_root(self) -> Path:
@@ -292,6 +299,7 @@ class SkillTools:
             if root.exists(f"{USER_SKILLS_DIRNAME}/{new_name}"):
                 raise SkillFormatError(exists)
             staging = f"{USER_SKILLS_DIRNAME}/.fork-{new_name}-{secrets.token_hex(4)}"
+            reserved = 0
             try:
                 root.makedirs(staging, owner=owner)
                 total = 0
@@ -303,7 +311,7 @@ class SkillTools:
                     if rel == SKILL_FILE and new_name != source.name:
                         data = _rename_frontmatter(data.decode("utf-8"), new_name).encode("utf-8")
                     mode = 0o755 if rel.startswith("scripts/") else 0o644
-                    self._reserve(len(data))
+                    reserved += self._reserve(len(data))
                     root.write_bytes(f"{staging}/{rel}", data, owner=owner, mode=mode, mkdirs=True)
                 try:
                     root.rename(staging, f"{USER_SKILLS_DIRNAME}/{new_name}")
@@ -314,6 +322,7 @@ class SkillTools:
             finally:
                 if staging:
                     root.rmtree(staging)
+                    self._release(reserved)
 
     @staticmethod
     def _raw(source: Skill, rel: str) -> bytes:
