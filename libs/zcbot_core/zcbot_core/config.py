@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     zcbot_docker_runtime: str = Field(default="runc", alias="ZCBOT_DOCKER_RUNTIME")
     zcbot_docker_image: str = Field(default="zcbot-sandbox:latest", alias="ZCBOT_DOCKER_IMAGE")
     zcbot_max_bg_procs: int = Field(default=3, alias="ZCBOT_MAX_BG_PROCS")
+    # Model calls that fail transiently (429, 5xx, a dropped connection before any output) are tried again
+    # this many times, waiting base * 2^n seconds with jitter (or the provider's Retry-After), each wait at
+    # most max seconds (llm/retry.py).
+    zcbot_llm_retries: int = Field(default=4, ge=0, le=20, alias="ZCBOT_LLM_RETRIES")
+    zcbot_llm_retry_base_seconds: float = Field(default=1.0, ge=0, alias="ZCBOT_LLM_RETRY_BASE_SECONDS")
+    zcbot_llm_retry_max_seconds: float = Field(default=60.0, ge=0, alias="ZCBOT_LLM_RETRY_MAX_SECONDS")
     zcbot_upload_max_bytes: int = Field(default=50 * 1024 * 1024, alias="ZCBOT_UPLOAD_MAX_BYTES")
     # Disk space a user's files may take (all tasks, skills, memory, uploads, what commands write); 0: no
     # quota. Kept by zcbot_core/quota/ (a shared ledger plus the executor's inotify meter).
