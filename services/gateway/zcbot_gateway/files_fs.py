@@ -21,7 +21,7 @@ from starlette.datastructures import UploadFile
 
 from zcbot_core import safe_fs
 
-from zcbot_gateway.routes.tasks import bad_request, conflict
+from zcbot_gateway.http import bad_request, conflict
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from zcbot_core import __version__, paths, safe_fs
 from zcbot_core.db.models import Task, UsageEvent, User
 
 from zcbot_gateway.deps import AdminUser, SessionDep, SettingsDep
-from zcbot_gateway.routes.tasks import DEFAULT_PAGE_SIZE, MAX_PAGE, MAX_PAGE_SIZE, bad_request
+from zcbot_gateway.http import DEFAULT_PAGE_SIZE, MAX_PAGE, MAX_PAGE_SIZE, bad_request
 from zcbot_gateway.schemas import ACTIVE_RUN_STATUSES, iso
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])

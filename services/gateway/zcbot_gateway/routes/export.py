@@ -27,7 +27,7 @@ from sqlalchemy import select
 from zcbot_core.db.models import Message, Task
 
 from zcbot_gateway.deps import CurrentUser, SessionDep
-from zcbot_gateway.routes.tasks import get_user_task
+from zcbot_gateway.task_access import get_user_task
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
 

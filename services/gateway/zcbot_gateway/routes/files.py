@@ -48,6 +48,7 @@ from starlette.datastructures import UploadFile
 from zcbot_core import paths, quota
 from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob, Task
+from zcbot_core.folders import MAX_WORKING_DIR, lock_user_folders, normalize_working_dir
 from zcbot_core.memory import SANDBOX_ROOT
 
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
@@ -62,13 +63,7 @@ from zcbot_gateway.files_fs import (
     stat_source,
     write_uploads,
 )
-from zcbot_gateway.routes.tasks import (
-    MAX_WORKING_DIR,
-    bad_request,
-    conflict,
-    lock_user_folders,
-    normalize_working_dir,
-)
+from zcbot_gateway.http import bad_request, conflict
 from zcbot_gateway.schemas import ACTIVE_RUN_STATUSES
 
 log = logging.getLogger(__name__)
@@ -174,10 +169,7 @@ async def upload_files(request: Request, user: CurrentUser, settings: SettingsDe
             raise bad_request("no files: send one or more multipart parts named 'file'")
         root, need = user_root(settings, user), sum(upload.size or 0 for _, upload in files)
         ledger = quota.Ledger.from_settings(settings)
-        try:
-            await asyncio.to_thread(ledger.reserve, user, need, root)
-        except quota.QuotaExceeded as exc:
-            raise HTTPException(status.HTTP_507_INSUFFICIENT_STORAGE, detail=str(exc)) from None
+        await asyncio.to_thread(ledger.reserve, user, need, root)  # QuotaExceeded: 507 at the edge
         try:
             results = await asyncio.to_thread(write_uploads, root, rel_dir, files, limit)
         except BaseException:
@@ -294,7 +286,7 @@ async def rename_path(body: RenameIn, user: CurrentUser, session: SessionDep, se
         await session.rollback()
         if isinstance(exc, paths.PathRejected):  # safe_fs refusals (the tree changed meanwhile, I/O, ...)
             log.info("rename refused on disk; database rolled back", extra={"user_id": user, "path": rel, "error": str(exc)})
-            raise HTTPException(getattr(exc, "status", 400), detail=f"{exc}; nothing was changed") from None
+            raise HTTPException(exc.http_status, detail=f"{exc}; nothing was changed") from None
         raise
     try:
         await session.commit()

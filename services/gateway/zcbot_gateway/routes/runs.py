@@ -14,7 +14,7 @@ from zcbot_core import runs, submit
 from zcbot_core.db.models import Message, Task, User
 
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
-from zcbot_gateway.routes.tasks import TASK_NOT_FOUND, check_task_id, get_user_task
+from zcbot_gateway.task_access import TASK_NOT_FOUND, check_task_id, get_user_task
 from zcbot_gateway.schemas import iso
 from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
 
@@ -112,25 +112,15 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     hub = get_hub(request) if stream else None  # before saving anything: a message is never half-sent
     feed: EventHub | None = getattr(request.app.state, "event_hub", None)
     content = expand_shortcut(settings, user_id, body.content)
-    try:
-        result = await submit.submit_message(
-            rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
-            multitask=body.multitask, channel="web",
-            limits=submit.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
-            events_from=feed.events_from() if feed is not None else None,
-        )
-    except runs.UserNotFound:  # the submit's own statement checked the token's user (`TokenUser`)
-        raise unauthorized(USER_GONE) from None
-    except runs.TaskNotFound:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail="task not found") from None
-    except runs.WrongChannel as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
-    except runs.RunConflict as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
-    except runs.QuotaExceeded as exc:
-        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, detail=str(exc)) from None
-    except runs.BusUnavailable as exc:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from None
+    # Refusals propagate as domain errors (zcbot_core.errors), mapped once in zcbot_gateway/errors.py:
+    # UserNotFound 401 (the submit's own statement checked the token's user, `TokenUser`),
+    # TaskNotFound 404, WrongChannel / RunConflict 409, QuotaExceeded 429, BusUnavailable 503.
+    result = await submit.submit_message(
+        rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
+        multitask=body.multitask, channel="web",
+        limits=submit.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
+        events_from=feed.events_from() if feed is not None else None,
+    )
     events_url = f"/v1/tasks/{task_id}/events?run_id={result.run_id}"
     if hub is not None:
         # A pending run's events come after the active run's: the plan follows this run only.
@@ -154,12 +144,8 @@ def expand_shortcut(settings: Any, user_id: str, content: str) -> str:
 @router.post("/tasks/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED)
 async def cancel_run(task_id: str, user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
     assert rt.sessions is not None
-    try:
-        run_id = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id)
-    except runs.TaskNotFound:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail="task not found") from None
-    except runs.NothingToCancel as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
+    # TaskNotFound 404, NothingToCancel 409 (domain errors, mapped at the edge)
+    run_id = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id)
     return {"task_id": task_id, "run_id": run_id, "status": "cancelling"}
 
 

@@ -5,7 +5,8 @@
   created eagerly under `storage_root/<user_id>/`. No-subtask rule: a working dir strictly inside,
   or strictly containing, one of the user's live tasks' working dirs is rejected (same dir is
   fine: several tasks share a project folder). Creates/restores of one user are serialized by a
-  transaction-scoped advisory lock (`lock_user_folders`) so two concurrent creates cannot nest.
+  transaction-scoped advisory lock (`zcbot_core.folders.claim_folder`) so two concurrent creates cannot nest;
+  the create itself is `zcbot_core.tasks.create_task`, shared with the scheduler and the channels.
 - DELETE is a soft delete (`deleted_at`); files on disk are never touched. A task with an active
   run cannot be deleted (409). `POST /restore` undoes it (re-checking the no-subtask rule).
 - Tasks created by a channel (`channel != 'web'`) are read-only here: PATCH/DELETE/restore -> 409.
@@ -18,21 +19,21 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 from sqlalchemy import ColumnElement, Select, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core import paths
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Task
-from zcbot_core.folders import lock_user_folders, nested_working_dir
-
+from zcbot_core.folders import NestedFolder, claim_folder, normalize_working_dir
+from zcbot_core.tasks import create_task as create_task_row
+from zcbot_core.tasks import make_task_dir
 from zcbot_core.tools.executor_client import stop_background
+
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep, check_model_profile
+from zcbot_gateway.http import DEFAULT_PAGE_SIZE, MAX_PAGE, MAX_PAGE_SIZE, bad_request, clean_label, clean_text, conflict
 from zcbot_gateway.schemas import (
     ACTIVE_RUN_STATUSES,
     TASK_STATUSES,
-    WEB_CHANNEL,
     FolderOut,
     TaskCreate,
     TaskOut,
@@ -41,14 +42,10 @@ from zcbot_gateway.schemas import (
     iso,
     task_to_json,
 )
+from zcbot_gateway.task_access import get_user_task, require_web_task
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
 
-DEFAULT_PAGE_SIZE = 20
-MAX_PAGE_SIZE = 100
-MAX_PAGE = 1_000_000
-MAX_WORKING_DIR = 1024
-MAX_TASK_ID = 32
 ORDERING_FIELDS: dict[str, Any] = {
     "created_at": Task.created_at,
     "updated_at": Task.updated_at,
@@ -60,93 +57,7 @@ ORDERING_FIELDS: dict[str, Any] = {
 DEFAULT_ORDERING = "-created_at"
 
 
-# ---- helpers (also used by other routers) ---------------------------------------------------
-
-
-def bad_request(detail: str) -> HTTPException:
-    return HTTPException(status.HTTP_400_BAD_REQUEST, detail=detail)
-
-
-def conflict(detail: str) -> HTTPException:
-    return HTTPException(status.HTTP_409_CONFLICT, detail=detail)
-
-
-TASK_NOT_FOUND = "task not found"
-
-
-def clean_text(value: str | None, what: str) -> str | None:
-    """Reject NUL (Postgres text cannot hold it) in free-text fields."""
-    if value is not None and "\x00" in value:
-        raise bad_request(f"{what} must not contain NUL")
-    return value
-
-
-def clean_label(value: str | None, what: str) -> str | None:
-    """A short free-form label (skill): stripped, no control characters; empty -> None."""
-    if value is None:
-        return None
-    value = value.strip()
-    if any(ord(ch) < 32 for ch in value):
-        raise bad_request(f"{what} must not contain control characters")
-    return value or None
-
-
-def normalize_working_dir(raw: str) -> str:
-    """User input -> stored working dir (400 on traversal, absolute, NUL, hidden, empty parts)."""
-    wd = paths.to_db_path(raw.strip())
-    if any(part != part.strip() for part in wd.split("/")):
-        raise bad_request("folder names must not start or end with whitespace")
-    if len(wd) > MAX_WORKING_DIR:
-        raise bad_request(f"working_dir must be at most {MAX_WORKING_DIR} characters")
-    return wd
-
-
-def _no_subtask_message(working_dir: str, existing: str) -> str:
-    relation = "inside" if working_dir.startswith(existing + "/") else "contains"
-    return (
-        f"working_dir {working_dir!r} {relation} the working_dir {existing!r} of another task; "
-        "tasks cannot be nested (use the same folder, or a sibling)"
-    )
-
-
-def ensure_task_dir(settings: Settings, user_id: str, working_dir: str) -> None:
-    """mkdir -p storage_root/<user_id>/<working_dir>, refusing symlink escapes (400)."""
-    try:
-        paths.make_user_dir(paths.user_root(settings.storage_root, user_id), working_dir)
-    except paths.FileInTheWay as exc:
-        raise conflict(str(exc)) from None
-
-
-def check_task_id(task_id: str) -> None:
-    """404 for an id no task can have, before it reaches a query or a subject."""
-    if len(task_id) > MAX_TASK_ID or "\x00" in task_id:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=TASK_NOT_FOUND)
-
-
-async def get_user_task(
-    session: AsyncSession,
-    user_id: str,
-    task_id: str,
-    *,
-    for_update: bool = False,
-    include_deleted: bool = False,
-) -> Task:
-    """The user's task or 404 (another user's, missing and soft-deleted tasks look the same)."""
-    check_task_id(task_id)
-    stmt = select(Task).where(Task.task_id == task_id, Task.user_id == user_id)
-    if not include_deleted:
-        stmt = stmt.where(Task.deleted_at.is_(None))
-    if for_update:
-        stmt = stmt.with_for_update()
-    task = (await session.scalars(stmt)).first()
-    if task is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=TASK_NOT_FOUND)
-    return task
-
-
-def require_web_task(task: Task) -> None:
-    if (task.channel or WEB_CHANNEL) != WEB_CHANNEL:
-        raise conflict(f"task belongs to the {task.channel!r} channel and is read-only here")
+# ---- helpers ---------------------------------------------------------------------------------
 
 
 def _csv(value: str | None, what: str) -> list[str]:
@@ -198,23 +109,8 @@ async def create_task(body: TaskCreate, user: CurrentUser, session: SessionDep, 
     description = clean_text(body.description, "description")
     skill = clean_label(body.skill, "skill")
     profile = check_model_profile(settings, body.model_profile)
-
-    await lock_user_folders(session, user)
-    existing = await nested_working_dir(session, user, working_dir)
-    if existing is not None:
-        raise bad_request(_no_subtask_message(working_dir, existing))
-    await asyncio.to_thread(ensure_task_dir, settings, user, working_dir)
-
-    task = Task(
-        user_id=user,
-        name=name,
-        working_dir=working_dir,
-        description=description,
-        skill=skill,
-        model_profile=profile,
-        channel=WEB_CHANNEL,
-    )
-    session.add(task)
+    task = await create_task_row(session, settings.storage_root, user_id=user, name=name, working_dir=working_dir,
+                                 description=description, skill=skill, model_profile=profile)
     await session.commit()
     await session.refresh(task)
     return task_to_json(task)
@@ -324,11 +220,11 @@ async def restore_task(task_id: str, user: CurrentUser, session: SessionDep, set
     require_web_task(task)
     if task.deleted_at is None:
         return task_to_json(task)
-    await lock_user_folders(session, user)
-    existing = await nested_working_dir(session, user, task.working_dir, exclude_task_id=task.task_id)
-    if existing is not None:
-        raise conflict("cannot restore: " + _no_subtask_message(task.working_dir, existing))
-    await asyncio.to_thread(ensure_task_dir, settings, user, task.working_dir)
+    try:
+        await claim_folder(session, user, task.working_dir, exclude_task_id=task.task_id)
+    except NestedFolder as exc:
+        raise conflict(f"cannot restore: {exc}") from None
+    await asyncio.to_thread(make_task_dir, settings.storage_root, user, task.working_dir)
     task.deleted_at = None
     await session.commit()
     await session.refresh(task)
