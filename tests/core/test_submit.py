@@ -155,3 +155,24 @@ async def test_concurrent_submits_of_one_user_keep_the_cap_exact(rt: Runtime) ->
         queued = (await s.execute(select(Task.task_id).where(Task.run_status == "queued"))).scalars().all()
         stored = (await s.execute(select(Message.task_id))).scalars().all()
     assert sorted(queued) == sorted(stored) and len(queued) == cap
+
+
+SHORTCUT_CASES = [
+    pytest.param(True, "daily", "Write the daily report.", id="trigger-expanded"),
+    pytest.param(True, "  daily \n", "Write the daily report.", id="trigger-stripped"),
+    pytest.param(True, "daily please", "daily please", id="not-exactly-a-trigger"),
+    pytest.param(False, "daily", "daily", id="no-storage-root-no-expansion"),  # the scheduler's prompt
+]
+
+
+@pytest.mark.parametrize(("with_root", "sent", "stored"), SHORTCUT_CASES)
+async def test_the_one_entry_expands_a_shortcut_trigger(rt: Runtime, tmp_path: Any, with_root: bool, sent: str,
+                                                        stored: str) -> None:
+    memory_dir = tmp_path / "sub" / ".memory"
+    memory_dir.mkdir(parents=True)
+    (memory_dir / "shortcuts.md").write_text("# Shortcuts\n- `daily`: Write the daily report.\n")
+    await add_task(rt, "t-short")
+    await submit.submit_message(rt.sessions, rt.js, rt.nc, rt.topo, user_id="sub", task_id="t-short", content=sent,
+                                storage_root=tmp_path if with_root else None)
+    _, messages = await task_state(rt, "t-short")
+    assert messages[-1][2] == {"role": "user", "content": stored}

@@ -146,7 +146,7 @@ def test_parse_format() -> None:
 )
 def test_expand(user_settings: SimpleNamespace, tmp_path: Path, message: str, expected: str) -> None:
     write(tmp_path / "alice", ".memory/shortcuts.md", SHORTCUTS_MD)
-    assert shortcuts.expand(user_settings, "alice", message) == expected
+    assert shortcuts.expand(user_settings.storage_root, "alice", message) == expected
 
 
 @pytest.mark.parametrize(
@@ -158,12 +158,12 @@ def test_expand_leaves_content_unchanged_for_missing_or_garbled_files(
 ) -> None:
     if content is not None:
         write(tmp_path / "alice", ".memory/shortcuts.md", content)
-    assert shortcuts.expand(user_settings, "alice", "daily") == "daily"
+    assert shortcuts.expand(user_settings.storage_root, "alice", "daily") == "daily"
 
 
 def test_expand_ignores_bad_user_ids_and_escaping_files(user_settings: SimpleNamespace, tmp_path: Path) -> None:
-    assert shortcuts.expand(user_settings, "../etc", "daily") == "daily"
+    assert shortcuts.expand(user_settings.storage_root, "../etc", "daily") == "daily"
     outside = write(tmp_path / "elsewhere", "s.md", "- `daily`: leaked\n")
     (tmp_path / "bob" / ".memory").mkdir(parents=True)
     os.symlink(outside, tmp_path / "bob" / ".memory" / "shortcuts.md")
-    assert shortcuts.expand(user_settings, "bob", "daily") == "daily"
+    assert shortcuts.expand(user_settings.storage_root, "bob", "daily") == "daily"

@@ -13,9 +13,9 @@ Also accepted, one per line: `trigger => full instruction`. Anything else in the
 prose, blank lines) is ignored, and so is an item with an empty trigger or instruction; when a trigger
 is listed twice the first one wins.
 
-`expand(settings, user_id, content)`: when the whole message, stripped, equals a trigger exactly
-(case-sensitive), the instruction replaces it; otherwise the message is returned unchanged. It is
-called by every entry point (web `POST /messages`, channels) before the message is stored, so the
+`expand(storage_root, user_id, content)`: when the whole message, stripped, equals a trigger exactly
+(case-sensitive), the instruction replaces it; otherwise the message is returned unchanged. The one
+entry, `submit.submit_message` (web `POST /messages`, channels), calls it before the message is stored, so the
 expansion is deterministic, costs no tokens and the shortcut list itself never enters the model's
 context. A missing, oversized, undecodable or unsafe file (symlink out of the root, not a regular
 file) leaves every message unchanged.
@@ -92,13 +92,13 @@ def load(user_root: Path) -> list[Shortcut]:
     return parse(text)
 
 
-def expand(settings: Any, user_id: str, content: str) -> str:
+def expand(storage_root: Path, user_id: str, content: str) -> str:
     """`content` replaced by a shortcut's instruction when it is exactly (stripped) its trigger."""
     try:
         wanted = content.strip()
         if not wanted or len(wanted) > MAX_TRIGGER_CHARS:
             return content
-        root = paths.user_root(settings.storage_root, user_id)
+        root = paths.user_root(storage_root, user_id)
         for shortcut in load(root):
             if shortcut.trigger == wanted:
                 log.info("shortcut expanded", extra={"user_id": user_id, "trigger": shortcut.trigger})

@@ -1,5 +1,6 @@
 """Submitting a user message: store it and start its run, or queue it behind the task's active run
-(DESIGN §4). The one entry for the web, the scheduler and the channels.
+(DESIGN §4). The one entry for the web, the scheduler and the channels, and the one place a shortcut
+trigger is expanded (`storage_root` given: the web and the channels; a scheduled job's prompt is its own).
 
 A task with no active run takes one round trip (`run_sql.SUBMIT_TO_IDLE`, a PL/pgSQL function that locks
 the user row, then the task row, checks both caps, appends the message and queues the run); a task with an
@@ -13,6 +14,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -21,7 +23,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core import run_sql as sql
-from zcbot_core import runs
+from zcbot_core import runs, shortcuts
 from zcbot_core.bus import RunRequest, Topology
 from zcbot_core.db.engine import autocommit
 from zcbot_core.run_sql import ACTIVE_STATUSES
@@ -97,8 +99,12 @@ async def submit_message(
     scheduled_job_id: str | None = None,
     channel: str | None = None,
     events_from: int | None = None,
+    storage_root: Path | None = None,
 ) -> SubmitResult:
     """Append a user message and start (or enqueue) its run.
+
+    `storage_root` (the storage root of every user): when given, a text message that is exactly one
+    of the user's shortcut triggers is stored and run as the shortcut's instruction (`shortcuts`).
 
     `events_from`: a stream sequence at or before every event still to be published, when the caller
     knows one (the gateway's event feed does); else JetStream is asked for the task's last event.
@@ -108,6 +114,8 @@ async def submit_message(
     and the task is on another) / RunConflict / QuotaExceeded / BusUnavailable.
     """
     limits = limits or RunLimits()
+    if storage_root is not None and isinstance(content, str):
+        content = shortcuts.expand(storage_root, user_id, content)
     run_id = new_run_id()
     events_tail: asyncio.Future[int | None]
     if events_from is not None:

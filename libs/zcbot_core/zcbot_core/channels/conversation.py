@@ -19,7 +19,6 @@ messages of kind `push` (a summary and the file path, not the whole body).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import stat
 import time
@@ -41,6 +40,7 @@ from zcbot_core.db.models import Message, Task
 from zcbot_core.folders import lock_user_folders
 from zcbot_core.runs import ACTIVE_STATUSES, BusUnavailable, QuotaExceeded, RunConflict, append_message
 from zcbot_core.submit import RunLimits, submit_message
+from zcbot_core.tasks import create_task
 
 log = logging.getLogger(__name__)
 
@@ -126,32 +126,11 @@ async def ensure_channel_task(sessions: Sessions, settings: Settings, user_id: s
             break
         if working_dir is None:
             raise RuntimeError(f"no free folder for the {channel} conversation of this user")
-        paths.make_user_dir(root, working_dir)
-        task = Task(user_id=user_id, name=paths.validate_task_name(CHANNEL_TASK_NAMES[channel]),
-                    working_dir=working_dir, channel=channel)
-        session.add(task)
-        await session.flush()
+        task = await create_task(session, settings.storage_root, user_id=user_id,
+                                 name=paths.validate_task_name(CHANNEL_TASK_NAMES[channel]), working_dir=working_dir,
+                                 channel=channel)
         log.info("channel task created", extra={"user_id": user_id, "channel": channel, "task_id": task.task_id})
         return task
-
-
-async def expand_shortcuts(settings: Settings, user_id: str, text: str) -> str:
-    """`zcbot_core.shortcuts.expand(settings, user_id, text)` when that module exists."""
-    try:
-        from zcbot_core import shortcuts  # type: ignore[attr-defined]
-    except ImportError:
-        return text
-    fn = getattr(shortcuts, "expand", None)
-    if fn is None:
-        return text
-    try:
-        result = fn(settings, user_id, text)
-        if inspect.isawaitable(result):
-            result = await result
-    except Exception:
-        log.warning("shortcut expansion failed; using the message as is", exc_info=True)
-        return text
-    return result if isinstance(result, str) and result.strip() else text
 
 
 def _taken(root: Path, rel: str) -> bool:
@@ -272,14 +251,13 @@ async def run_message(deps: ConversationDeps, user_id: str, channel: str, text: 
     settings = deps.settings
     hooks = hooks or ReplyHooks()
     task = await ensure_channel_task(deps.sessions, settings, user_id, channel)
-    content = await expand_shortcuts(settings, user_id, text)
     watch = await _DoneWatch().start(deps, task.task_id)
     try:
         started = time.time()
         try:
             result = await submit_message(
-                deps.sessions, deps.js, deps.nc, deps.topo, user_id=user_id, task_id=task.task_id, content=content,
-                multitask="reject", origin=f"channel:{channel}",
+                deps.sessions, deps.js, deps.nc, deps.topo, user_id=user_id, task_id=task.task_id, content=text,
+                multitask="reject", origin=f"channel:{channel}", storage_root=settings.storage_root,
                 limits=RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
             )
         except RunConflict:

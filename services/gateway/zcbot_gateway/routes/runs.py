@@ -111,13 +111,12 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     stream = wants_event_stream(request)
     hub = get_hub(request) if stream else None  # before saving anything: a message is never half-sent
     feed: EventHub | None = getattr(request.app.state, "event_hub", None)
-    content = expand_shortcut(settings, user_id, body.content)
     # Refusals propagate as domain errors (zcbot_core.errors), mapped once in zcbot_gateway/errors.py:
     # UserNotFound 401 (the submit's own statement checked the token's user, `TokenUser`),
     # TaskNotFound 404, WrongChannel / RunConflict 409, QuotaExceeded 429, BusUnavailable 503.
     result = await submit.submit_message(
-        rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
-        multitask=body.multitask, channel="web",
+        rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=body.content,
+        multitask=body.multitask, channel="web", storage_root=settings.storage_root,
         limits=submit.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
         events_from=feed.events_from() if feed is not None else None,
     )
@@ -130,15 +129,6 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
         return StreamingResponse(stream_events(hub, task_id, plan), media_type="text/event-stream", headers=headers)
     return SubmitOut(run_id=result.run_id, task_id=task_id, status=result.status, position=result.position,
                      events_url=events_url)
-
-
-def expand_shortcut(settings: Any, user_id: str, content: str) -> str:
-    """Exact-trigger shortcut expansion at the entry point (seed 003 §3.7), when the module exists."""
-    try:
-        from zcbot_core.shortcuts import expand
-    except ImportError:
-        return content
-    return expand(settings, user_id, content)
 
 
 @router.post("/tasks/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED)
