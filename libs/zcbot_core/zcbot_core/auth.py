@@ -8,12 +8,18 @@ from dataclasses import dataclass
 import bcrypt
 import jwt
 
+from zcbot_core.errors import ZcbotError
+
 ALGORITHM = "HS256"
 MIN_PASSWORD_LENGTH = 8
 
 
-class AuthError(Exception):
+class AuthError(ZcbotError):
     """A missing, malformed, expired or forged token (the client's fault: 401)."""
+
+    code = "unauthorized"
+    http_status = 401
+    headers = {"WWW-Authenticate": "Bearer"}
 
 
 @dataclass(frozen=True)

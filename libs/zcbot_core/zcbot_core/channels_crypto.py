@@ -15,14 +15,17 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from zcbot_core.config import ConfigError
+from zcbot_core.errors import ZcbotError
 
 VERSION = "v1"
 NONCE_BYTES = 12
 TAG_BYTES = 16
 
 
-class SealError(ValueError):
+class SealError(ZcbotError, ValueError):
     """A sealed value could not be opened (wrong key, tampered, truncated or not a sealed value)."""
+
+    code = "seal_error"
 
 
 def key_from_settings(settings: object) -> bytes:

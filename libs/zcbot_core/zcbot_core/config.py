@@ -16,11 +16,17 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from zcbot_core.errors import RETRY_AFTER, ZcbotError
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-class ConfigError(RuntimeError):
+class ConfigError(ZcbotError, RuntimeError):
     """The operator's configuration is missing or invalid (message says what to set)."""
+
+    code = "config_error"
+    http_status = 503
+    headers = RETRY_AFTER
 
 
 class Settings(BaseSettings):

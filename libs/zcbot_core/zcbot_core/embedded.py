@@ -38,6 +38,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from zcbot_core.errors import ZcbotError
+
 __all__ = ["EmbeddedNats", "EmbeddedPostgres", "EmbeddedServerError", "free_port", "port_is_free"]
 
 PG_SYSTEM_USER = "pgserver"
@@ -45,8 +47,10 @@ _PR_SET_PDEATHSIG = 1
 _LOOPBACK = "127.0.0.1"
 
 
-class EmbeddedServerError(RuntimeError):
+class EmbeddedServerError(ZcbotError, RuntimeError):
     """An embedded server failed to start (the message carries the tail of its log)."""
+
+    code = "embedded_server"
 
 
 # ---- small helpers -------------------------------------------------------------------------

@@ -14,12 +14,17 @@ import posixpath
 import re
 from pathlib import Path, PurePosixPath
 
+from zcbot_core.errors import ZcbotError
+
 MAX_NAME = 200
 _USER_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
-class PathRejected(ValueError):
+class PathRejected(ZcbotError, ValueError):
     """A user-supplied path or name that is not allowed (the caller's fault: maps to 400)."""
+
+    code = "path_rejected"
+    http_status = 400
 
 
 def _require_text(value: str, what: str) -> None:
@@ -108,6 +113,8 @@ def resolve_user_path(root: Path, rel: str, *, must_exist: bool = False) -> Path
 
 class FileInTheWay(PathRejected):
     """A file stands where a folder must be created (the HTTP edge answers 409)."""
+
+    code = "file_in_the_way"
 
 
 def make_user_dir(root: Path, rel: str, owner: tuple[int, int] | None = None) -> Path:

@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from zcbot_core import paths
 from zcbot_core.folders import lock_user_folders, nested_working_dir
 from zcbot_core.db.models import ScheduledJob, Task
+from zcbot_core.errors import ZcbotError
 
 MODES = ("isolated", "persistent")
 DEFAULT_TIMEOUT_SECONDS = 1800
@@ -56,12 +57,19 @@ _DST_SLACK = timedelta(hours=3)  # larger than any DST shift in the tz database
 _MAX_CANDIDATES = 5000
 
 
-class ScheduleError(ValueError):
+class ScheduleError(ZcbotError, ValueError):
     """Invalid schedule input (the caller's fault: 400 / a tool error)."""
 
+    code = "schedule_invalid"
+    http_status = 400
 
-class ScheduleNotFound(LookupError):
+
+class ScheduleNotFound(ZcbotError, LookupError):
     """No such job for this user (404)."""
+
+    code = "schedule_not_found"
+    http_status = 404
+    public_detail = "scheduled job not found"
 
 
 def utcnow() -> datetime:

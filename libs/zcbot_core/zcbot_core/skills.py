@@ -35,6 +35,7 @@ import yaml
 
 from zcbot_core import safe_fs
 from zcbot_core.config import REPO_ROOT
+from zcbot_core.errors import ZcbotError
 from zcbot_core.paths import PathRejected, validate_task_name
 
 SKILL_FILE = "SKILL.md"
@@ -59,8 +60,11 @@ def sandbox_rendering_dir() -> str:
     return os.environ.get("ZCBOT_SANDBOX_RENDERING_DIR", "/sandbox/rendering").rstrip("/")
 
 
-class SkillFormatError(ValueError):
+class SkillFormatError(ZcbotError, ValueError):
     """A SKILL.md (or a skill name) that is not acceptable; the message says what to fix."""
+
+    code = "skill_format"
+    http_status = 400
 
 
 def validate_skill_name(name: str) -> str:
@@ -194,6 +198,8 @@ def _not_shipped(name: str) -> bool:
 
 class SkillFileMissing(SkillFormatError):
     """The skill has no such file."""
+
+    code = "skill_file_missing"
 
 
 def read_in(root: safe_fs.Root, rel: str, limit: int = MAX_SKILL_BYTES) -> str:

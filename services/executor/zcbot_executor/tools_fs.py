@@ -37,7 +37,10 @@ SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".v
 
 
 class ToolError(Exception):
-    """A problem the model caused (bad path, no match, ...): its message goes back as the result."""
+    """A problem the model caused (bad path, no match, ...): its message goes back as the result.
+
+    Outside the `ZcbotError` family on purpose: this module runs inside the sandbox as a top-level
+    module (tool_runner.py), where `zcbot_core` is not importable."""
 
 
 class Workspace:

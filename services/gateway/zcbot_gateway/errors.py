@@ -3,12 +3,13 @@
 - `HTTPException` (FastAPI/Starlette): passed through as `{"detail": <detail>}` with its headers.
 - `RequestValidationError`: FastAPI's 422 shape (`detail` = list of `{type, loc, msg}`), built
   defensively so undecodable input (e.g. non-UTF-8 bytes) can never turn it into a 500.
-- `zcbot_core.paths.PathRejected`: 400 with the rejection message (the caller's fault), or its
-  `status` (`zcbot_core.safe_fs` errors: 404 / 409 / 413).
+- `zcbot_core.errors.ZcbotError` (the domain family, mapped here once; routes let it propagate):
+  its `http_status`, `{"detail": exc.detail()}` and its `headers`. `PathRejected` is 400 (the
+  caller's fault) or its own status (`zcbot_core.safe_fs` errors: 404 / 409 / 413).
 - Database outage (`OperationalError`, pool timeout, invalidated connection): 503 + `Retry-After`.
   Other DB errors that only bad input can cause (`DataError` -> 400, `IntegrityError` -> 409).
 - NATS unavailable (closed/reconnecting/no servers/no responders/timeouts, JetStream 503): 503.
-- `ServiceUnavailable` (raise it from routes for any other dependency outage): 503.
+- `ServiceUnavailable` (a `ZcbotError`; raise it from routes for any other dependency outage): 503.
 - Anything else: 500 `{"detail": "internal server error"}`, logged with the traceback, which is
   never sent to the client.
 """
@@ -26,19 +27,20 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from zcbot_core.paths import PathRejected
+from zcbot_core.errors import RETRY_AFTER, ZcbotError
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_SECONDS = "5"
+RETRY_AFTER_SECONDS = RETRY_AFTER["Retry-After"]
 
 
-class ServiceUnavailable(Exception):
+class ServiceUnavailable(ZcbotError):
     """A backing service (DB, bus, executor, ...) is unreachable: the request may be retried (503)."""
+
+    code, http_status, headers = "service_unavailable", 503, RETRY_AFTER
 
     def __init__(self, detail: str = "service temporarily unavailable; retry shortly") -> None:
         super().__init__(detail)
-        self.detail = detail
 
 
 NATS_UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -111,9 +113,9 @@ async def validation_exception_handler(request: Request, exc: RequestValidationE
     return _json(422, errors)
 
 
-async def path_rejected_handler(request: Request, exc: PathRejected) -> JSONResponse:
-    """400, or the refusal's own `status` (zcbot_core.safe_fs: 404 missing, 409 in the way, 413)."""
-    return _json(getattr(exc, "status", 400), str(exc) or "path rejected")
+async def domain_error_handler(request: Request, exc: ZcbotError) -> JSONResponse:
+    """The one mapping of the domain family: the class says the status, the text and the headers."""
+    return _json(exc.http_status, exc.detail(), dict(exc.headers) or None)
 
 
 async def db_error_handler(request: Request, exc: sa_exc.DBAPIError) -> JSONResponse:
@@ -137,10 +139,6 @@ async def nats_unavailable_handler(request: Request, exc: Exception) -> JSONResp
     return _json(503, "message bus unavailable; retry shortly", {"Retry-After": RETRY_AFTER_SECONDS})
 
 
-async def service_unavailable_handler(request: Request, exc: ServiceUnavailable) -> JSONResponse:
-    return _json(503, exc.detail, {"Retry-After": RETRY_AFTER_SECONDS})
-
-
 async def unhandled_exception_handler(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc, extra={"path": request.url.path, "method": request.method})
     return _json(500, "internal server error")
@@ -149,10 +147,9 @@ async def unhandled_exception_handler(request: Request, exc: Exception) -> JSONR
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_exception_handler)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, validation_exception_handler)  # type: ignore[arg-type]
-    app.add_exception_handler(PathRejected, path_rejected_handler)  # type: ignore[arg-type]
+    app.add_exception_handler(ZcbotError, domain_error_handler)  # type: ignore[arg-type]
     app.add_exception_handler(sa_exc.DBAPIError, db_error_handler)  # type: ignore[arg-type]
     app.add_exception_handler(sa_exc.TimeoutError, pool_timeout_handler)  # type: ignore[arg-type]
     for exc_type in NATS_UNAVAILABLE:
         app.add_exception_handler(exc_type, nats_unavailable_handler)
-    app.add_exception_handler(ServiceUnavailable, service_unavailable_handler)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, unhandled_exception_handler)

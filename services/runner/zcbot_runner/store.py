@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.db.models import Task
+from zcbot_core.errors import ZcbotError
 from zcbot_core.llm.client import Usage
 from zcbot_core.run_sql import LAST_STEP_AND_END, OWNED_STEP
 from zcbot_core.runs import append_message, append_params, end_params
@@ -22,10 +23,13 @@ from zcbot_core.usage import (TASK_TOTALS_DELTA, insert_usage_event, record_usag
                               usage_event_params)
 
 
-class RunSuperseded(Exception):
+class RunSuperseded(ZcbotError):
     """The run is no longer this execution's: another runner claimed it (a redelivery after this
     runner's heartbeats were lost, e.g. across a NATS restart) or it was ended meanwhile. The
     execution stops without writing, finishing or acking anything."""
+
+    code = "run_superseded"
+    http_status = 409
 
 
 _tasks = Task.__table__

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core import runs, schedules, submit
 from zcbot_core.db.models import ScheduledJob, Task
+from zcbot_core.errors import ZcbotError
 from zcbot_core.paths import PathRejected
 from zcbot_core.service import Runtime
 from zcbot_scheduler.config import SchedulerConfig
@@ -39,8 +40,10 @@ log = logging.getLogger(__name__)
 FIRINGS = Counter("zcbot_scheduler_firings_total", "Due times handled by the scheduler", ["outcome"])
 
 
-class FireFailed(Exception):
+class FireFailed(ZcbotError):
     """The run could not be started for a reason that is the job's problem (counts as a failure)."""
+
+    code = "fire_failed"
 
 
 @dataclass

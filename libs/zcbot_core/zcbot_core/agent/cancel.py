@@ -10,10 +10,15 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from zcbot_core.errors import ZcbotError
+
 T = TypeVar("T")
 
 
-class RunCancelled(Exception):
+class RunCancelled(ZcbotError):
+    code = "run_cancelled"
+    http_status = 409
+
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason

@@ -56,6 +56,7 @@ from zcbot_core.agent.context import (
 )
 from zcbot_core.bus import events as ev
 from zcbot_core.db.models import Message, Task
+from zcbot_core.errors import ZcbotError
 from zcbot_core.usage import record_usage
 
 log = logging.getLogger(__name__)
@@ -236,7 +237,8 @@ def normalize_summary(text: str) -> str:
     return body
 
 
-class FoldError(Exception):
+class FoldError(ZcbotError):
+    code = "fold_error"
     pass
 
 

@@ -41,6 +41,7 @@ from zcbot_core import __version__
 from zcbot_core.channels.redact import install_httpx_redaction, safe_error
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.text import split_chars
+from zcbot_core.errors import RETRY_AFTER, ZcbotError
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,12 @@ STATE_FINISH = 2
 UPLOAD_RETRIES = 3
 
 
-class ILinkError(Exception):
+class ILinkError(ZcbotError):
     """An iLink call failed (transport or non-zero ret/errcode). The message is safe to show."""
+
+    code = "ilink_error"
+    http_status = 503
+    headers = RETRY_AFTER
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
@@ -64,6 +69,8 @@ class ILinkError(Exception):
 
 class SessionExpired(ILinkError):
     """errcode -14: the bot's session expired; pause the long poll and try `notifystart`."""
+
+    code = "ilink_session_expired"
 
 
 def client_version(version: str = __version__) -> str:

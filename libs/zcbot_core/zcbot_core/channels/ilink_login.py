@@ -18,15 +18,18 @@ from sqlalchemy import select
 from zcbot_core.channels import bindings
 from zcbot_core.channels.ilink_api import ILinkClient
 from zcbot_core.db.models import ChannelBinding
+from zcbot_core.errors import ZcbotError
 
 LOGIN_TTL_SECONDS = 300.0
 MAX_POLL_SECONDS = 30.0
 
 
-class LoginError(Exception):
+class LoginError(ZcbotError):
+    code = "login_error"
+
     def __init__(self, message: str, status_code: int = 409) -> None:
         super().__init__(message)
-        self.status_code = status_code
+        self.status_code = self.http_status = status_code
 
 
 def _trusted_base(url: str | None, configured: str) -> str | None:

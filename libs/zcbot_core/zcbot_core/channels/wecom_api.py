@@ -25,6 +25,7 @@ from zcbot_core.safe_fs import UserFile  # user files (safe_fs) or host paths: b
 from zcbot_core.channels.redact import install_httpx_redaction, safe_error
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.text import split_utf8
+from zcbot_core.errors import ZcbotError
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,11 @@ ALL_RECIPIENTS_INVALID = 81013
 TOKEN_MARGIN_SECONDS = 300.0
 
 
-class WeComError(Exception):
+class WeComError(ZcbotError):
     """WeCom answered with a non-zero errcode (or could not be reached). Message is safe to show."""
+
+    code = "wecom_error"
+    http_status = 502
 
     def __init__(self, message: str, errcode: int | None = None) -> None:
         super().__init__(message)
@@ -47,6 +51,8 @@ class WeComError(Exception):
 
 
 class WeComNotConfigured(WeComError):
+    code = "wecom_not_configured"
+    http_status = 503
     pass
 
 

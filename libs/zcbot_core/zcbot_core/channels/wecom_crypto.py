@@ -23,11 +23,16 @@ from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from zcbot_core.errors import ZcbotError
+
 PAD_BLOCK = 32
 
 
-class WeComCryptoError(ValueError):
+class WeComCryptoError(ZcbotError, ValueError):
     """A callback that fails verification or decryption (never says why in detail to the sender)."""
+
+    code = "wecom_crypto"
+    http_status = 403
 
 
 def signature(token: str, timestamp: str, nonce: str, encrypt: str) -> str:

@@ -28,6 +28,7 @@ import httpx  # noqa: E402
 import litellm  # noqa: E402
 import openai  # noqa: E402
 
+from zcbot_core.errors import ZcbotError
 from zcbot_core.llm import lean
 from zcbot_core.llm.assemble import StreamAssembler
 from zcbot_core.llm.profiles import Profile
@@ -49,10 +50,13 @@ FAILED_FINISH = {
 }
 
 
-class LlmCallError(Exception):
+class LlmCallError(ZcbotError):
     """The provider failed (HTTP error, timeout, malformed stream): the run ends with a clear error.
 
     `retry`: (why, Retry-After seconds) when another attempt may succeed (`llm.retry.retryable`)."""
+
+    code = "llm_call"
+    http_status = 502
 
     def __init__(self, message: str, retry: tuple[str, float | None] | None = None) -> None:
         super().__init__(message)

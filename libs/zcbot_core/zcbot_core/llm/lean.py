@@ -26,13 +26,18 @@ from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
 from litellm.llms.openai.chat.gpt_transformation import OpenAIChatCompletionStreamingHandler
 from litellm.types.utils import ModelResponseStream
 
+from zcbot_core.errors import ZcbotError
+
 _CALLBACK_LISTS = ("callbacks", "success_callback", "_async_success_callback", "failure_callback",
                    "_async_failure_callback", "input_callback", "service_callback")
 
 
-class ProviderStreamError(Exception):
+class ProviderStreamError(ZcbotError):
     """The provider's stream failed after it started (a dropped connection, a timeout, an error object or
     an unparsable line inside the stream); the message says which."""
+
+    code = "provider_stream"
+    http_status = 502
 
 
 def callbacks_registered() -> bool:

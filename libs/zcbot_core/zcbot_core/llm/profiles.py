@@ -105,6 +105,8 @@ class Profile:
 
 
 class MissingApiKey(ConfigError):
+    code = "missing_api_key"
+
     def __init__(self, variable: str, profile: str) -> None:
         super().__init__(f"model profile '{profile}' needs the environment variable {variable} (its API key), which is not set")
         self.variable = variable
@@ -112,6 +114,8 @@ class MissingApiKey(ConfigError):
 
 class ProfileError(ConfigError):
     """A model profile file is invalid; the message names the file, the line and the key."""
+
+    code = "profile_error"
 
 
 def _build(name: str, data: dict[str, Any]) -> Profile:

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from zcbot_core import safe_fs
+from zcbot_core.errors import ZcbotError
 from zcbot_core.safe_fs import resolve as safe_resolve
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,11 @@ REMEASURE_SECONDS = 60.0  # a refusal re-measures a ledger at most this often
 SCAN_MAX_ENTRIES = 2_000_000  # a measure stops here (and counts what it saw) rather than run forever
 
 
-class QuotaExceeded(Exception):
+class QuotaExceeded(ZcbotError):
     """A write would take the user over the quota: a tool error, or HTTP 507 at the gateway."""
+
+    code = "disk_quota_exceeded"
+    http_status = 507
 
     def __init__(self, used: int, extra: int, limit: int) -> None:
         self.used, self.extra, self.limit = used, extra, limit

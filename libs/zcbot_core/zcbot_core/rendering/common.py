@@ -24,7 +24,10 @@ from .mdparse import Span, parse_inline
 
 
 class RenderError(RuntimeError):
-    """The document could not be rendered; the message says what is wrong with the input or environment."""
+    """The document could not be rendered; the message says what is wrong with the input or environment.
+
+    Outside the `ZcbotError` family on purpose: this package is mounted into sandboxes on its own
+    (/sandbox/rendering, relative imports only), where `zcbot_core` is not importable."""
 
 
 # ---- fonts ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The one exception family of `zcbot_core.safe_fs`.
 
-Every refusal is a `PathRejected` (the gateway answers 400, or `status`: 404 missing, 409 in the
-way / exists, 413 too large), and the runner and executor turn it into a tool error; an `OSError`
+Every refusal is a `PathRejected`, so a `ZcbotError` (the gateway answers 400, or `http_status`:
+404 missing, 409 in the way / exists, 413 too large), and the runner and executor turn it into a tool error; an `OSError`
 from the kernel never escapes the module as such, so no caller can turn it into a 500.
 """
 
@@ -15,34 +15,43 @@ from zcbot_core.paths import FileInTheWay, PathRejected
 class SafeFsError(PathRejected):
     """A root-side file operation refused or failed; `str()` is the message for the user/model."""
 
-    status = 400
+    code = "file_refused"
 
     def __init__(self, message: str, rel: str = "", errno_: int | None = None) -> None:
         super().__init__(message)
         self.rel = rel
         self.errno = errno_
 
+    @property
+    def status(self) -> int:
+        """The HTTP status (older name of `http_status`)."""
+        return self.http_status
+
 
 class NotFound(SafeFsError):
-    status = 404
+    code, http_status = "file_not_found", 404
 
 
 class Conflict(SafeFsError, FileInTheWay):
     """Something already exists where the operation needs a free name or a folder (409)."""
 
-    status = 409
+    code, http_status = "file_conflict", 409
 
 
 class SymlinkRefused(SafeFsError):
     """A symlink (or an escape from the root) is on the way: it is never followed."""
 
+    code = "symlink_refused"
+
 
 class NotRegular(SafeFsError):
     """Reads and writes are for regular files only (no FIFO, socket, device, folder)."""
 
+    code = "not_regular_file"
+
 
 class TooLarge(SafeFsError):
-    status = 413
+    code, http_status = "file_too_large", 413
 
 
 def from_oserror(exc: OSError, rel: str, action: str) -> SafeFsError:

@@ -13,11 +13,15 @@ from typing import Any
 
 import psutil
 
+from zcbot_core.errors import ZcbotError
+
 log = logging.getLogger(__name__)
 
 
-class SandboxError(RuntimeError):
+class SandboxError(ZcbotError, RuntimeError):
     """The sandbox itself failed (could not start, died): not the model's fault."""
+
+    code = "sandbox_error"
 
 
 @dataclass

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from zcbot_core.errors import ZcbotError
+
 log = logging.getLogger(__name__)
 
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -44,7 +46,8 @@ WARNING = ("no writable cgroup (v2, or v1 memory+pids) for sandboxes: a user's p
            "(rlimits) only, not as a whole; set ZCBOT_SANDBOX_CGROUP=required to refuse to start like this")
 
 
-class CgroupError(RuntimeError):
+class CgroupError(ZcbotError, RuntimeError):
+    code = "cgroup_error"
     pass
 
 

@@ -14,9 +14,10 @@ from zcbot_core import runs, submit
 from zcbot_core.db.models import Message, Task, User
 
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
-from zcbot_gateway.task_access import TASK_NOT_FOUND, check_task_id, get_user_task
+from zcbot_gateway.hooks import add_shutdown_hook, add_startup_hook
 from zcbot_gateway.schemas import iso
 from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
+from zcbot_gateway.task_access import TASK_NOT_FOUND, check_task_id, get_user_task
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 MAX_CONTENT_CHARS = 200_000
@@ -45,8 +46,6 @@ def get_hub(request: Request) -> EventHub:
 
 def install(app: Any) -> None:
     """Start the process-wide event hub with the app; end every SSE stream when the gateway stops."""
-    from zcbot_gateway.app import add_shutdown_hook, add_startup_hook
-
     async def start_hub(app: Any) -> None:
         rt = app.state.rt
         hub = EventHub(rt, heartbeat=rt.settings.zcbot_sse_heartbeat_seconds)

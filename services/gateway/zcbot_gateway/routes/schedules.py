@@ -2,24 +2,20 @@
 
 Creating and editing jobs happens in conversation (`schedule_*` host tools); both go through
 `zcbot_core.schedules`, so the rules cannot drift. Every query is scoped by the current user;
-another user's job is a 404.
+another user's job is a 404 (`ScheduleNotFound`, mapped at the edge: zcbot_gateway/errors.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Response, status
+from fastapi import APIRouter, Response, status
 
 from zcbot_core import schedules
 
 from zcbot_gateway.deps import CurrentUser, SessionDep
 
 router = APIRouter(prefix="/v1", tags=["schedules"])
-
-
-def _not_found() -> HTTPException:
-    return HTTPException(status.HTTP_404_NOT_FOUND, detail="scheduled job not found")
 
 
 @router.get("/schedules")
@@ -30,19 +26,13 @@ async def list_schedules(user: CurrentUser, session: SessionDep) -> list[dict[st
 
 @router.get("/schedules/{job_id}")
 async def get_schedule(job_id: str, user: CurrentUser, session: SessionDep) -> dict[str, Any]:
-    try:
-        return schedules.job_to_dict(await schedules.get_schedule(session, user, job_id))
-    except schedules.ScheduleNotFound:
-        raise _not_found() from None
+    return schedules.job_to_dict(await schedules.get_schedule(session, user, job_id))
 
 
 @router.post("/schedules/{job_id}/disable")
 async def disable_schedule(job_id: str, user: CurrentUser, session: SessionDep) -> dict[str, Any]:
     """Stop future runs (a run in progress finishes). Re-enable in conversation."""
-    try:
-        job = await schedules.disable_schedule(session, user, job_id)
-    except schedules.ScheduleNotFound:
-        raise _not_found() from None
+    job = await schedules.disable_schedule(session, user, job_id)
     data = schedules.job_to_dict(job)
     await session.commit()
     return data
@@ -51,9 +41,6 @@ async def disable_schedule(job_id: str, user: CurrentUser, session: SessionDep) 
 @router.delete("/schedules/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_schedule(job_id: str, user: CurrentUser, session: SessionDep) -> Response:
     """Delete the job for good; tasks of its past runs are kept."""
-    try:
-        await schedules.delete_schedule(session, user, job_id)
-    except schedules.ScheduleNotFound:
-        raise _not_found() from None
+    await schedules.delete_schedule(session, user, job_id)
     await session.commit()
     return Response(status_code=status.HTTP_204_NO_CONTENT)
