@@ -7,7 +7,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zcbot_core.bus import BusDecodeError, CancelRequest, RunRequest, ToolCallReply, Topology, decode, encode
+from zcbot_core.bus import (
+    BusDecodeError,
+    CancelRequest,
+    ExecutorProbe,
+    ExecutorProbeReply,
+    RunRequest,
+    ToolCallReply,
+    Topology,
+    decode,
+    encode,
+    tag_of,
+)
+from zcbot_core.bus.codec import message
 from zcbot_core.bus import events as ev
 
 
@@ -21,6 +33,16 @@ def test_names_come_from_the_prefix() -> None:
     assert (topo.runs_stream, topo.events_stream) == ("ZCBOT_RUNS", "ZCBOT_EVENTS")
     assert topo.cancel_bucket == "zcbot_cancel" and topo.sandbox_leases_bucket == "zcbot_sandbox_leases"
     assert Topology("t1").runs_stream == "T1_RUNS"
+
+
+def test_queue_groups_come_from_the_topology() -> None:
+    topo = Topology("zcbot")
+    assert topo.executor_queue_group == "zcbot-executors"
+    assert topo.executor_host_queue_group("host-1") == "zcbot-executors-host-1"
+    assert topo.runner_advisories_queue_group == "runners-advisories"
+    assert topo.channels_push_queue_group == "zcbot-channels"
+    with pytest.raises(ValueError):
+        topo.executor_host_queue_group("a.b")
 
 
 @pytest.mark.parametrize("bad", ["a.b", "*", ">", "", "a b", "x\x00"])
@@ -37,10 +59,55 @@ def test_subject_tokens_are_validated(bad: str) -> None:
         ToolCallReply(call_id="c", ok=False, output="", error="boom", meta={"truncated": True}),
         ev.ToolCallEvent(run_id="r", call_id="c", name="read", args={"path": "a"}, args_preview="{}"),
         ev.Done(run_id="r", status="ok", timings={"total": 1.0}),
+        ExecutorProbe(call_id="c"),
+        ExecutorProbeReply(call_id="c", host="h1", running=True, draining=False),
     ],
 )
 def test_round_trip(message: object) -> None:
     assert decode(encode(message)) == message
+
+
+_LONG_TAG = "x" * 40  # longer than a fixstr: a str8
+
+
+@pytest.mark.parametrize(
+    ("data", "tag"),
+    [
+        (encode(ev.Done(run_id="r", status="ok")), "ev.done"),
+        (encode(ev.TextDelta(run_id="r", delta="ev.done " * 3000)), "ev.text"),  # a big map, the text mentions done
+        (encode(ToolCallReply(call_id="c", ok=True, output="")), "tool_reply"),
+        (msgpack.packb({"run_id": "r", "status": "ok", "t": "ev.done", "v": 1}), "ev.done"),  # tag last: older encoding
+        (msgpack.packb({"t": _LONG_TAG, "v": 1}), _LONG_TAG),
+        (msgpack.packb({f"k{i}": i for i in range(20)} | {"t": "cancel"}), "cancel"),  # a map16 header
+        (msgpack.packb({"t": 5, "v": 1}), None),
+        (msgpack.packb({"v": 1}), None),
+        (msgpack.packb([1, 2]), None),
+        (b"", None),
+        (b"\x81", None),  # a truncated map
+        (b"\x81\xa1t\xa5ab", "ab"),  # truncated inside the tag: a filter may see a prefix; decode refuses it
+        (b"\xff not msgpack", None),
+    ],
+)
+def test_tag_of_reads_the_type_without_decoding(data: bytes, tag: str | None) -> None:
+    assert tag_of(data) == tag
+
+
+def test_the_envelope_comes_first_and_its_names_are_reserved() -> None:
+    assert list(msgpack.unpackb(encode(CancelRequest(task_id="t", run_id="r"))))[:2] == ["t", "v"]
+    from dataclasses import dataclass
+
+    @dataclass
+    class Clash:
+        t: str
+
+    with pytest.raises(RuntimeError, match="envelope"):
+        message("test_clash")(Clash)
+
+
+@given(st.binary(max_size=256))
+def test_tag_of_never_raises(data: bytes) -> None:
+    tag = tag_of(data)
+    assert tag is None or isinstance(tag, str)
 
 
 def test_event_payload_names_its_type() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from nats.js.errors import KeyNotFoundError
 
 from zcbot_core.bus import ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
-from zcbot_core.tools.executor_client import NO_RESPONDERS_GRACE_SECONDS, ExecutorClient
+from zcbot_core.tools.executor_client import NO_RESPONDERS_GRACE_SECONDS, ExecutorClient, probe_host
 
 from tests.executor.conftest import ExecutorProcess, Stack, drain, wait_no_processes, wait_processes
 
@@ -104,6 +105,52 @@ async def test_garbage_gets_an_error_reply_and_service_keeps_serving(one: Stack)
             assert not reply.ok and reply.error.startswith("bad request"), (subject, payload, reply)
     r = await one.call("glob", {"pattern": "*"})
     assert r.ok
+
+
+async def test_probe_is_its_own_message(one: Stack) -> None:
+    """The liveness probe is an `ExecutorProbe`, not a tool call: a tool call on the control subject
+    is a bad request, a probe says whether the call runs there."""
+    task = asyncio.create_task(one.shell("sleep 34", call_id="probed"))
+    await wait_processes(lambda c: c == "sleep 34")
+    assert await probe_host(one.nc, one.topo, "h1", "probed") is True
+    assert await probe_host(one.nc, one.topo, "h1", "not-running") is False
+    assert await probe_host(one.nc, one.topo, "h1") is True
+    assert await probe_host(one.nc, one.topo, "nobody-here", timeout=1.0) is False
+    disguised = ToolCallRequest(call_id="probed", user_id="u1", task_id="t", run_id="r", tool="__probe__", args={},
+                                cwd="", timeout=0.0)
+    reply = decode((await one.request(one.topo.exec_cancel_subject("h1"), encode(disguised), timeout=5)).data,
+                   ToolCallReply)
+    assert not reply.ok and reply.error.startswith("bad request")
+    await one.client.cancel("probed", "h1")
+    assert not (await asyncio.wait_for(task, 5)).ok
+
+
+async def test_micro_stats_describe_the_calls(one: Stack) -> None:
+    """`$SRV.STATS` times the calls themselves (not their hand-off to a task), counts the ones in
+    flight and the ones that failed as requests."""
+    async def stats() -> dict[str, dict[str, Any]]:
+        msg = await one.nc.request(f"$SRV.STATS.{one.topo.executor_service_name}", b"", timeout=5)
+        return {e["name"]: e for e in json.loads(msg.data)["endpoints"]}
+
+    def total(snapshot: dict[str, dict[str, Any]], key: str) -> int:
+        return sum(e[key] if key in e else e["data"][key] for e in snapshot.values())
+
+    before = await stats()
+    slow = asyncio.create_task(one.shell("sleep 0.4; echo done"))
+    await wait_processes(lambda c: c == "sleep 0.4")
+    assert total(await stats(), "in_flight") == 1
+    assert (await slow).ok
+    bad = decode((await one.request(one.topo.exec_any_subject(), b"garbage", timeout=5)).data, ToolCallReply)
+    assert not bad.ok
+    deadline = time.monotonic() + 2
+    while total(after := await stats(), "in_flight") and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert total(after, "in_flight") == 0
+    assert total(after, "num_requests") - total(before, "num_requests") == 2
+    assert total(after, "processing_time") - total(before, "processing_time") >= 0.4e9  # ns, the call's own time
+    assert after["any"]["num_errors"] == before["any"]["num_errors"] + 1
+    assert after["any"]["last_error"].startswith("bad request")
+    assert total(after, "num_errors") - total(before, "num_errors") == 1  # the slow call answered normally
 
 
 async def test_drain_finishes_short_calls_and_kills_the_rest(stack: Stack) -> None:

@@ -4,12 +4,13 @@ Subjects (all from `Topology`):
 - `exec_call_subject(host)`   calls for users leased to this host;
 - `exec_any_subject()`        calls for unassigned users, in the executors' queue group (the
                               taker claims the user's lease);
-- `exec_cancel_subject(host)` control: `ToolCancel` kills a call's process group; a
-                              `ToolCallRequest` with tool `__probe__` asks whether a call is
-                              still running here (the client's liveness check). It stays
-                              subscribed while draining.
-Handlers never block the subscription: each call runs in its own task. Undecodable requests get
-an error reply and the service keeps serving. SIGTERM (`drain`): stop taking calls, let in-flight
+- `exec_cancel_subject(host)` control: `ToolCancel` kills a call's process group; an
+                              `ExecutorProbe` asks whether a call is still running here (the
+                              client's liveness check, answered by `ExecutorProbeReply`). It
+                              stays subscribed while draining.
+Handlers never block the subscription: each call runs in its own task (`bus.micro`, which also
+makes the micro `$SRV.STATS` describe the calls, not their hand-off). Undecodable requests get an
+error reply and the service keeps serving. SIGTERM (`drain`): stop taking calls, let in-flight
 calls finish within the grace period, kill the rest (they get an error reply), close sandboxes,
 release leases.
 """
@@ -28,12 +29,23 @@ from nats.micro import add_service
 from nats.micro.request import Request
 
 from zcbot_core import safe_fs
-from zcbot_core.bus import BackgroundStop, BusDecodeError, ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
+from zcbot_core.bus import (
+    BackgroundStop,
+    BusDecodeError,
+    ExecutorProbe,
+    ExecutorProbeReply,
+    ToolCallReply,
+    ToolCallRequest,
+    ToolCancel,
+    decode,
+    encode,
+)
+from zcbot_core.bus.micro import ConcurrentEndpoints
 from zcbot_core.config import Settings
 from zcbot_core.quota import MB
 from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.service import Runtime
-from zcbot_core.tools.executor_client import PROBE_TOOL, probe_host
+from zcbot_core.tools.executor_client import probe_host
 from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
 from zcbot_executor import metrics
 from zcbot_executor.config import ExecutorConfig
@@ -88,14 +100,16 @@ class ExecutorService:
         self.sem = asyncio.Semaphore(self.config.max_concurrency)
         self.control = await self.nc.subscribe(self.topo.exec_cancel_subject(self.host), cb=self._on_control)
         self.bg_stop = await self.nc.subscribe(self.topo.exec_background_stop_subject(), cb=self._on_background_stop)
+        self.endpoints = ConcurrentEndpoints(self._spawn)
         self.micro = await add_service(
             self.nc, name=self.topo.executor_service_name, version="1.0.0",
             description="zcbot sandbox tool executor", metadata={"host": self.host, "backend": self.backend.name},
+            stats_handler=self.endpoints.stats_handler,
         )
-        await self.micro.add_endpoint(name="call", subject=self.topo.exec_call_subject(self.host),
-                                      handler=self._on_call_leased, queue_group=f"{self.topo.executor_queue_group}-{self.host}")
-        await self.micro.add_endpoint(name="any", subject=self.topo.exec_any_subject(), handler=self._on_call_any,
-                                      queue_group=self.topo.executor_queue_group)
+        await self.endpoints.add(self.micro, name="call", subject=self.topo.exec_call_subject(self.host),
+                                 queue_group=self.topo.executor_host_queue_group(self.host), work=self._serve)
+        await self.endpoints.add(self.micro, name="any", subject=self.topo.exec_any_subject(),
+                                 queue_group=self.topo.executor_queue_group, work=self._serve)
         await self.nc.flush()
         self._background.append(asyncio.create_task(self._sweep_loop(), name="proc-sweeper"))
         self._background.append(asyncio.create_task(self.quota.run(), name="disk-quota"))
@@ -133,42 +147,42 @@ class ExecutorService:
         log.info("executor drained", extra={"host": self.host})
 
     # ---- handlers ----------------------------------------------------------------------------------
-    async def _on_call_leased(self, request: Request) -> None:
-        self._spawn(self._serve(request))
-
-    async def _on_call_any(self, request: Request) -> None:
-        self._spawn(self._serve(request))
-
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _respond(self, request: Request | Msg, reply: ToolCallReply) -> None:
+    async def _respond(self, request: Request | Msg, reply: ToolCallReply | ExecutorProbeReply) -> None:
         try:
             await request.respond(encode(reply))
         except Exception as exc:  # the requester is gone or the connection closed
             log.info("could not send reply", extra={"call_id": reply.call_id, "error": str(exc)})
 
-    async def _serve(self, request: Request) -> None:
+    async def _serve(self, request: Request) -> str | None:
+        """One tool call, start to reply. Returns None, or the error text of a call that failed as a
+        request (bad, refused while draining, killed by shutdown, internal): the endpoint stats."""
         started = time.perf_counter()
         try:
             req = decode(request.data, ToolCallRequest)
         except BusDecodeError as exc:
             metrics.TOOL_CALLS.labels(tool="?", outcome="rejected").inc()
             log.warning("undecodable tool call", extra={"error": str(exc)})
-            await self._respond(request, self._error("", f"bad request: {exc}"))
-            return
+            reply = self._error("", f"bad request: {exc}")
+            await self._respond(request, reply)
+            return reply.error
         if self.draining:
-            await self._respond(request, self._error(req.call_id, "executor is shutting down; retry the call"))
-            return
+            reply = self._error(req.call_id, "executor is shutting down; retry the call")
+            await self._respond(request, reply)
+            return reply.error
         entry = _Inflight(req.user_id)
         self.inflight[req.call_id] = entry
+        failure: str | None = None
         try:
             result = await self._execute(req, entry)
         except Exception as exc:
             log.exception("tool call failed", extra={"call_id": req.call_id, "tool": req.tool})
             result = ToolResult(False, error=f"internal executor error: {exc.__class__.__name__}: {exc}")
+            failure = result.error
         finally:
             self.inflight.pop(req.call_id, None)
         if entry.cancelled and not (result.ok and result.meta.get("background")):  # a started bg process stays started
@@ -176,17 +190,20 @@ class ExecutorService:
             result.meta["cancelled"] = True
             result.error = SHUTDOWN_ERROR if entry.cancelled == "shutdown" else \
                 "cancelled; the command and all its processes were killed"
+            if entry.cancelled == "shutdown":
+                failure = SHUTDOWN_ERROR
         tool = req.tool if req.tool in SANDBOX_TOOL_NAMES else "?"
         metrics.TOOL_CALLS.labels(tool=tool, outcome=outcome_of(result)).inc()
         metrics.TOOL_SECONDS.labels(tool=tool).observe(time.perf_counter() - started)
         await self._respond(request, make_reply(req.call_id, result, self.host))
+        return failure
 
     def _error(self, call_id: str, message: str) -> ToolCallReply:
         return ToolCallReply(call_id=call_id, ok=False, output="", error=message, meta={"executor_error": True}, host=self.host)
 
     async def _on_control(self, msg: Msg) -> None:
         try:
-            obj = decode(msg.data, (ToolCancel, ToolCallRequest))
+            obj = decode(msg.data, (ToolCancel, ExecutorProbe))
         except BusDecodeError as exc:
             if msg.reply:
                 await self._respond(msg, self._error("", f"bad request: {exc}"))
@@ -202,9 +219,9 @@ class ExecutorService:
                 await self._respond(msg, ToolCallReply(call_id=obj.call_id, ok=True, output="",
                                                        meta={"cancelled": entry is not None}, host=self.host))
         elif msg.reply:
-            running = obj.tool == PROBE_TOOL and obj.call_id in self.inflight
-            await self._respond(msg, ToolCallReply(call_id=obj.call_id, ok=True, output="", host=self.host,
-                                                   meta={"running": running, "draining": self.draining}))
+            running = bool(obj.call_id) and obj.call_id in self.inflight
+            await self._respond(msg, ExecutorProbeReply(call_id=obj.call_id, host=self.host, running=running,
+                                                        draining=self.draining))
 
     async def _on_background_stop(self, msg: Msg) -> None:
         """A run was cancelled or a task deleted (any gateway): kill the processes launched here."""

@@ -9,9 +9,9 @@
    missed are reconciled from the DB.
 
 Outcomes normally arrive by the `done` event: a core subscription on every task's event subject
-(`Topology.events_wildcard()`), filtered cheaply by bytes before decoding, matched against the
-runs in flight (refreshed from the DB on every tick, and added at once by this replica's
-firings). Every replica listens; recording is idempotent, so it does not matter which one wins.
+(`Topology.events_wildcard()`), filtered by the message tag (`tag_of`) before decoding, matched
+against the runs in flight (refreshed from the DB on every tick, and added at once by this
+replica's firings). Every replica listens; recording is idempotent, so it does not matter which one wins.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from zcbot_core.bus import BusDecodeError, decode
+from zcbot_core.bus import BusDecodeError, decode, tag_of
 from zcbot_core.bus.events import Done, RunEvent
 from zcbot_core.submit import RunLimits
 from zcbot_core.service import Runtime
@@ -32,7 +32,6 @@ from zcbot_scheduler.firing import FireResult, fire_next, schedule_unscheduled
 from zcbot_scheduler.outcomes import check_inflight, deliver, record_outcome
 
 log = logging.getLogger(__name__)
-DONE_MARKER = b"ev.done"  # the msgpack tag of `done` events: cheap pre-filter before decoding
 DRAIN_TIMEOUT = 10.0
 
 
@@ -118,7 +117,7 @@ class SchedulerService:
 
     # ---- outcomes --------------------------------------------------------------------------
     async def _on_event(self, msg: Any) -> None:
-        if DONE_MARKER not in msg.data:
+        if tag_of(msg.data) != Done.TAG:  # most events are text deltas: not decoded
             return
         try:
             event = decode(msg.data, RunEvent)

@@ -4,11 +4,13 @@ No service writes a subject string: they call the functions of `Topology` and en
 with `codec`. See DESIGN §3.
 """
 
-from zcbot_core.bus.codec import BusDecodeError, decode, encode
+from zcbot_core.bus.codec import BusDecodeError, decode, encode, tag_of
 from zcbot_core.bus.messages import (
     BackgroundStop,
     CancelRequest,
     ChannelInbound,
+    ExecutorProbe,
+    ExecutorProbeReply,
     PushReply,
     PushRequest,
     RunRequest,
@@ -23,6 +25,8 @@ __all__ = [
     "BusDecodeError",
     "CancelRequest",
     "ChannelInbound",
+    "ExecutorProbe",
+    "ExecutorProbeReply",
     "PushReply",
     "PushRequest",
     "RunRequest",
@@ -32,4 +36,5 @@ __all__ = [
     "Topology",
     "decode",
     "encode",
+    "tag_of",
 ]

@@ -61,6 +61,24 @@ class ToolCancel:
     call_id: str
 
 
+@message("exec_probe")
+@dataclass
+class ExecutorProbe:
+    """Liveness check on a host's control subject (`exec_cancel_subject(host)`): is the host
+    serving, and is `call_id` (when given) running there? Answered with `ExecutorProbeReply`."""
+
+    call_id: str = ""
+
+
+@message("exec_probe_reply")
+@dataclass
+class ExecutorProbeReply:
+    call_id: str  # the probe's, echoed
+    host: str
+    running: bool  # `call_id` is in flight on this host (False when no call_id was asked about)
+    draining: bool = False
+
+
 @message("bg_stop")
 @dataclass
 class BackgroundStop:

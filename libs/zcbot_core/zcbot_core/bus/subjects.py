@@ -70,9 +70,25 @@ class Topology:
     def executor_service_name(self) -> str:
         return f"{self.prefix}-executor"
 
+    # ---- queue groups (a subscription in a group shares the subject's messages with its peers) ----
     @property
     def executor_queue_group(self) -> str:
+        """Every executor, for calls on the unassigned subject."""
         return f"{self.prefix}-executors"
+
+    def executor_host_queue_group(self, host: str) -> str:
+        """The executors of one host id (normally one process), for calls leased to that host."""
+        return f"{self.executor_queue_group}-{_token(host)}"
+
+    @property
+    def runner_advisories_queue_group(self) -> str:
+        """The runners, for the runs consumer's max-deliveries advisory (one runner handles each)."""
+        return f"{self.runners_consumer}-advisories"
+
+    @property
+    def channels_push_queue_group(self) -> str:
+        """The channels service replicas, for push requests (one replica delivers each)."""
+        return f"{self.prefix}-channels"
 
     # ---- subjects --------------------------------------------------------------------------
     def run_subject(self, task_id: str) -> str:

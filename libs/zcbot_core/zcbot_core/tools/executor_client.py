@@ -9,8 +9,8 @@ Failures come back as `ToolCallReply(ok=False, error=...)`, never as exceptions:
 - nobody serves the subjects -> "executor unavailable ...";
 - no reply within the tool's timeout plus a margin -> "tool timed out after N s ...";
 - the executor running the call goes away mid-call: while waiting, the client probes the host
-  (every second for the first ten seconds, then every five; a `ToolCallRequest` with tool
-  `__probe__` on the host's cancel subject, answered with whether the call is still running); two
+  (every second for the first ten seconds, then every five; an `ExecutorProbe` on the host's
+  control subject, answered by an `ExecutorProbeReply` saying whether the call still runs); two
   failed probes in a row end the wait with "executor <host> stopped during the call ...".
 If the awaiting task is cancelled, a `ToolCancel` goes to the host running the call (which kills
 the call's process group) before `CancelledError` propagates.
@@ -27,12 +27,22 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
-from zcbot_core.bus import BackgroundStop, BusDecodeError, ToolCallReply, ToolCallRequest, ToolCancel, Topology, decode, encode
+from zcbot_core.bus import (
+    BackgroundStop,
+    BusDecodeError,
+    ExecutorProbe,
+    ExecutorProbeReply,
+    ToolCallReply,
+    ToolCallRequest,
+    ToolCancel,
+    Topology,
+    decode,
+    encode,
+)
 from zcbot_core.tools.sandbox_schemas import effective_timeout
 
 log = logging.getLogger(__name__)
 
-PROBE_TOOL = "__probe__"
 DEFAULT_MARGIN = 10.0
 LEASE_CACHE_SECONDS = 1.0
 # NATS can answer "no responders" for a moment after a service's subscription was made (an executor
@@ -58,27 +68,25 @@ async def stop_background(nc: NATS, topo: Topology, user_id: str, task_id: str, 
         log.warning("could not broadcast the background stop", extra={"task_id": task_id, "error": str(exc)})
 
 
-async def probe_host(nc: NATS, topo: Topology, host: str, call_id: str = "", user_id: str = "", timeout: float = 2.0) -> bool | None:
+async def probe_host(nc: NATS, topo: Topology, host: str, call_id: str = "", timeout: float = 2.0) -> bool | None:
     """Is `host` serving, and is `call_id` running there?
 
     True: serving and (if call_id given) the call is running. False: no responders, or the call is
     unknown to it. None: no answer in time (undecided).
     """
-    probe = ToolCallRequest(call_id=call_id, user_id=user_id or "probe", task_id="probe", run_id="probe",
-                            tool=PROBE_TOOL, args={}, cwd="", timeout=0.0)
     try:
-        msg = await nc.request(topo.exec_cancel_subject(host), encode(probe), timeout=timeout)
+        msg = await nc.request(topo.exec_cancel_subject(host), encode(ExecutorProbe(call_id=call_id)), timeout=timeout)
     except nats.errors.NoRespondersError:
         return False
     except (nats.errors.TimeoutError, asyncio.TimeoutError):
         return None
     try:
-        reply = decode(msg.data, ToolCallReply)
+        reply = decode(msg.data, ExecutorProbeReply)
     except BusDecodeError:
         return None
     if not call_id:
         return True
-    return bool(reply.meta.get("running"))
+    return reply.running
 
 
 @dataclass
@@ -180,7 +188,7 @@ class ExecutorClient:
                     attempt.host = await self.lease_of(req.user_id)
                 if not attempt.host:
                     continue
-                alive = await probe_host(self.nc, self.topo, attempt.host, req.call_id, req.user_id)
+                alive = await probe_host(self.nc, self.topo, attempt.host, req.call_id)
                 if fut.done():
                     break
                 # "unknown call" only counts when we sent to that host directly: via the unassigned
