@@ -19,13 +19,17 @@ from typing import Any, TypeVar
 import msgpack
 
 from zcbot_core.bus.subjects import PROTOCOL_VERSION
+from zcbot_core.errors import ZcbotError
 
 T = TypeVar("T")
 _REGISTRY: dict[str, type] = {}
 
 
-class BusDecodeError(ValueError):
+class BusDecodeError(ZcbotError, ValueError):
     """Bytes on the bus that are not a valid message of the expected type (the sender's fault)."""
+
+    code = "bus_decode"
+    http_status = 502
 
 
 def message(tag: str):
