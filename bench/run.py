@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.harness import BenchStack, Client, machine_info
 from bench.latency import cancel_latency, llm_client_overhead, pipeline, tool_round_trip
-from bench.load import fanout, open_runs, recovery, throughput
+from bench.load import arrivals, fanout, open_runs, recovery, throughput
 
 
 async def main_async(quick: bool, only: list[str] | None = None) -> dict[str, Any]:
@@ -31,9 +31,11 @@ async def main_async(quick: bool, only: list[str] | None = None) -> dict[str, An
         stack.service("runner")
         client = Client(stack.base_url, stack.env["PLATFORM_KEY"])
         iters = 20 if quick else 100
-        wanted = set(only or ["pipeline", "llm", "cancel", "tools", "throughput", "fanout", "recovery", "open_runs"])
+        wanted = set(only or ["pipeline", "arrivals", "llm", "cancel", "tools", "throughput", "fanout", "recovery", "open_runs"])
         if "pipeline" in wanted:
             report["pipeline"] = await pipeline(stack, client, iters)
+        if "arrivals" in wanted:
+            report["poisson_arrivals"] = await arrivals(stack, client, 40 if quick else 200)
         if "llm" in wanted:
             report["llm_client"] = await llm_client_overhead(stack, 20 if quick else 100)
         if "cancel" in wanted:
@@ -61,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
-    parser.add_argument("--only", nargs="*", choices=("pipeline", "llm", "cancel", "tools", "throughput", "fanout", "recovery",
+    parser.add_argument("--only", nargs="*", choices=("pipeline", "arrivals", "llm", "cancel", "tools", "throughput", "fanout", "recovery",
                                                   "open_runs"),
                         help="run only these figures")
     args = parser.parse_args()

@@ -85,7 +85,7 @@ async def test_a_runner_that_stops_heartbeating_yields_the_run_to_the_runner_tha
     follower = h.follower(token, task["task_id"], run["run_id"])
     reader = asyncio.create_task(follower.run(timeout=60))
     await wait_for(lambda: "text" in follower.names(), what="first runner streaming")
-    stalled.service._stop_pulling.set()  # it takes no new deliveries: the redelivery goes to the other
+    await stalled.service.worker.stop()  # it takes no new deliveries: the redelivery goes to the other
     other = await h.runner()
 
     events = await asyncio.wait_for(reader, 60)

@@ -30,6 +30,7 @@ from zcbot_core.db.models import Task
 from zcbot_core.runs import now
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
+from zcbot_core.worker import periodic
 
 log = logging.getLogger(__name__)
 LIVENESS_INTERVAL = 5.0
@@ -44,16 +45,12 @@ def liveness_key(runner_id: str) -> str:
 
 async def register_liveness(rt: Runtime, runner_id: str, stop: asyncio.Event) -> None:
     key = liveness_key(runner_id)
-    while not stop.is_set():
-        try:
-            kv = await kv_bucket(rt.js, rt.topo.leases_bucket)
-            await kv.put(key, b"alive")
-        except Exception as exc:
-            log.warning("liveness refresh failed", extra={"error": repr(exc)})
-        try:
-            await asyncio.wait_for(stop.wait(), LIVENESS_INTERVAL)
-        except asyncio.TimeoutError:
-            pass
+
+    async def refresh() -> None:
+        kv = await kv_bucket(rt.js, rt.topo.leases_bucket)
+        await kv.put(key, b"alive")
+
+    await periodic(stop, LIVENESS_INTERVAL, refresh, "liveness refresh")
     try:
         kv = await kv_bucket(rt.js, rt.topo.leases_bucket)
         await kv.delete(key)
@@ -155,14 +152,4 @@ class Reaper:
         return reaped
 
     async def loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), REAP_INTERVAL)
-            except asyncio.TimeoutError:
-                pass
-            if stop.is_set():
-                return
-            try:
-                await self.sweep()
-            except Exception:
-                log.exception("reaper sweep failed")
+        await periodic(stop, REAP_INTERVAL, self.sweep, "reaper sweep", first_now=False)
