@@ -334,7 +334,8 @@ async def test_database_outage_is_503(settings: Settings, start_app) -> None:
 
 
 async def test_startup_and_shutdown_hooks(settings: Settings) -> None:
-    from zcbot_gateway.app import add_shutdown_hook, add_startup_hook, create_app
+    from zcbot_gateway.app import create_app
+    from zcbot_gateway.hooks import add_shutdown_hook, add_startup_hook
 
     app = create_app(settings)
     calls: list[str] = []

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from zcbot_core import safe_fs
@@ -33,10 +33,8 @@ from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ReplyHooks, resume_reply, run_message
 from zcbot_core.channels.ilink_api import MSG_USER, ILinkClient, ILinkError, SessionExpired, has_media, message_text
 
+from zcbot_channels.context import ChannelsContext
 from zcbot_channels.leases import Lease
-
-if TYPE_CHECKING:
-    from zcbot_channels.service import ChannelsService
 
 log = logging.getLogger(__name__)
 
@@ -58,44 +56,44 @@ def message_key(msg: dict[str, Any]) -> str | None:
 class ILinkReplier:
     """Sends to one WeChat user through a binding, always with the binding's latest context_token."""
 
-    def __init__(self, svc: "ChannelsService", binding_id: int, to_user_id: str) -> None:
-        self.svc = svc
+    def __init__(self, ctx: ChannelsContext, binding_id: int, to_user_id: str) -> None:
+        self.ctx = ctx
         self.binding_id = binding_id
         self.to = to_user_id
 
     async def _creds(self) -> tuple[str, str | None, str | None]:
-        binding = await bindings.get_binding(self.svc.sessions, self.binding_id)
+        binding = await bindings.get_binding(self.ctx.sessions, self.binding_id)
         if binding is None:
             raise ILinkError("the WeChat binding was removed")
         cfg = binding.config or {}
-        token = bindings.get_secret(self.svc.key, cfg, "bot_token")
+        token = bindings.get_secret(self.ctx.key, cfg, "bot_token")
         if not token:
             raise ILinkError("the WeChat binding has no bot token; log in again")
-        return token, bindings.get_secret(self.svc.key, cfg, "context_token"), cfg.get("baseurl")
+        return token, bindings.get_secret(self.ctx.key, cfg, "context_token"), cfg.get("baseurl")
 
     async def send_text(self, text: str) -> None:
-        token, ctx, base = await self._creds()
-        await self.svc.ilink.send_text(self.to, text, token=token, context_token=ctx, base_url=base)
+        token, context_token, base = await self._creds()
+        await self.ctx.ilink.send_text(self.to, text, token=token, context_token=context_token, base_url=base)
 
     async def send_file(self, path: safe_fs.UserFile) -> None:
-        token, ctx, base = await self._creds()
-        await self.svc.ilink.send_file(self.to, path, token=token, context_token=ctx, base_url=base)
+        token, context_token, base = await self._creds()
+        await self.ctx.ilink.send_file(self.to, path, token=token, context_token=context_token, base_url=base)
 
 
 class ILinkPoller:
-    def __init__(self, svc: "ChannelsService", binding_id: int, lease: Lease) -> None:
-        self.svc = svc
+    def __init__(self, ctx: ChannelsContext, binding_id: int, lease: Lease) -> None:
+        self.ctx = ctx
         self.binding_id = binding_id
         self.lease = lease
         self.stopping = asyncio.Event()
         self._recent: OrderedDict[str, None] = OrderedDict()
         self.polls = 0
-        self.poll_timeout = svc.cs.ilink_poll_timeout
+        self.poll_timeout = ctx.cs.ilink_poll_timeout
         self.conversations: set[asyncio.Task[None]] = set()
         self.failures = 0
         # The long poll has its own connection, closed before the lease is released: the server
         # never sees this replica's poll still open while the next holder's starts.
-        self.poll_client = ILinkClient(svc.cs, httpx.AsyncClient(timeout=httpx.Timeout(15.0, connect=10.0)))
+        self.poll_client = ILinkClient(ctx.cs, httpx.AsyncClient(timeout=httpx.Timeout(15.0, connect=10.0)))
 
     def __repr__(self) -> str:
         return f"ILinkPoller(binding_id={self.binding_id})"
@@ -115,7 +113,7 @@ class ILinkPoller:
             if self.lease.held() and not self.stopping.is_set():
                 # The loop ended on its own (unbound / inactive): let running conversations finish.
                 if self.conversations:
-                    await asyncio.wait(set(self.conversations), timeout=self.svc.conversation_deps.timeout)
+                    await asyncio.wait(set(self.conversations), timeout=self.ctx.conversation_deps.timeout)
         finally:
             # Conversations belong to the lease holder: their pending replies (persisted in the
             # binding) are resumed by the next holder.
@@ -128,7 +126,7 @@ class ILinkPoller:
             log.info("ilink loop stopped", extra={"binding_id": self.binding_id})
 
     async def _update(self, fn: Any) -> dict[str, Any] | None:
-        return await bindings.update_config(self.svc.sessions, self.binding_id, fn)
+        return await bindings.update_config(self.ctx.sessions, self.binding_id, fn)
 
     async def _loop(self) -> None:
         log.info("ilink loop started", extra={"binding_id": self.binding_id})
@@ -147,12 +145,12 @@ class ILinkPoller:
 
     async def _turn(self) -> bool:
         """One long poll and its messages; False when the loop must stop."""
-        binding = await bindings.get_binding(self.svc.sessions, self.binding_id)
+        binding = await bindings.get_binding(self.ctx.sessions, self.binding_id)
         if binding is None or not bindings.usable(binding):
             log.info("ilink binding gone or inactive; stopping its loop", extra={"binding_id": self.binding_id})
             return False
         cfg = binding.config or {}
-        token = bindings.get_secret(self.svc.key, cfg, "bot_token")
+        token = bindings.get_secret(self.ctx.key, cfg, "bot_token")
         if not token:
             return False
         base = cfg.get("baseurl")
@@ -173,7 +171,7 @@ class ILinkPoller:
             resp = await self.poll_client.getupdates(str(cfg.get("cursor") or ""), token=token, base_url=base,
                                                    timeout=self.poll_timeout)
         except SessionExpired:
-            pause = self.svc.cs.ilink_session_pause
+            pause = self.ctx.cs.ilink_session_pause
             log.warning("ilink session expired; pausing the long poll",
                         extra={"binding_id": self.binding_id, "pause_seconds": pause})
 
@@ -248,7 +246,7 @@ class ILinkPoller:
         if key is None or self._seen_recently(key):
             return
         context_token = msg.get("context_token")
-        key_bytes = self.svc.key
+        key_bytes = self.ctx.key
 
         def remember(c: dict[str, Any]) -> dict[str, Any]:
             if context_token:
@@ -257,14 +255,14 @@ class ILinkPoller:
             c["peer"] = sender
             return c
 
-        if not await bindings.claim_inbound(self.svc.sessions, self.binding_id, f"ilink:{key}", extra=remember):
+        if not await bindings.claim_inbound(self.ctx.sessions, self.binding_id, f"ilink:{key}", extra=remember):
             log.info("ilink duplicate dropped", extra={"binding_id": self.binding_id, "msg_key": key})
             return
         text = message_text(msg).strip()
-        replier = ILinkReplier(self.svc, self.binding_id, sender)
+        replier = ILinkReplier(self.ctx, self.binding_id, sender)
         if not text:
             if has_media(msg):
-                self.svc.spawn(replier.send_text(MEDIA_ONLY_REPLY))
+                self.ctx.spawn(replier.send_text(MEDIA_ONLY_REPLY))
             return
         self._own(self._converse(binding.user_id, text, replier))
 
@@ -309,17 +307,17 @@ class ILinkPoller:
         return ReplyHooks(submitted=submitted, text_sent=text_sent, finished=finished)
 
     async def _resume_pending(self) -> None:
-        binding = await bindings.get_binding(self.svc.sessions, self.binding_id)
+        binding = await bindings.get_binding(self.ctx.sessions, self.binding_id)
         if binding is None:
             return
         for run_id, item in dict((binding.config or {}).get("pending_replies") or {}).items():
-            replier = ILinkReplier(self.svc, self.binding_id, str(item.get("to") or ""))
+            replier = ILinkReplier(self.ctx, self.binding_id, str(item.get("to") or ""))
             log.info("ilink resuming a pending reply", extra={"binding_id": self.binding_id, "run_id": run_id})
             self._own(self._resume(binding.user_id, run_id, item, replier))
 
     async def _resume(self, user_id: str, run_id: str, item: dict[str, Any], replier: ILinkReplier) -> None:
         try:
-            await resume_reply(self.svc.conversation_deps, user_id, bindings.ILINK, str(item["task_id"]), run_id,
+            await resume_reply(self.ctx.conversation_deps, user_id, bindings.ILINK, str(item["task_id"]), run_id,
                                float(item.get("started") or 0), replier, self._hooks(replier.to),
                                text_sent=bool(item.get("text_sent")))
         except asyncio.CancelledError:
@@ -330,7 +328,7 @@ class ILinkPoller:
 
     async def _converse(self, user_id: str, text: str, replier: ILinkReplier) -> None:
         try:
-            outcome = await run_message(self.svc.conversation_deps, user_id, bindings.ILINK, text, replier,
+            outcome = await run_message(self.ctx.conversation_deps, user_id, bindings.ILINK, text, replier,
                                         hooks=self._hooks(replier.to))
             log.info("ilink message handled", extra={"binding_id": self.binding_id, "status": outcome.status,
                                                      "run_id": outcome.run_id})

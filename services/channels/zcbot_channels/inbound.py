@@ -17,15 +17,16 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from zcbot_core.bus import BusDecodeError, ChannelInbound, decode
 from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus.topology import CHANNEL_ACK_WAIT_SECONDS
-from zcbot_core.channels.wecom_inbound import WeComInbound
 from zcbot_core.service import Runtime
+
+from zcbot_channels.wecom import WeComConversations
 
 log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 100
 
 
 class InboundConsumer:
-    def __init__(self, rt: Runtime, wecom: WeComInbound) -> None:
+    def __init__(self, rt: Runtime, wecom: WeComConversations) -> None:
         self.rt = rt
         self.wecom = wecom
         self.stop = asyncio.Event()

@@ -19,26 +19,26 @@ from zcbot_core.channels.conversation import record_push
 from zcbot_core.channels.ilink_api import ILinkError
 from zcbot_core.channels.wecom_api import WeComError
 
+from zcbot_channels.context import ChannelsContext
+
 if TYPE_CHECKING:
     from zcbot_core.db.models import ChannelBinding
-
-    from zcbot_channels.service import ChannelsService
 
 log = logging.getLogger(__name__)
 
 CHANNEL_LABELS = {"wecom": "WeCom", "ilink": "personal WeChat"}
 
 
-def _resolve_file(svc: "ChannelsService", user_id: str, file_path: str) -> safe_fs.UserFile:
+def _resolve_file(ctx: ChannelsContext, user_id: str, file_path: str) -> safe_fs.UserFile:
     """The regular file `file_path` of the user's root; read later through safe_fs (no symlink is
     ever followed, so a folder swapped for a link meanwhile makes the send fail, nothing else)."""
-    return safe_fs.UserFile.regular(paths.user_root(svc.settings.storage_root, user_id), file_path)
+    return safe_fs.UserFile.regular(paths.user_root(ctx.settings.storage_root, user_id), file_path)
 
 
-def _ilink_window_error(svc: "ChannelsService", cfg: dict) -> str | None:
+def _ilink_window_error(ctx: ChannelsContext, cfg: dict) -> str | None:
     at = cfg.get("context_token_at")
     has_token = bool((cfg.get("secrets") or {}).get("context_token"))
-    max_age = svc.cs.ilink_context_max_age
+    max_age = ctx.cs.ilink_context_max_age
     if not has_token or not at:
         return ("personal WeChat only delivers within ~24 h of the user's last message to the bot, and this user "
                 "has not written to it yet; ask them to send the bot any message (or use WeCom)")
@@ -49,37 +49,37 @@ def _ilink_window_error(svc: "ChannelsService", cfg: dict) -> str | None:
     return None
 
 
-async def _deliver_one(svc: "ChannelsService", binding: "ChannelBinding", req: PushRequest, file: safe_fs.UserFile | None) -> None:
+async def _deliver_one(ctx: ChannelsContext, binding: "ChannelBinding", req: PushRequest, file: safe_fs.UserFile | None) -> None:
     cfg = binding.config or {}
     if binding.channel == bindings.WECOM:
-        if not svc.cs.wecom_send_enabled:
+        if not ctx.cs.wecom_send_enabled:
             raise WeComError("WeCom is not configured on this server")
         userid = str(cfg["userid"])
         if req.text.strip():
-            await svc.wecom.send_text(userid, req.text)
+            await ctx.wecom.send_text(userid, req.text)
         if file is not None:
-            await svc.wecom.send_file(userid, file)
+            await ctx.wecom.send_file(userid, file)
         return
     if binding.channel == bindings.ILINK:
-        if svc.key is None:
+        if ctx.key is None:
             raise ILinkError("personal WeChat is disabled on this server (ZCBOT_CHANNEL_SECRET_KEY is not set)")
-        problem = _ilink_window_error(svc, cfg)
+        problem = _ilink_window_error(ctx, cfg)
         if problem:
             raise ILinkError(problem)
-        token = bindings.get_secret(svc.key, cfg, "bot_token")
-        ctx = bindings.get_secret(svc.key, cfg, "context_token")
+        token = bindings.get_secret(ctx.key, cfg, "bot_token")
+        context_token = bindings.get_secret(ctx.key, cfg, "context_token")
         to = cfg.get("peer") or cfg.get("ilink_user_id")
         if not token or not to:
             raise ILinkError("the WeChat binding is incomplete; log in again")
         if req.text.strip():
-            await svc.ilink.send_text(str(to), req.text, token=token, context_token=ctx, base_url=cfg.get("baseurl"))
+            await ctx.ilink.send_text(str(to), req.text, token=token, context_token=context_token, base_url=cfg.get("baseurl"))
         if file is not None:
-            await svc.ilink.send_file(str(to), file, token=token, context_token=ctx, base_url=cfg.get("baseurl"))
+            await ctx.ilink.send_file(str(to), file, token=token, context_token=context_token, base_url=cfg.get("baseurl"))
         return
     raise ValueError(f"unknown channel {binding.channel}")
 
 
-async def deliver(svc: "ChannelsService", req: PushRequest) -> PushReply:
+async def deliver(ctx: ChannelsContext, req: PushRequest) -> PushReply:
     reply = PushReply()
     if req.channel not in (None, "", bindings.WECOM, bindings.ILINK):
         reply.errors[str(req.channel)] = "unknown channel (use 'wecom' or 'ilink')"
@@ -87,7 +87,7 @@ async def deliver(svc: "ChannelsService", req: PushRequest) -> PushReply:
     if not req.text.strip() and not req.file_path:
         reply.errors["request"] = "nothing to send (empty text and no file)"
         return reply
-    targets = [b for b in await bindings.bindings_of(svc.sessions, req.user_id) if bindings.usable(b)]
+    targets = [b for b in await bindings.bindings_of(ctx.sessions, req.user_id) if bindings.usable(b)]
     if req.channel:
         targets = [b for b in targets if b.channel == req.channel]
         if not targets:
@@ -99,13 +99,13 @@ async def deliver(svc: "ChannelsService", req: PushRequest) -> PushReply:
     file = None
     if req.file_path:
         try:
-            file = _resolve_file(svc, req.user_id, req.file_path)
+            file = _resolve_file(ctx, req.user_id, req.file_path)
         except paths.PathRejected as exc:
             reply.errors["file"] = str(exc)
             return reply
     for binding in targets:
         try:
-            await _deliver_one(svc, binding, req, file)
+            await _deliver_one(ctx, binding, req, file)
         except (WeComError, ILinkError) as exc:
             reply.errors[binding.channel] = str(exc)
             continue
@@ -115,7 +115,7 @@ async def deliver(svc: "ChannelsService", req: PushRequest) -> PushReply:
             continue
         reply.delivered.append(binding.channel)
         try:
-            await record_push(svc.sessions, svc.settings, req.user_id, binding.channel, req.text, req.file_path)
+            await record_push(ctx.sessions, ctx.settings, req.user_id, binding.channel, req.text, req.file_path)
         except Exception:
             log.exception("could not record the push in the channel task", extra={"channel": binding.channel})
     log.info("push handled", extra={"user_id": req.user_id, "origin": req.origin, "delivered": reply.delivered,

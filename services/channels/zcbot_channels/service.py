@@ -7,7 +7,9 @@
   success runs its loop, refreshing the lease (`kv.update` at our revision) until it stops or the
   lease is lost. Two replicas therefore never poll one binding at the same time.
 - WeCom inbound: callbacks queued by the gateways on the `CHANNEL_IN` work queue are handled here
-  (`inbound.InboundConsumer`), so a reply survives a gateway restart.
+  (`inbound.InboundConsumer` -> `wecom.WeComConversations`), so a reply survives a gateway restart.
+- The parts share one `context.ChannelsContext` (settings, database, clients, key, background
+  spawn), built here; none of them imports this module.
 - Drain: stop scanning and taking pushes, stop the loops (releasing their leases so another
   replica takes over at its next scan; their in-flight conversations are cancelled and resumed
   there from `pending_replies`), give in-flight pushes a grace period, close.
@@ -31,13 +33,14 @@ from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.wecom_api import WeComClient
 from zcbot_core.channels_crypto import key_from_settings
 from zcbot_core.config import ConfigError
-from zcbot_core.channels.wecom_inbound import WeComInbound
 from zcbot_core.service import Runtime
 
+from zcbot_channels.context import ChannelsContext
 from zcbot_channels.ilink_loop import ILinkPoller
 from zcbot_channels.inbound import InboundConsumer
 from zcbot_channels.leases import Lease
 from zcbot_channels.push_handler import deliver
+from zcbot_channels.wecom import WeComConversations
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,9 @@ class ChannelsService:
         self.ilink = ILinkClient(self.cs)
         self.conversation_deps = ConversationDeps(settings=rt.settings, sessions=rt.sessions, nc=rt.nc, js=rt.js,
                                                   topo=rt.topo, reply_timeout=self.cs.reply_timeout)
+        self.ctx = ChannelsContext(settings=rt.settings, sessions=rt.sessions, cs=self.cs, key=self.key,
+                                   wecom=self.wecom, ilink=self.ilink, conversation_deps=self.conversation_deps,
+                                   spawn=self.spawn)
         self.kv = await rt.js.key_value(rt.topo.leases_bucket)
         self._push_sub = await rt.nc.subscribe(rt.topo.push_wildcard(), queue=rt.topo.channels_push_queue_group,
                                                cb=self._on_push)
@@ -82,7 +88,7 @@ class ChannelsService:
             self._scan_task = asyncio.create_task(self._scan_loop())
         self.inbound: InboundConsumer | None = None
         if self.cs.wecom_callback_enabled:
-            self.inbound = InboundConsumer(rt, WeComInbound(self.cs, self.conversation_deps, client=self.wecom))
+            self.inbound = InboundConsumer(rt, WeComConversations(self.ctx))
             await self.inbound.start()
         log.info("channels service started", extra={"owner": self.owner, "wecom": self.cs.wecom_send_enabled})
 
@@ -138,7 +144,7 @@ class ChannelsService:
             reply = PushReply(errors={"request": "the subject does not match the user"})
         else:
             try:
-                reply = await deliver(self, req)
+                reply = await deliver(self.ctx, req)
             except Exception as exc:
                 log.exception("push failed")
                 reply = PushReply(errors={"service": f"internal error ({exc.__class__.__name__})"})
@@ -171,6 +177,6 @@ class ChannelsService:
             lease = Lease(self.kv, f"ilink-{binding.id}", self.owner)
             if not await lease.acquire():
                 continue
-            poller = ILinkPoller(self, binding.id, lease)
+            poller = ILinkPoller(self.ctx, binding.id, lease)
             self.pollers[binding.id] = (poller, asyncio.create_task(poller.run()))
             log.info("ilink lease acquired", extra={"binding_id": binding.id, "owner": self.owner})

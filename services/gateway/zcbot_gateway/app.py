@@ -3,15 +3,15 @@
 Lifespan: open the shared runtime (`open_runtime("gateway", settings)`) -> `app.state.rt` ->
 run startup hooks in registration order -> serve -> set `rt.stopping` -> run shutdown hooks in
 reverse order -> close the runtime. Other modules attach background work (e.g. the SSE hub) with
-`add_startup_hook(app, fn)` / `add_shutdown_hook(app, fn)`; each hook is `async def fn(app)`.
-A router module may also expose `install(app)`, which `create_app` calls after including it.
+`hooks.add_startup_hook(app, fn)` / `hooks.add_shutdown_hook(app, fn)`; each hook is `async def fn(app)`.
+A router module may also expose `install(app)`, which `create_app` calls after including it. No
+module imports this one except the entry point (`main.py`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -22,32 +22,11 @@ from zcbot_core.config import Settings
 from zcbot_core.service import close_runtime, health_routes, open_runtime, settle_heap
 
 from zcbot_gateway.errors import install_error_handlers
+from zcbot_gateway.hooks import init_hooks, run_shutdown_hooks, run_startup_hooks
 from zcbot_gateway.routes import auth as auth_routes
 from zcbot_gateway.routes import tasks as task_routes
 
 log = logging.getLogger(__name__)
-
-Hook = Callable[[FastAPI], Awaitable[None]]
-SHUTDOWN_HOOK_TIMEOUT = 10.0
-
-
-def add_startup_hook(app: FastAPI, fn: Hook) -> None:
-    """Run `await fn(app)` once the runtime is open (in registration order)."""
-    app.state.on_startup.append(fn)
-
-
-def add_shutdown_hook(app: FastAPI, fn: Hook) -> None:
-    """Run `await fn(app)` after `rt.stopping` is set, before the runtime closes (reverse order)."""
-    app.state.on_shutdown.append(fn)
-
-
-async def _run_shutdown_hooks(app: FastAPI) -> None:
-    for fn in reversed(app.state.on_shutdown):
-        try:
-            await asyncio.wait_for(fn(app), SHUTDOWN_HOOK_TIMEOUT)
-        except Exception:
-            log.exception("shutdown hook failed", extra={"hook": getattr(fn, "__qualname__", repr(fn))})
-
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -55,14 +34,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     rt = await open_runtime("gateway", settings)
     app.state.rt = rt
     try:
-        for fn in list(app.state.on_startup):
-            await fn(app)
+        await run_startup_hooks(app)
         settle_heap()
         log.info("gateway started")
         yield
     finally:
         rt.stopping.set()
-        await _run_shutdown_hooks(app)
+        await run_shutdown_hooks(app)
         app.state.rt = None
         await close_runtime(rt)
         log.info("gateway stopped")
@@ -76,7 +54,7 @@ def _include_routers(app: FastAPI) -> None:
     for router in (*extra.ROUTERS, runs.router, schedules.router, skills.router, channels.router):
         app.include_router(router)
     runs.install(app)
-    channels.install(app)  # drains in-flight WeCom replies and closes HTTP clients on shutdown
+    channels.install(app)  # closes the iLink HTTP client on shutdown
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -91,8 +69,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.rt = None
-    app.state.on_startup = []
-    app.state.on_shutdown = []
+    init_hooks(app)
 
     if settings.zcbot_env == "local":
         app.add_middleware(

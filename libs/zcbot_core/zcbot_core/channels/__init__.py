@@ -7,7 +7,8 @@ the channels service (iLink long-poll loops, push delivery).
 - `ilink_api`: personal-WeChat ClawBot (iLink) client: QR login, getupdates, sendmessage, CDN upload.
 - `bindings`: `channel_bindings` rows: sealed secrets, per-binding config updates, inbound dedupe.
 - `conversation`: one persistent task per user and channel; inbound message -> run -> reply.
-- `wecom_inbound`: the WeCom callback's decrypted message -> conversation (used by the gateway route).
+- `wecom_callback`: the gateway's half of WeCom (signature, decryption, hand-off to `CHANNEL_IN`);
+  the conversation half is the channels service's `zcbot_channels.wecom`.
 - `text`: splitting replies into protocol-sized chunks.
 
 Secrets (bot_token, context_token, WeCom corp secret / token / AES key, access tokens) are never

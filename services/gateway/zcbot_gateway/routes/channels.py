@@ -6,7 +6,8 @@ Callback (no bearer auth; WeCom signs every request):
 - `POST /v1/channels/wecom/callback?msg_signature&timestamp&nonce`: verified, decrypted and
   de-duplicated at once, answered with an empty 200 (WeCom retries after 5 s); the run and the
   reply (message/send) happen in the channels service, which consumes the message from JetStream
-  (`zcbot_core.channels.wecom_inbound`), so a gateway restart loses nothing.
+  (`zcbot_core.channels.wecom_callback` here, `zcbot_channels.wecom` there), so a gateway restart
+  loses nothing; the gateway holds no WeCom client and no conversation.
   Bad signature/ciphertext -> 403; WeCom not configured -> 503.
 
 Bindings (bearer auth; secrets never appear in responses):
@@ -18,15 +19,15 @@ Bindings (bearer auth; secrets never appear in responses):
   (`wait | scaned | confirmed | expired | need_verifycode | ...`); `confirmed` activates it.
 - `DELETE /v1/channels/{channel}`: unlink (the iLink poll loop stops at its next turn).
 
-`install(app)` registers a shutdown hook that lets in-flight WeCom replies finish (bounded) and
-closes the HTTP clients; include `router` and call `install(app)`.
+`install(app)` registers a shutdown hook that closes the iLink HTTP client (QR login); include
+`router` and call `install(app)`.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response, status
@@ -35,19 +36,18 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from zcbot_core.channels import bindings
-from zcbot_core.channels.conversation import ConversationDeps
 from zcbot_core.channels.ilink_api import ILinkClient, ILinkError
 from zcbot_core.channels.ilink_login import poll_login, start_login
 from zcbot_core.channels.settings import ChannelSettings
+from zcbot_core.channels.wecom_callback import WeComCallback
 from zcbot_core.channels.wecom_crypto import WeComCryptoError
-from zcbot_core.channels.wecom_inbound import WeComInbound
 from zcbot_core.channels_crypto import key_from_settings
 from zcbot_core.config import ConfigError
 from zcbot_core.db.models import ChannelBinding
-from zcbot_core.service import Runtime
 
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
 from zcbot_gateway.errors import ServiceUnavailable
+from zcbot_gateway.hooks import add_shutdown_hook
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +55,17 @@ router = APIRouter(prefix="/v1/channels", tags=["channels"])
 
 MAX_CALLBACK_BODY = 64 * 1024
 WECOM_USERID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
-SHUTDOWN_GRACE = 8.0
 
 
 @dataclass
 class ChannelsState:
     cs: ChannelSettings
     ilink: ILinkClient
-    wecom: WeComInbound | None = None
+    wecom: WeComCallback | None = None
     wecom_error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _state(app: FastAPI, rt: Runtime) -> ChannelsState:
+def _state(app: FastAPI) -> ChannelsState:
     state: ChannelsState | None = getattr(app.state, "channels", None)
     if state is None:
         try:
@@ -76,11 +74,8 @@ def _state(app: FastAPI, rt: Runtime) -> ChannelsState:
             raise ServiceUnavailable(f"channels are misconfigured: {exc}") from None
         state = ChannelsState(cs=cs, ilink=ILinkClient(cs))
         if cs.wecom_callback_enabled:
-            assert rt.sessions is not None
-            deps = ConversationDeps(settings=rt.settings, sessions=rt.sessions, nc=rt.nc, js=rt.js, topo=rt.topo,
-                                    reply_timeout=cs.reply_timeout)
             try:
-                state.wecom = WeComInbound(cs, deps)
+                state.wecom = WeComCallback(cs)
             except WeComCryptoError as exc:
                 state.wecom_error = str(exc)
         else:
@@ -94,21 +89,17 @@ async def _shutdown(app: FastAPI) -> None:
     state: ChannelsState | None = getattr(app.state, "channels", None)
     if state is None:
         return
-    if state.wecom is not None:
-        await state.wecom.close(grace=SHUTDOWN_GRACE)
     await state.ilink.aclose()
     app.state.channels = None
 
 
 def install(app: FastAPI) -> None:
-    """Register the shutdown hook (in-flight WeCom replies get a bounded grace period)."""
-    on_shutdown = getattr(app.state, "on_shutdown", None)
-    if isinstance(on_shutdown, list):
-        on_shutdown.append(_shutdown)
+    """Register the shutdown hook that closes the HTTP client."""
+    add_shutdown_hook(app, _shutdown)
 
 
-def _wecom(request: Request, rt: Runtime) -> WeComInbound:
-    state = _state(request.app, rt)
+def _wecom(request: Request) -> WeComCallback:
+    state = _state(request.app)
     if state.wecom is None:
         raise ServiceUnavailable(state.wecom_error or "WeCom is not configured")
     return state.wecom
@@ -118,7 +109,7 @@ def _wecom(request: Request, rt: Runtime) -> WeComInbound:
 @router.get("/wecom/callback", response_class=PlainTextResponse, include_in_schema=False)
 async def wecom_verify(request: Request, rt: RuntimeDep, msg_signature: str = "", timestamp: str = "",
                        nonce: str = "", echostr: str = "") -> PlainTextResponse:
-    inbound = _wecom(request, rt)
+    inbound = _wecom(request)
     try:
         plain = inbound.verify_url(msg_signature, timestamp, nonce, echostr)
     except WeComCryptoError:
@@ -130,7 +121,7 @@ async def wecom_verify(request: Request, rt: RuntimeDep, msg_signature: str = ""
 @router.post("/wecom/callback", include_in_schema=False)
 async def wecom_message(request: Request, rt: RuntimeDep, msg_signature: str = "", timestamp: str = "",
                         nonce: str = "") -> Response:
-    inbound = _wecom(request, rt)
+    inbound = _wecom(request)
     body = await request.body()
     if len(body) > MAX_CALLBACK_BODY:
         raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, detail="body too large")
@@ -191,7 +182,7 @@ async def bind_wecom(body: WeComBindIn, user_id: CurrentUser, session: SessionDe
 @router.post("/ilink/login")
 async def ilink_login_start(request: Request, user_id: CurrentUser, rt: RuntimeDep, settings: SettingsDep) -> dict[str, Any]:
     key = _sealing_key(settings)
-    state = _state(request.app, rt)
+    state = _state(request.app)
     assert rt.sessions is not None
     try:
         return await start_login(rt.sessions, key, state.ilink, user_id)
@@ -206,7 +197,7 @@ async def ilink_login_poll(
     verify_code: Annotated[str | None, Query(max_length=32)] = None,
 ) -> dict[str, Any]:
     key = _sealing_key(settings)
-    state = _state(request.app, rt)
+    state = _state(request.app)
     assert rt.sessions is not None
     try:  # a LoginError (expired, wrong code, ...) carries its own status, mapped at the edge
         return await poll_login(rt.sessions, key, state.ilink, user_id, wait=wait, verify_code=verify_code)

@@ -105,7 +105,6 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     """Send a message: 202 with the run's `events_url`; or, asked with `Accept: text/event-stream`,
     the run's event stream itself (one request instead of two: the stream starts where the run's
     events will, so nothing is missed even when the runner is faster than the client)."""
-    assert rt.sessions is not None
     check_task_id(task_id)
     stream = wants_event_stream(request)
     hub = get_hub(request) if stream else None  # before saving anything: a message is never half-sent
@@ -132,7 +131,6 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
 
 @router.post("/tasks/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED)
 async def cancel_run(task_id: str, user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
-    assert rt.sessions is not None
     # TaskNotFound 404, NothingToCancel 409 (domain errors, mapped at the edge)
     run_id = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id)
     return {"task_id": task_id, "run_id": run_id, "status": "cancelling"}
