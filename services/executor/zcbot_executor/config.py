@@ -1,28 +1,8 @@
-"""Executor configuration: `Settings` plus executor-only knobs read from the environment.
+"""Executor configuration: `ExecutorSettings` (the core `Settings` plus the executor-only knobs,
+validated at start-up) and `ExecutorConfig`, the frozen view the executor's parts are built from.
 
-Knobs that `zcbot_core.config.Settings` does not carry (all optional):
-- ZCBOT_SANDBOX_UID / ZCBOT_SANDBOX_GID   host uid/gid sandboxes run as when the executor is root
-                                          (default 10001; user roots are chowned to it)
-- ZCBOT_SANDBOX_MEMORY_MB                 RLIMIT_DATA per sandbox process (default 2048)
-- ZCBOT_SANDBOX_ADDRESS_SPACE_MB          RLIMIT_AS per sandbox process, a backstop (16384)
-- ZCBOT_DOCKER_CPUS                       CPUs per sandbox container (default 1.0)
-- ZCBOT_SANDBOX_MAX_PROCS                 RLIMIT_NPROC, per sandbox (default 256)
-- ZCBOT_SANDBOX_MAX_FILE_MB               RLIMIT_FSIZE (default 1024)
-- ZCBOT_SANDBOX_TMP_MB                    size of the sandbox's tmpfs /tmp (default 512)
-- ZCBOT_SANDBOX_PYTHON                    interpreter inside the sandbox (default: this one)
-- ZCBOT_SANDBOX_ENV_PASSTHROUGH           extra env names copied into sandboxes (secret-looking
-                                          names are dropped anyway)
-- ZCBOT_SANDBOX_LEASE_REFRESH_SECONDS     lease refresh period (default: bucket TTL / 3)
-- ZCBOT_EXECUTOR_DRAIN_GRACE_SECONDS      how long in-flight calls may finish on SIGTERM (25)
-- ZCBOT_EXECUTOR_MAX_CONCURRENCY          concurrent calls per executor (256)
-- ZCBOT_BG_TIME_LIMIT_SECONDS             default background time limit (7200, cap 86400)
-- ZCBOT_BG_LOG_CAP_MB                     background output.log cap (10)
-- ZCBOT_PROC_RETENTION_DAYS               terminal proc folders kept this long (7)
-- ZCBOT_USER_MEMORY_MB                    memory of ALL of a user's sandbox processes on a host
-                                          (per-user cgroup, sandbox/cgroups.py; default 4096)
-- ZCBOT_USER_MAX_PROCS                    process count of all of a user's sandboxes (1024)
-- ZCBOT_SANDBOX_CGROUP                    auto (default: v2, else v1, else warn) | v1 | v2 |
-                                          required (refuse to start without) | off
+Every variable, its default and its meaning are in `ExecutorSettings` (the README's table is
+generated from it: `python -m zcbot_core.settings_doc`).
 """
 
 from __future__ import annotations
@@ -33,9 +13,12 @@ import socket
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from zcbot_core.config import Settings
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from zcbot_core.config import Settings, load_settings
 
 
 def sanitize_host(name: str) -> str:
@@ -44,14 +27,62 @@ def sanitize_host(name: str) -> str:
     return "any-host" if token == "any" else token
 
 
-def _env_float(name: str, default: float | None) -> float | None:
-    value = os.environ.get(name)
-    return float(value) if value not in (None, "") else default
+class ExecutorSettings(Settings):
+    """The executor's environment: the shared `Settings` plus the knobs only the executor reads.
 
+    An empty variable means "the default"; an explicit 0 is taken as given (or refused where it
+    makes no sense), never silently replaced by the default."""
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value not in (None, "") else default
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False, env_ignore_empty=True)
+
+    zcbot_sandbox_uid: int = Field(default=10001, ge=0, alias="ZCBOT_SANDBOX_UID", description=(
+        "host uid sandboxes run as when the executor is root (user roots are chowned to it)"))
+    zcbot_sandbox_gid: int | None = Field(default=None, ge=0, alias="ZCBOT_SANDBOX_GID", description=(
+        "host gid of sandboxes (default: the uid)"))
+    zcbot_sandbox_memory_mb: int = Field(default=2048, gt=0, alias="ZCBOT_SANDBOX_MEMORY_MB", description=(
+        "RLIMIT_DATA per sandbox process (docker: the container's memory limit)"))
+    zcbot_sandbox_address_space_mb: int = Field(default=16384, gt=0, alias="ZCBOT_SANDBOX_ADDRESS_SPACE_MB",
+                                                description="RLIMIT_AS per sandbox process, a backstop only")
+    zcbot_docker_cpus: float = Field(default=1.0, gt=0, alias="ZCBOT_DOCKER_CPUS",
+                                     description="CPUs per sandbox container (docker backend)")
+    zcbot_sandbox_max_procs: int = Field(default=256, gt=0, alias="ZCBOT_SANDBOX_MAX_PROCS",
+                                         description="RLIMIT_NPROC per sandbox")
+    zcbot_sandbox_max_file_mb: int = Field(default=1024, gt=0, alias="ZCBOT_SANDBOX_MAX_FILE_MB",
+                                           description="RLIMIT_FSIZE: the largest file a sandbox process may write")
+    zcbot_sandbox_tmp_mb: int = Field(default=512, gt=0, alias="ZCBOT_SANDBOX_TMP_MB",
+                                      description="size of the sandbox's tmpfs /tmp")
+    zcbot_sandbox_python: str | None = Field(default=None, alias="ZCBOT_SANDBOX_PYTHON", description=(
+        "interpreter inside the sandbox (default: the executor's own)"))
+    zcbot_sandbox_env_passthrough: str = Field(default="", alias="ZCBOT_SANDBOX_ENV_PASSTHROUGH", description=(
+        "comma-separated extra env names copied into sandboxes (secret-looking names are dropped anyway)"))
+    zcbot_sandbox_lease_refresh_seconds: float | None = Field(
+        default=None, gt=0, alias="ZCBOT_SANDBOX_LEASE_REFRESH_SECONDS",
+        description="sandbox lease refresh period (default: the lease bucket's TTL / 3)")
+    zcbot_executor_drain_grace_seconds: float = Field(
+        default=25.0, ge=0, alias="ZCBOT_EXECUTOR_DRAIN_GRACE_SECONDS",
+        description="how long in-flight calls may finish on SIGTERM (0: none)")
+    zcbot_executor_max_concurrency: int = Field(default=256, ge=1, alias="ZCBOT_EXECUTOR_MAX_CONCURRENCY",
+                                                description="concurrent tool calls per executor")
+    zcbot_bg_time_limit_seconds: float = Field(default=7200.0, gt=0, le=86400.0, alias="ZCBOT_BG_TIME_LIMIT_SECONDS",
+                                               description="default time limit of a background process (at most 86400)")
+    zcbot_bg_log_cap_mb: int = Field(default=10, gt=0, alias="ZCBOT_BG_LOG_CAP_MB",
+                                     description="cap of a background process's output.log")
+    zcbot_proc_retention_days: float = Field(default=7.0, ge=0, alias="ZCBOT_PROC_RETENTION_DAYS", description=(
+        "finished background-process folders are kept this long (0: removed at the next sweep)"))
+    zcbot_user_memory_mb: int = Field(default=4096, gt=0, alias="ZCBOT_USER_MEMORY_MB", description=(
+        "memory of ALL of a user's sandbox processes on a host (per-user cgroup, sandbox/cgroups.py)"))
+    zcbot_user_max_procs: int = Field(default=1024, gt=0, alias="ZCBOT_USER_MAX_PROCS",
+                                      description="process count of all of a user's sandboxes on a host")
+    zcbot_sandbox_cgroup: Literal["auto", "v1", "v2", "required", "off"] = Field(
+        default="auto", alias="ZCBOT_SANDBOX_CGROUP",
+        description="auto (v2, else v1, else warn) | v1 | v2 | required (refuse to start without) | off")
+
+    @classmethod
+    def extend(cls, settings: Settings) -> "ExecutorSettings":
+        """`settings` as given (explicit values win) plus the executor knobs from the environment."""
+        if isinstance(settings, cls):
+            return settings
+        return load_settings(cls, **settings.model_dump(by_alias=True, exclude_unset=True))
 
 
 @dataclass(frozen=True)
@@ -78,6 +109,7 @@ class ExecutorConfig:
     max_bg_procs: int = 3
     docker_runtime: str = "runc"
     docker_image: str = "zcbot-sandbox:latest"
+    docker_cpus: float = 1.0
     sandbox_uid: int = 10001
     sandbox_gid: int = 10001
     limits: Limits = field(default_factory=Limits)
@@ -97,38 +129,40 @@ class ExecutorConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> "ExecutorConfig":
-        host = sanitize_host(settings.zcbot_executor_host or socket.gethostname())
+        knobs = ExecutorSettings.extend(settings)
+        host = sanitize_host(knobs.zcbot_executor_host or socket.gethostname())
         limits = Limits(
-            memory_mb=_env_int("ZCBOT_SANDBOX_MEMORY_MB", 2048),
-            address_space_mb=_env_int("ZCBOT_SANDBOX_ADDRESS_SPACE_MB", 16384),
-            max_procs=_env_int("ZCBOT_SANDBOX_MAX_PROCS", 256),
-            max_file_mb=_env_int("ZCBOT_SANDBOX_MAX_FILE_MB", 1024),
-            tmp_mb=_env_int("ZCBOT_SANDBOX_TMP_MB", 512),
+            memory_mb=knobs.zcbot_sandbox_memory_mb,
+            address_space_mb=knobs.zcbot_sandbox_address_space_mb,
+            max_procs=knobs.zcbot_sandbox_max_procs,
+            max_file_mb=knobs.zcbot_sandbox_max_file_mb,
+            tmp_mb=knobs.zcbot_sandbox_tmp_mb,
         )
-        passthrough = tuple(n.strip() for n in os.environ.get("ZCBOT_SANDBOX_ENV_PASSTHROUGH", "").split(",") if n.strip())
+        passthrough = tuple(n.strip() for n in knobs.zcbot_sandbox_env_passthrough.split(",") if n.strip())
         config = cls(
             host=host,
-            storage_root=settings.storage_root,
-            state_dir=settings.home / "executor",
-            backend=settings.zcbot_sandbox,
-            idle_seconds=settings.zcbot_sandbox_idle_seconds,
-            max_bg_procs=settings.zcbot_max_bg_procs,
-            docker_runtime=settings.zcbot_docker_runtime,
-            docker_image=settings.zcbot_docker_image,
-            sandbox_uid=_env_int("ZCBOT_SANDBOX_UID", 10001),
-            sandbox_gid=_env_int("ZCBOT_SANDBOX_GID", _env_int("ZCBOT_SANDBOX_UID", 10001)),
+            storage_root=knobs.storage_root,
+            state_dir=knobs.home / "executor",
+            backend=knobs.zcbot_sandbox,
+            idle_seconds=knobs.zcbot_sandbox_idle_seconds,
+            max_bg_procs=knobs.zcbot_max_bg_procs,
+            docker_runtime=knobs.zcbot_docker_runtime,
+            docker_image=knobs.zcbot_docker_image,
+            docker_cpus=knobs.zcbot_docker_cpus,
+            sandbox_uid=knobs.zcbot_sandbox_uid,
+            sandbox_gid=knobs.zcbot_sandbox_uid if knobs.zcbot_sandbox_gid is None else knobs.zcbot_sandbox_gid,
             limits=limits,
-            python=os.environ.get("ZCBOT_SANDBOX_PYTHON") or sys.executable,
+            python=knobs.zcbot_sandbox_python or sys.executable,
             env_passthrough=passthrough,
-            lease_refresh_seconds=_env_float("ZCBOT_SANDBOX_LEASE_REFRESH_SECONDS", None),
-            drain_grace_seconds=_env_float("ZCBOT_EXECUTOR_DRAIN_GRACE_SECONDS", 25.0) or 25.0,
-            max_concurrency=_env_int("ZCBOT_EXECUTOR_MAX_CONCURRENCY", 256),
-            bg_time_limit=_env_float("ZCBOT_BG_TIME_LIMIT_SECONDS", 7200.0) or 7200.0,
-            bg_log_cap_mb=_env_int("ZCBOT_BG_LOG_CAP_MB", 10),
-            proc_retention_days=_env_float("ZCBOT_PROC_RETENTION_DAYS", 7.0) or 7.0,
-            user_memory_mb=_env_int("ZCBOT_USER_MEMORY_MB", 4096),
-            user_max_procs=_env_int("ZCBOT_USER_MAX_PROCS", 1024),
-            cgroup_mode=os.environ.get("ZCBOT_SANDBOX_CGROUP") or "auto",
+            lease_refresh_seconds=knobs.zcbot_sandbox_lease_refresh_seconds,
+            drain_grace_seconds=knobs.zcbot_executor_drain_grace_seconds,
+            max_concurrency=knobs.zcbot_executor_max_concurrency,
+            bg_time_limit=knobs.zcbot_bg_time_limit_seconds,
+            bg_log_cap_mb=knobs.zcbot_bg_log_cap_mb,
+            proc_retention_days=knobs.zcbot_proc_retention_days,
+            user_memory_mb=knobs.zcbot_user_memory_mb,
+            user_max_procs=knobs.zcbot_user_max_procs,
+            cgroup_mode=knobs.zcbot_sandbox_cgroup,
         )
         return replace(config, **overrides) if overrides else config
 

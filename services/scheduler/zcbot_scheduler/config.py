@@ -1,38 +1,41 @@
-"""Scheduler knobs from the environment (kept out of `zcbot_core.config`: the scheduler owns them).
-
-  ZCBOT_SCHEDULE_MAX_FAILURES           consecutive failed runs that disable a job (default 3)
-  ZCBOT_SCHEDULER_TICK_SECONDS          how often due jobs are claimed (default 1; <= 0: no loop,
-                                        tests call `tick()` themselves)
-  ZCBOT_SCHEDULE_MISFIRE_GRACE_SECONDS  a due time older than this is missed, not run late (no
-                                        catch-up after downtime; default 60)
-  ZCBOT_SCHEDULE_CANCEL_GRACE_SECONDS   after a timeout cancel, how long to wait for the run to
-                                        stop before recording the timeout anyway (default 60)
-  ZCBOT_SCHEDULE_RECONCILE_GRACE_SECONDS  a run whose task went idle this long ago without its
-                                        `done` event being seen is reconciled from the DB (default 5)
-  ZCBOT_SCHEDULE_PUSH_TIMEOUT_SECONDS   request timeout of a push to the channels service (default 10)
-  ZCBOT_SCHEDULER_BATCH                 most jobs fired per tick by one replica (default 50)
+"""Scheduler configuration: `SchedulerSettings` (the core `Settings` plus the scheduler's knobs,
+validated at start-up; the README's table is generated from it) and `SchedulerConfig`, the frozen
+view the scheduler's parts read (tests build one directly).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from zcbot_core.config import ConfigError
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from zcbot_core.config import Settings, load_settings
 
 
-def _num(env: Mapping[str, str], name: str, default: float, *, minimum: float | None = None) -> float:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {raw!r}")
-    return value
+class SchedulerSettings(Settings):
+    """The scheduler's environment; an empty variable means "the default"."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False, env_ignore_empty=True)
+
+    zcbot_schedule_max_failures: int = Field(default=3, ge=1, alias="ZCBOT_SCHEDULE_MAX_FAILURES",
+                                             description="consecutive failed runs that disable a job")
+    zcbot_scheduler_tick_seconds: float = Field(default=1.0, alias="ZCBOT_SCHEDULER_TICK_SECONDS", description=(
+        "how often due jobs are claimed (<= 0: no loop; tests call `tick()` themselves)"))
+    zcbot_schedule_misfire_grace_seconds: float = Field(
+        default=60.0, ge=0, alias="ZCBOT_SCHEDULE_MISFIRE_GRACE_SECONDS",
+        description="a due time older than this is missed, not run late (no catch-up after downtime)")
+    zcbot_schedule_cancel_grace_seconds: float = Field(
+        default=60.0, ge=0, alias="ZCBOT_SCHEDULE_CANCEL_GRACE_SECONDS",
+        description="after a timeout cancel, how long to wait for the run to stop before recording the timeout anyway")
+    zcbot_schedule_reconcile_grace_seconds: float = Field(
+        default=5.0, ge=0, alias="ZCBOT_SCHEDULE_RECONCILE_GRACE_SECONDS",
+        description="a run whose task went idle this long ago without its `done` event seen is reconciled from the DB")
+    zcbot_schedule_push_timeout_seconds: float = Field(
+        default=10.0, ge=0.1, alias="ZCBOT_SCHEDULE_PUSH_TIMEOUT_SECONDS",
+        description="request timeout of a push to the channels service")
+    zcbot_scheduler_batch: int = Field(default=50, ge=1, alias="ZCBOT_SCHEDULER_BATCH",
+                                       description="most jobs fired per tick by one replica")
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,18 @@ class SchedulerConfig:
     batch: int = 50
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "SchedulerConfig":
-        env = os.environ if env is None else env
+    def from_settings(cls, s: SchedulerSettings) -> "SchedulerConfig":
         return cls(
-            max_failures=int(_num(env, "ZCBOT_SCHEDULE_MAX_FAILURES", 3, minimum=1)),
-            tick_seconds=_num(env, "ZCBOT_SCHEDULER_TICK_SECONDS", 1.0),
-            misfire_grace_seconds=_num(env, "ZCBOT_SCHEDULE_MISFIRE_GRACE_SECONDS", 60.0, minimum=0),
-            cancel_grace_seconds=_num(env, "ZCBOT_SCHEDULE_CANCEL_GRACE_SECONDS", 60.0, minimum=0),
-            reconcile_grace_seconds=_num(env, "ZCBOT_SCHEDULE_RECONCILE_GRACE_SECONDS", 5.0, minimum=0),
-            push_timeout_seconds=_num(env, "ZCBOT_SCHEDULE_PUSH_TIMEOUT_SECONDS", 10.0, minimum=0.1),
-            batch=int(_num(env, "ZCBOT_SCHEDULER_BATCH", 50, minimum=1)),
+            max_failures=s.zcbot_schedule_max_failures,
+            tick_seconds=s.zcbot_scheduler_tick_seconds,
+            misfire_grace_seconds=s.zcbot_schedule_misfire_grace_seconds,
+            cancel_grace_seconds=s.zcbot_schedule_cancel_grace_seconds,
+            reconcile_grace_seconds=s.zcbot_schedule_reconcile_grace_seconds,
+            push_timeout_seconds=s.zcbot_schedule_push_timeout_seconds,
+            batch=s.zcbot_scheduler_batch,
         )
+
+    @classmethod
+    def from_env(cls) -> "SchedulerConfig":
+        """Read and validate the environment now (a bad knob is a `ConfigError` naming it)."""
+        return cls.from_settings(load_settings(SchedulerSettings))

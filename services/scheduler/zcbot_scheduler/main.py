@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from zcbot_core.config import get_settings
+from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.service import main_entry, run_service
-from zcbot_scheduler.config import SchedulerConfig
+from zcbot_scheduler.config import SchedulerConfig, SchedulerSettings
 from zcbot_scheduler.service import SchedulerService
 
 
 def main() -> None:
-    settings = get_settings()
-    config = SchedulerConfig.from_env()  # fail fast on a bad knob, before connecting
+    try:
+        settings = load_settings(SchedulerSettings)  # fail fast on a bad knob, before connecting
+    except ConfigError as exc:
+        raise SystemExit(f"zcbot scheduler: {exc}") from None
+    config = SchedulerConfig.from_settings(settings)
     main_entry(lambda: run_service("scheduler", settings, lambda: SchedulerService(config=config),
                                    port=settings.zcbot_scheduler_port))
 

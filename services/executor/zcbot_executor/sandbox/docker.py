@@ -95,7 +95,7 @@ class DockerBackend(SandboxBackend):
         import docker
 
         lim = self.config.limits
-        cpus = float(os.environ.get("ZCBOT_DOCKER_CPUS", "1.0"))
+        cpus = self.config.docker_cpus
         return dict(
             detach=True, labels=self._labels(user_id, product), user=self.user, working_dir=policy.WORKSPACE,
             environment=self.env, cap_drop=["ALL"], security_opt=["no-new-privileges:true"], read_only=True,

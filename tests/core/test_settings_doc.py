@@ -1,0 +1,68 @@
+"""Configuration: one pydantic settings class per service, validated at start-up, and the README's
+table generated from those classes (this test fails when they disagree)."""
+
+from __future__ import annotations
+
+import pytest
+
+from zcbot_core import settings_doc
+from zcbot_core.config import REPO_ROOT, ConfigError, Settings, load_settings
+from zcbot_executor.config import ExecutorConfig, ExecutorSettings
+from zcbot_scheduler.config import SchedulerConfig
+
+
+def test_readme_table_is_generated_from_the_settings_classes() -> None:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    block = settings_doc.render()
+    assert block in readme, "README.md's settings table is stale: run `python -m zcbot_core.settings_doc`"
+    for name in ("ZCBOT_SKILLS_DIR", "ZCBOT_DOCKER_CPUS", "ZCBOT_SOFFICE", "ZCBOT_SCHEDULE_MISFIRE_GRACE_SECONDS"):
+        assert f"| `{name}` |" in block
+    undocumented = [alias for _, ref in settings_doc.SETTINGS_CLASSES
+                    for alias, f in ((f.alias, f) for f in settings_doc._load(ref).model_fields.values()) if not f.description]
+    assert undocumented == []
+
+
+def test_executor_takes_an_explicit_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZCBOT_EXECUTOR_DRAIN_GRACE_SECONDS", "0")
+    monkeypatch.setenv("ZCBOT_PROC_RETENTION_DAYS", "0")
+    monkeypatch.setenv("ZCBOT_DOCKER_CPUS", "2.5")
+    monkeypatch.setenv("ZCBOT_SANDBOX_CGROUP", "")  # empty: the default
+    config = ExecutorConfig.from_settings(Settings())
+    assert (config.drain_grace_seconds, config.proc_retention_days) == (0.0, 0.0)
+    assert config.docker_cpus == 2.5 and config.cgroup_mode == "auto" and config.sandbox_gid == config.sandbox_uid
+
+
+@pytest.mark.parametrize(("cls", "name", "value"), [
+    (ExecutorSettings, "ZCBOT_BG_TIME_LIMIT_SECONDS", "0"),
+    (ExecutorSettings, "ZCBOT_SANDBOX_CGROUP", "v3"),
+    (ExecutorSettings, "ZCBOT_SANDBOX_MEMORY_MB", "lots"),
+    (Settings, "ZCBOT_HTTP_PORT", "eighty"),
+])
+def test_a_bad_value_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch, cls: type, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=name):
+        load_settings(cls)
+
+
+class _WithSecret(Settings):
+    some_api_token: int = 0  # a secret-looking name that can fail validation
+
+
+def test_a_bad_value_is_shown_but_a_secret_is_only_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZCBOT_SANDBOX_UID", "-1")
+    with pytest.raises(ConfigError, match=r"ZCBOT_SANDBOX_UID: .*\(got '-1'\)"):
+        load_settings(ExecutorSettings)
+    monkeypatch.setenv("SOME_API_TOKEN", "s3cr3t-value")
+    with pytest.raises(ConfigError) as info:
+        load_settings(_WithSecret)
+    assert "some_api_token" in str(info.value) and "s3cr3t" not in str(info.value)
+
+
+def test_scheduler_knobs_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZCBOT_SCHEDULE_MISFIRE_GRACE_SECONDS", "0")
+    monkeypatch.setenv("ZCBOT_SCHEDULER_BATCH", "7")
+    config = SchedulerConfig.from_env()
+    assert (config.misfire_grace_seconds, config.batch, config.max_failures) == (0.0, 7, 3)
+    monkeypatch.setenv("ZCBOT_SCHEDULER_BATCH", "0")
+    with pytest.raises(ConfigError, match="ZCBOT_SCHEDULER_BATCH"):
+        SchedulerConfig.from_env()
