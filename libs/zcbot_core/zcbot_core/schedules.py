@@ -25,7 +25,6 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -35,7 +34,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core import paths
-from zcbot_core.folders import lock_user_folders, nested_working_dir
+from zcbot_core.folders import NestedFolder, claim_folder, normalize_working_dir
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.errors import ZcbotError
 
@@ -45,7 +44,6 @@ MIN_TIMEOUT_SECONDS = 30
 MAX_TIMEOUT_SECONDS = 24 * 3600
 MAX_JOB_NAME = 120  # leaves room for the " YYYY-MM-DD HH:MM" suffix of a firing's task name
 MAX_PROMPT_CHARS = 20_000
-MAX_WORKING_DIR = 1024
 MAX_JOBS_PER_USER = 50
 NOTIFY_ALL = "all"
 _NOTIFY = re.compile(r"^[a-z0-9_-]{1,32}$")
@@ -173,14 +171,10 @@ def validate_working_dir(raw: Any) -> str:
     if not isinstance(raw, str):
         raise ScheduleError("working_dir must be a folder path relative to your root")
     try:
-        wd = paths.to_db_path(raw.strip())
+        return normalize_working_dir(raw)  # the rule of every task folder
     except paths.PathRejected as exc:
-        raise ScheduleError(f"working_dir: {exc}") from None
-    if any(part != part.strip() for part in wd.split("/")):
-        raise ScheduleError("folder names must not start or end with whitespace")
-    if len(wd) > MAX_WORKING_DIR:
-        raise ScheduleError(f"working_dir must be at most {MAX_WORKING_DIR} characters")
-    return wd
+        message = str(exc)
+        raise ScheduleError(message if message.startswith(("working_dir", "folder names")) else f"working_dir: {message}") from None
 
 
 # ---- time ------------------------------------------------------------------------------------
@@ -259,14 +253,6 @@ def firing_prompt(job: ScheduledJob, instant: datetime) -> str:
             f"{local_label(instant, job.timezone)}]\n{job.prompt}")
 
 
-# ---- folders (same rules and lock key as the gateway's task routes) ---------------------------
-
-
-def ensure_user_folder(storage_root: Path, user_id: str, working_dir: str) -> Path:
-    """mkdir -p storage_root/<user>/<working_dir>, refusing symlink escapes (PathRejected)."""
-    return paths.make_user_dir(paths.user_root(storage_root, user_id), working_dir)
-
-
 # ---- CRUD ------------------------------------------------------------------------------------
 
 
@@ -282,12 +268,10 @@ async def _owned_task(session: AsyncSession, user_id: str, task_id: Any) -> Task
 
 
 async def _check_folder(session: AsyncSession, user_id: str, working_dir: str) -> None:
-    await lock_user_folders(session, user_id)
-    nested = await nested_working_dir(session, user_id, working_dir)
-    if nested is not None:
-        relation = "inside" if working_dir.startswith(nested + "/") else "contains"
-        raise ScheduleError(f"working_dir {working_dir!r} {relation} the folder {nested!r} of another task; "
-                            "tasks cannot be nested (use the same folder, or a sibling)")
+    try:
+        await claim_folder(session, user_id, working_dir)
+    except NestedFolder as exc:
+        raise ScheduleError(str(exc)) from None
 
 
 async def create_schedule(

@@ -18,7 +18,6 @@ unlocks still due and another replica fires it again; the window is milliseconds
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,8 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from zcbot_core import runs, schedules, submit
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.errors import ZcbotError
+from zcbot_core.folders import NestedFolder
 from zcbot_core.paths import PathRejected
 from zcbot_core.service import Runtime
+from zcbot_core.tasks import create_task
 from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.outcomes import PendingPush, apply_result
 
@@ -79,21 +80,17 @@ async def schedule_unscheduled(rt: Runtime, now: datetime) -> int:
 async def _create_run_task(rt: Runtime, job: ScheduledJob, slot: datetime) -> str:
     assert rt.sessions is not None
     async with rt.sessions() as session, session.begin():
-        await schedules.lock_user_folders(session, job.user_id)
-        nested = await schedules.nested_working_dir(session, job.user_id, job.working_dir)
-        if nested is not None:
-            raise FireFailed(f"the job's folder {job.working_dir!r} nests with the folder {nested!r} of another task; "
-                             "change the job's working_dir")
         try:
-            await asyncio.to_thread(schedules.ensure_user_folder, rt.settings.storage_root, job.user_id,
-                                    job.working_dir)
+            task = await create_task(
+                session, rt.settings.storage_root, user_id=job.user_id,
+                name=schedules.firing_task_name(job.name, slot, job.timezone), working_dir=job.working_dir,
+                scheduled_job_id=job.job_id,
+                description=f"Run of the scheduled job \"{job.name}\" ({job.cron}, {job.timezone})")
+        except NestedFolder as exc:
+            raise FireFailed(f"the job's folder {job.working_dir!r} nests with the folder {exc.existing!r} of another "
+                             "task; change the job's working_dir") from None
         except (PathRejected, OSError) as exc:
             raise FireFailed(f"cannot prepare the folder {job.working_dir!r}: {exc}") from None
-        task = Task(user_id=job.user_id, name=schedules.firing_task_name(job.name, slot, job.timezone),
-                    working_dir=job.working_dir, scheduled_job_id=job.job_id, channel="web",
-                    description=f"Run of the scheduled job \"{job.name}\" ({job.cron}, {job.timezone})")
-        session.add(task)
-        await session.flush()
         return task.task_id
 
 
