@@ -149,16 +149,6 @@ async def usage_by_user(session: AsyncSession, since: datetime | None = None, un
     return out[:limit] if limit is not None else out
 
 
-async def usage_by_task(session: AsyncSession, since: datetime | None = None, until: datetime | None = None, *,
-                        user_id: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """One dict per task (`task_id`), costliest first."""
-    stmt = _bounded(select(UsageEvent.task_id, *_measures()), since, until, user_id)
-    rows = (await session.execute(stmt.group_by(UsageEvent.task_id))).all()
-    out = sorted(({"task_id": r.task_id, **_row_dict(r)} for r in rows),
-                 key=lambda d: (-d["cost_usd"], -d["calls"], d["task_id"] or ""))
-    return out[:limit] if limit is not None else out
-
-
 async def task_usage(session: AsyncSession, task_id: str) -> dict[str, Any]:
     """A task's totals from its usage events, next to the running totals on the task row.
 

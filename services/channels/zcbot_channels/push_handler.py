@@ -87,7 +87,7 @@ async def deliver(ctx: ChannelsContext, req: PushRequest) -> PushReply:
     if not req.text.strip() and not req.file_path:
         reply.errors["request"] = "nothing to send (empty text and no file)"
         return reply
-    targets = [b for b in await bindings.bindings_of(ctx.sessions, req.user_id) if bindings.usable(b)]
+    targets = await bindings.usable_bindings(ctx.sessions, req.user_id)
     if req.channel:
         targets = [b for b in targets if b.channel == req.channel]
         if not targets:

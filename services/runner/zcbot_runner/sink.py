@@ -1,4 +1,5 @@
-"""Run events onto the events stream, with text/reasoning deltas coalesced (~25 ms).
+"""Run events onto the events stream, with text/reasoning deltas coalesced (at most one event per
+`DELTA_INTERVAL_SECONDS`, 100 ms).
 
 Coalescing bounds the number of stream messages (and SSE frames) for fast token streams while
 keeping order: any non-delta event flushes the buffer first.

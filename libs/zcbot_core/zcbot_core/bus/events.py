@@ -131,7 +131,7 @@ class ErrorEvent(RunEvent):
 @_event("done")
 @dataclass(kw_only=True)
 class Done(RunEvent):
-    status: str  # ok | cancelled | error | idle (no active run)
+    status: str  # ok | cancelled | stopped (the loop ended early: iteration limit) | error | idle (no active run)
     timings: dict[str, float] = field(default_factory=dict)
     final_text: str = ""
 

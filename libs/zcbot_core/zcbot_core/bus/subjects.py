@@ -123,9 +123,6 @@ class Topology:
     def exec_cancel_subject(self, host: str) -> str:
         return f"{self.prefix}.exec.{_token(host)}.cancel"
 
-    def exec_cancel_wildcard(self) -> str:
-        return f"{self.prefix}.exec.*.cancel"
-
     def exec_background_stop_subject(self) -> str:
         """`BackgroundStop` broadcasts: every executor subscribes (no queue group)."""
         return f"{self.prefix}.exec.bgstop"
@@ -142,10 +139,6 @@ class Topology:
 
     def push_wildcard(self) -> str:
         return f"{self.prefix}.push.*"
-
-    def run_done_wildcard(self) -> str:
-        """Terminal run events, for the scheduler's outcome tracking (same subjects as events)."""
-        return self.events_wildcard()
 
     # ---- KV keys ---------------------------------------------------------------------------
     @staticmethod

@@ -106,9 +106,9 @@ async def bindings_of(sessions: Sessions, user_id: str, channel: str | None = No
         return list((await session.scalars(stmt.order_by(ChannelBinding.channel))).all())
 
 
-async def active_channels(sessions: Sessions, user_id: str) -> list[str]:
-    """The user's usable channels: the single source of truth for broadcasts (seed §8.7)."""
-    return [b.channel for b in await bindings_of(sessions, user_id) if usable(b)]
+async def usable_bindings(sessions: Sessions, user_id: str) -> list[ChannelBinding]:
+    """The user's bindings a push can go out on (`usable`): the targets of every push delivery."""
+    return [b for b in await bindings_of(sessions, user_id) if usable(b)]
 
 
 _ACTIVE_BINDINGS = (

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 from pathlib import Path
@@ -169,11 +168,3 @@ class WeComClient:
         media_id = await self.upload_media(path, "file")
         result = await self._send({"touser": touser, "msgtype": "file", "file": {"media_id": media_id}})
         return str(result.get("msgid", ""))
-
-
-def file_too_big_for_wecom(path: Path) -> bool:
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return True
-    return size < FILE_MIN_BYTES or size > FILE_MAX_BYTES

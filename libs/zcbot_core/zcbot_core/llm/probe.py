@@ -290,11 +290,6 @@ def format_table(report: ProbeReport) -> str:
     return "\n".join(out)
 
 
-def report_json(report: ProbeReport) -> str:
-    return json.dumps({"profile": report.profile, "model": report.model, "cost_usd": report.cost_usd,
-                       "rows": [r.__dict__ for r in report.rows]}, ensure_ascii=False)
-
-
 def run_probe_cli(profile: str | None, long_context: bool) -> int:
     """`zcbot probe [--profile P] [--long-context]`: print the table, return the exit status."""
     from zcbot_core.config import get_settings
