@@ -12,7 +12,6 @@ import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from fastapi import FastAPI, Response
@@ -24,40 +23,63 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import StreamLimits, connect, ensure_topology
-from zcbot_core.config import Settings
+from zcbot_core.config import ConfigError, Settings
 from zcbot_core.db.engine import make_engine, make_sessionmaker
 from zcbot_core.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
 class Runtime:
-    """What a running service is given: its settings and live connections."""
+    """What a running service is given: its settings and live connections. A service opened without
+    the database (the executor) has none: `engine`/`sessions`/`reads` raise ConfigError there, so a
+    service that needs it says so in one way (`require_db` at start-up) and its code needs no guards."""
 
-    name: str
-    settings: Settings
-    topo: Topology
-    nc: NATS
-    js: JetStreamContext
-    engine: AsyncEngine | None
-    sessions: async_sessionmaker[AsyncSession] | None
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    _reads: AsyncEngine | None = None
+    def __init__(self, *, name: str, settings: Settings, topo: Topology, nc: NATS, js: JetStreamContext,
+                 engine: AsyncEngine | None, sessions: async_sessionmaker[AsyncSession] | None) -> None:
+        self.name = name
+        self.settings = settings
+        self.topo = topo
+        self.nc = nc
+        self.js = js
+        self.stopping = asyncio.Event()
+        self._engine = engine
+        self._sessions = sessions
+        self._reads: AsyncEngine | None = None
+
+    @property
+    def has_db(self) -> bool:
+        return self._engine is not None and self._sessions is not None
+
+    def require_db(self) -> None:
+        """Called by a service that cannot work without the database, at start-up."""
+        if not self.has_db:
+            raise ConfigError(f"the {self.name} service needs the database (ZCBOT_DB_URL)")
+
+    @property
+    def engine(self) -> AsyncEngine:
+        self.require_db()
+        assert self._engine is not None
+        return self._engine
+
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        self.require_db()
+        assert self._sessions is not None
+        return self._sessions
 
     @property
     def reads(self) -> AsyncEngine:
         """The same pool in autocommit mode, for single statements: no BEGIN/COMMIT round trips."""
-        assert self.engine is not None
         if self._reads is None:
             self._reads = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         return self._reads
 
     async def ready(self) -> dict[str, bool]:
         checks = {"nats": self.nc.is_connected}
-        if self.engine is not None:
+        if self._engine is not None:
             try:
-                async with self.engine.connect() as conn:
+                async with self._engine.connect() as conn:
                     await asyncio.wait_for(conn.execute(text("select 1")), 2.0)
                 checks["db"] = True
             except Exception:
@@ -121,7 +143,7 @@ async def close_runtime(rt: Runtime) -> None:
         await asyncio.wait_for(rt.nc.drain(), 5.0)
     except Exception:
         await rt.nc.close()
-    if rt.engine is not None:
+    if rt.has_db:
         await rt.engine.dispose()
 
 

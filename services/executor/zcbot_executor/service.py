@@ -45,6 +45,7 @@ from zcbot_core.config import Settings
 from zcbot_core.quota import MB
 from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.service import Runtime
+from zcbot_core.worker import TaskGroup
 from zcbot_core.tools.executor_client import probe_host
 from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
 from zcbot_executor import metrics
@@ -77,7 +78,7 @@ class ExecutorService:
         self.host = self.config.host
         self.backend = backend or make_backend(self.config)
         self.inflight: dict[str, _Inflight] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks = TaskGroup()  # calls in flight
         self.draining = False
         self._background: list[asyncio.Task[None]] = []
         self._prepared: dict[tuple[str, str], float] = {}
@@ -122,10 +123,10 @@ class ExecutorService:
             await self.micro.stop()
         except Exception:
             log.exception("stopping the micro service failed")
-        pending = set(self.tasks)
-        if pending:
-            log.info("draining in-flight calls", extra={"calls": len(pending), "grace": self.config.drain_grace_seconds})
-            _done, pending = await asyncio.wait(pending, timeout=self.config.drain_grace_seconds)
+        pending: set[asyncio.Task[Any]] = set()
+        if self.tasks:
+            log.info("draining in-flight calls", extra={"calls": len(self.tasks), "grace": self.config.drain_grace_seconds})
+            pending = await self.tasks.wait(self.config.drain_grace_seconds)
         if pending:
             for call_id, entry in list(self.inflight.items()):
                 entry.cancelled = "shutdown"
@@ -148,9 +149,7 @@ class ExecutorService:
 
     # ---- handlers ----------------------------------------------------------------------------------
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.tasks.spawn(coro)
 
     async def _respond(self, request: Request | Msg, reply: ToolCallReply | ExecutorProbeReply) -> None:
         try:

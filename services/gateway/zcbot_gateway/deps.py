@@ -61,7 +61,7 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
 async def get_session(rt: RuntimeDep) -> AsyncIterator[AsyncSession]:
-    if rt.sessions is None:
+    if not rt.has_db:
         raise ServiceUnavailable("database not configured")
     async with rt.sessions() as session:
         yield session
@@ -108,7 +108,7 @@ async def get_current_user(settings: SettingsDep, rt: RuntimeDep, creds: Credent
     """The token's user, checked to exist with one statement on the autocommit pool (no transaction,
     and the request's own session is not opened for it)."""
     user_id = _verified_user_id(settings, creds)
-    if rt.engine is None:
+    if not rt.has_db:
         raise ServiceUnavailable("database not configured")
     async with rt.reads.connect() as conn:
         found = (await conn.execute(_USER_EXISTS, {"auth_user": user_id})).first()

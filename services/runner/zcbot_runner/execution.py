@@ -221,7 +221,6 @@ class RunExecutor:
 
     async def _build_loop(self, req: RunRequest, task: Any, profile: Any, sink: BusEventSink,
                           token: CancelToken) -> AgentLoop:
-        assert self.rt.sessions is not None
         toolbox = RunnerToolBox(executor=self.executor_client, sandbox_schemas=self.sandbox_schemas,
                                 user_id=task.user_id, task_id=task.task_id, run_id=req.run_id, cwd=task.working_dir)
         prompt_ctx = PromptContext(working_dir=task.working_dir, task_name=task.name)
@@ -241,7 +240,6 @@ class RunExecutor:
         """End the run (state, `done`, the next enqueued run); False when another runner holds it now.
         The usual case is one round trip: the run's last step and its end together (`store.end_run`),
         or the end alone."""
-        assert self.rt.sessions is not None
         status = "error" if result.status == "error" else result.status
         ending = dict(task_id=req.task_id, run_id=req.run_id, status=status, error=result.error, timings=timings,
                       owner=self.runner_id)

@@ -58,7 +58,6 @@ class ModelSwitcher:
             return False
         previous = self.loop.profile.name
         self.loop.profile = profile
-        assert self.rt.sessions is not None
         async with self.rt.sessions() as session, session.begin():
             await session.execute(update(Task).where(Task.task_id == self.task_id).values(model_profile=profile.name))
         await self.emit(ev.ModelSwitch(run_id=self.run_id, from_profile=previous, to_profile=profile.name,
@@ -70,7 +69,6 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
                      switcher: ModelSwitcher) -> None:
     """`task`: the claimed row (`claim.Claim.task`)."""
     settings = rt.settings
-    assert rt.sessions is not None
     # The claim said whether the user has an active binding at all; only then is it checked for a usable
     # one, by a query that runs while the skills and memory are read from disk.
     has_channel = (asyncio.ensure_future(user_has_channel(rt.reads, task.user_id))

@@ -118,7 +118,6 @@ class Reaper:
         return False
 
     async def sweep(self) -> int:
-        assert self.rt.sessions is not None
         async with self.rt.sessions() as session:
             rows = (
                 await session.execute(

@@ -164,7 +164,6 @@ async def deliver(rt: Runtime, cfg: SchedulerConfig, pending: PendingPush) -> No
     if warning is None:
         return
     log.warning("scheduler push not delivered", extra={"job_id": pending.job_id, "warning": warning})
-    assert rt.sessions is not None
     async with rt.sessions() as session, session.begin():
         job = (await session.execute(
             select(ScheduledJob).where(ScheduledJob.job_id == pending.job_id).with_for_update()
@@ -177,7 +176,6 @@ async def deliver(rt: Runtime, cfg: SchedulerConfig, pending: PendingPush) -> No
 async def record_outcome(rt: Runtime, cfg: SchedulerConfig, *, job_id: str, run_id: str, status: str,
                          error: str | None = None) -> bool:
     """Record the outcome of `run_id` for `job_id` once; False if it was already recorded (or stale)."""
-    assert rt.sessions is not None
     if status not in STATUSES:
         error = error or f"the run ended with status {status!r}"
         status = "error"
@@ -219,7 +217,6 @@ async def done_status(rt: Runtime, task_id: str, run_id: str) -> str | None:
 
 
 async def _mark_cancel(rt: Runtime, job_id: str, run_id: str, now: datetime) -> bool:
-    assert rt.sessions is not None
     async with rt.sessions() as session, session.begin():
         job = (await session.execute(
             select(ScheduledJob).where(ScheduledJob.job_id == job_id).with_for_update(skip_locked=True)
@@ -238,7 +235,6 @@ class InflightReport:
 
 async def check_inflight(rt: Runtime, cfg: SchedulerConfig, now: datetime, inflight: dict[str, str]) -> InflightReport:
     """Enforce timeouts and reconcile outcomes of in-flight runs from the DB; refresh `inflight`."""
-    assert rt.sessions is not None
     report = InflightReport()
     async with rt.sessions() as session:
         jobs = (await session.execute(

@@ -27,6 +27,7 @@ from zcbot_core.bus import BusDecodeError, decode, tag_of
 from zcbot_core.bus.events import Done, RunEvent
 from zcbot_core.submit import RunLimits
 from zcbot_core.service import Runtime
+from zcbot_core.worker import TaskGroup, periodic
 from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.firing import FireResult, fire_next, schedule_unscheduled
 from zcbot_scheduler.outcomes import check_inflight, deliver, record_outcome
@@ -63,15 +64,14 @@ class SchedulerService:
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._sub: Any = None
-        self._pending: set[asyncio.Task[Any]] = set()
+        self._pending = TaskGroup()  # outcome recordings in progress
 
     def now(self) -> datetime:
         value = self.clock()
         return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
     async def start(self, rt: Runtime) -> None:
-        if rt.sessions is None:
-            raise RuntimeError("the scheduler needs the database")
+        rt.require_db()
         self.rt = rt
         self.limits = RunLimits(max_runs_per_user=rt.settings.zcbot_max_runs_per_user,
                                 max_queued_runs=rt.settings.zcbot_max_queued_runs)
@@ -84,15 +84,7 @@ class SchedulerService:
 
     # ---- tick ------------------------------------------------------------------------------
     async def _loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("scheduler tick failed")
-            try:
-                await asyncio.wait_for(self._stopping.wait(), self.config.tick_seconds)
-            except asyncio.TimeoutError:
-                pass
+        await periodic(self._stopping, self.config.tick_seconds, self.tick, "scheduler tick")
 
     def _started(self, run_id: str, job_id: str) -> None:
         self.inflight[run_id] = job_id
@@ -128,9 +120,7 @@ class SchedulerService:
         job_id = self.inflight.get(event.run_id)
         if job_id is None:
             return
-        task = asyncio.create_task(self._record(job_id, event.run_id, event.status))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._pending.spawn(self._record(job_id, event.run_id, event.status))
 
     async def _record(self, job_id: str, run_id: str, status: str) -> None:
         try:
@@ -144,7 +134,7 @@ class SchedulerService:
     async def wait_idle(self) -> None:
         """Wait for outcome recordings in progress (tests)."""
         while self._pending:
-            await asyncio.wait(set(self._pending))
+            await self._pending.wait(None)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def drain(self) -> None:
@@ -158,5 +148,4 @@ class SchedulerService:
                 await self._sub.unsubscribe()
             except Exception:
                 pass
-        if self._pending:
-            await asyncio.wait(set(self._pending), timeout=DRAIN_TIMEOUT)
+        await self._pending.wait(DRAIN_TIMEOUT)
