@@ -23,7 +23,7 @@ import httpx
 import psycopg
 
 from zcbot_core.db.migrate import upgrade
-from zcbot_core.embedded import EmbeddedNats, EmbeddedPostgres, free_port
+from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port
 
 FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"
 
@@ -151,7 +151,7 @@ class BenchStack:
     def service(self, name: str) -> Proc:
         port = free_port()
         key = {"gateway": "ZCBOT_HTTP_PORT", "runner": "ZCBOT_RUNNER_PORT", "executor": "ZCBOT_EXECUTOR_PORT"}[name]
-        proc = self.spawn(name, [sys.executable, "-m", "zcbot_core.cli", name], port, {key: str(port)})
+        proc = self.spawn(name, [sys.executable, "-m", "zcbot_devstack.cli", name], port, {key: str(port)})
         if name == "gateway":
             self.base_url = f"http://127.0.0.1:{port}"
         return proc

@@ -12,7 +12,7 @@ Function scope
   other's subjects/streams; its streams and KV buckets are deleted afterwards.
 - `settings_env`: env vars for a service or `Settings` under test (URLs, prefix, dirs, secrets,
   free ports); `settings`: a `Settings` built from them (applied with monkeypatch.setenv).
-- `start_service`: factory starting real services (`python -m zcbot_core.cli NAME`) with
+- `start_service`: factory starting real services (`python -m zcbot_devstack.cli NAME`) with
   `settings_env` (+ overrides); all are stopped at teardown. See `helpers.procs.ServiceProcess`.
 - `os_tmp_dir`: a temp dir outside pytest's private (0700) tree, for data that the embedded
   PostgreSQL's OS user must reach when tests run as root.
@@ -43,9 +43,9 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from helpers.procs import ServiceProcess  # noqa: E402
 from zcbot_core.bus import Topology  # noqa: E402
 from zcbot_core.config import Settings, get_settings  # noqa: E402
-from zcbot_core.embedded import EmbeddedNats, EmbeddedPostgres, free_port  # noqa: E402
+from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port  # noqa: E402
 from zcbot_core.service import Runtime  # noqa: E402
-from zcbot_core.stack import SERVICE_PORT_ENV  # noqa: E402
+from zcbot_devstack.services import SERVICE_PORT_ENV  # noqa: E402
 
 
 def _os_tmp(prefix: str) -> Path:

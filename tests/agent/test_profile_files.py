@@ -99,7 +99,7 @@ def _cli(args: list[str], models: Path, tmp_path: Path) -> subprocess.CompletedP
     env = {**os.environ, "ZCBOT_MODELS_DIR": str(models), "ZCBOT_DEFAULT_MODEL": "broken",
            "ZCBOT_DATA_DIR": str(tmp_path / "data"), "ZCBOT_HOME": str(tmp_path / "home"),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "JWT_SECRET": "j" * 48, "PLATFORM_KEY": "p" * 48}
-    return subprocess.run([sys.executable, "-m", "zcbot_core.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "zcbot_devstack.cli", *args], env=env, capture_output=True, text=True,
                           timeout=60, cwd=REPO)
 
 

@@ -87,7 +87,7 @@ async def test_sigterm_hands_the_run_back_to_another_runner(bare_stack: Stack, s
 
 
 async def test_two_gateways_serve_the_same_run(stack: Stack, settings_env: dict[str, str]) -> None:
-    from zcbot_core.embedded import free_port
+    from zcbot_devstack.embedded import free_port
 
     port = free_port()
     task2, server2 = await start_gateway(stack.settings, port)

@@ -177,7 +177,7 @@ class ExecutorProcess:
     """A real `python -m zcbot_executor` child (for environment and crash tests)."""
 
     def __init__(self, url: str, topo: Topology, root: Path, host: str, extra_env: dict[str, str]) -> None:
-        from zcbot_core.embedded import free_port
+        from zcbot_devstack.embedded import free_port
 
         self.topo = topo
         self.host = host

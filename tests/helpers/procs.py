@@ -1,6 +1,6 @@
 """Real service processes for integration and fault tests.
 
-`ServiceProcess` runs `python -m zcbot_core.cli <name>` (or any command) in its own process group
+`ServiceProcess` runs `python -m zcbot_devstack.cli <name>` (or any command) in its own process group
 with output captured to a file, so a test can wait for health, SIGTERM it (graceful drain),
 SIGKILL it (crash), and read what it logged. Used through the `start_service` fixture.
 """
@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
-from zcbot_core.embedded import death_signal_preexec
-from zcbot_core.stack import SERVICE_PORT_ENV
+from zcbot_devstack.embedded import death_signal_preexec
+from zcbot_devstack.services import SERVICE_PORT_ENV
 
 
 class ServiceNotHealthy(AssertionError):
@@ -48,7 +48,7 @@ class ServiceProcess:
         self.name = name
         self.env = {**env, "PYTHONUNBUFFERED": "1"}
         self.log_path = Path(log_path)
-        self.cmd = list(cmd) if cmd else [sys.executable, "-m", "zcbot_core.cli", name]
+        self.cmd = list(cmd) if cmd else [sys.executable, "-m", "zcbot_devstack.cli", name]
         self.proc: subprocess.Popen[bytes] | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -129,7 +129,7 @@ class ServiceProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, sig)
         else:
-            from zcbot_core.stack import group_leftovers
+            from zcbot_devstack.stack import group_leftovers
 
             for pid in group_leftovers(self.proc.pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):

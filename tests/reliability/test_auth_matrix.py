@@ -33,7 +33,7 @@ from tests.reliability.conftest_shared import bearer, db_exec, db_rows, running_
 from tests.helpers.seed import seed_extended_memory, seed_schedule
 from zcbot_core import auth
 from zcbot_core.config import Settings
-from zcbot_core.embedded import free_port
+from zcbot_devstack.embedded import free_port
 
 EXTRA_ENV = {"ZCBOT_ILINK_BASE_URL": f"http://127.0.0.1:{free_port()}"}  # never WeChat's real server
 

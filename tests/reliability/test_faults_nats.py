@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.faults_support import Harness, assert_consistent, fake_llm, harness, roles, task_status, wait_for  # noqa: F401
-from zcbot_core.embedded import EmbeddedNats, free_port
+from zcbot_devstack.embedded import EmbeddedNats, free_port
 
 pytestmark = pytest.mark.heavy
 

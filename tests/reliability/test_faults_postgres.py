@@ -28,7 +28,7 @@ from tests.reliability.faults_support import (  # noqa: F401
     task_status,
     wait_for,
 )
-from zcbot_core.embedded import EmbeddedPostgres, free_port
+from zcbot_devstack.embedded import EmbeddedPostgres, free_port
 
 pytestmark = pytest.mark.heavy
 

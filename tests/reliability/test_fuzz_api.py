@@ -46,7 +46,7 @@ from tests.reliability.conftest_shared import (  # noqa: F401
 )
 from zcbot_core import paths, quota
 from zcbot_core.bus import CancelRequest, RunRequest, ToolCallRequest, ToolCancel, Topology, encode
-from zcbot_core.embedded import free_port
+from zcbot_devstack.embedded import free_port
 
 _CLOSED = f"http://127.0.0.1:{free_port()}"  # nothing listens here: WeChat is "unreachable"
 EXTRA_ENV = {

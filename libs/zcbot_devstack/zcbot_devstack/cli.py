@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from zcbot_core.config import ConfigError, get_settings
-
-SERVICES = ("gateway", "runner", "executor", "scheduler", "channels")
+from zcbot_devstack.services import BY_NAME, NAMES
 
 
 def _cmd_service(name: str) -> int:
-    module = importlib.import_module(f"zcbot_{name}.main")
-    module.main()
+    BY_NAME[name].run()
     return 0
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
     from zcbot_core.llm.profiles import check_profiles
-    from zcbot_core.stack import up
+    from zcbot_devstack.stack import up
 
     check_profiles(get_settings())  # before any service starts (each would refuse, and be restarted)
     return up(only=args.only)
@@ -61,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zcbot", description="zcbot: a self-hosted multi-user LLM task agent")
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="run the whole stack (embedded NATS/PostgreSQL unless URLs are set)")
-    up.add_argument("--only", nargs="*", choices=SERVICES, help="start only these services")
-    for name in SERVICES:
+    up.add_argument("--only", nargs="*", choices=NAMES, help="start only these services")
+    for name in NAMES:
         sub.add_parser(name, help=f"run the {name} service alone (configured by env)")
     db = sub.add_parser("db", help="database maintenance")
     db_sub = db.add_subparsers(dest="db_cmd", required=True)
@@ -85,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        if args.cmd in SERVICES:
+        if args.cmd in BY_NAME:
             code = _cmd_service(args.cmd)
         elif args.cmd == "up":
             code = _cmd_up(args)

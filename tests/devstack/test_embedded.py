@@ -14,7 +14,7 @@ import psutil
 import psycopg
 import pytest
 
-from zcbot_core.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServerError, free_port, port_is_free
+from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServerError, free_port, port_is_free
 
 
 def _gone(pid: int, timeout: float = 10.0) -> bool:
@@ -110,7 +110,7 @@ def test_postgres_restart_keeps_data_and_handles_stale_pid(os_tmp_dir: Path) -> 
 _CHILD = """
 import sys, time
 from pathlib import Path
-from zcbot_core.embedded import EmbeddedNats, EmbeddedPostgres
+from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres
 root = Path(sys.argv[1])
 n = EmbeddedNats(root / "nats").start()
 p = EmbeddedPostgres(root / "pg", fast=True).start()

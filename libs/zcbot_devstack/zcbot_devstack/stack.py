@@ -15,15 +15,16 @@ Order of things:
    PostgreSQL and NATS gracefully. A second signal skips the wait.
 
 One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`).
+
+This module supervises; `bootstrap` prepares (ports, database, admin, environments), `output`
+renders, `services` lists what runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -36,47 +37,26 @@ from pathlib import Path
 from typing import IO, Any
 
 from zcbot_core.config import Settings, ensure_local_secrets, get_settings
-from zcbot_core.embedded import (
-    EmbeddedNats,
-    EmbeddedPostgres,
-    EmbeddedServerError,
-    death_signal_preexec,
-    free_port,
-    port_is_free,
+from zcbot_devstack.bootstrap import (
+    DB_NAME,
+    DEFAULT_NATS_PORT,
+    DEFAULT_PG_PORT,
+    choose_port,
+    ensure_admin,
+    ensure_database,
+    service_env,
 )
+from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServerError, death_signal_preexec
+from zcbot_devstack.output import Printer, render_line
+from zcbot_devstack.services import BY_NAME, NAMES, SERVICES
 
-SERVICES = ("gateway", "runner", "executor", "scheduler", "channels")
-#: The env var holding each service's HTTP (health/metrics) port.
-SERVICE_PORT_ENV = {
-    "gateway": "ZCBOT_HTTP_PORT",
-    "runner": "ZCBOT_RUNNER_PORT",
-    "executor": "ZCBOT_EXECUTOR_PORT",
-    "scheduler": "ZCBOT_SCHEDULER_PORT",
-    "channels": "ZCBOT_CHANNELS_PORT",
-}
-DEFAULT_NATS_PORT = 4322
-DEFAULT_PG_PORT = 5433
-DB_NAME = "zcbot"
-PORTS_FILE = "ports.json"
-ADMIN_EMAIL = "admin@localhost"
-ADMIN_CREDENTIALS_FILE = "admin-credentials.txt"
 LOCK_FILE = "up.lock"
 
 ServiceCmd = Callable[[str], list[str]]
 
 
 def default_service_cmd(name: str) -> list[str]:
-    return [sys.executable, "-m", "zcbot_core.cli", name]
-
-
-def service_port(settings: Settings, name: str) -> int:
-    return {
-        "gateway": settings.zcbot_http_port,
-        "runner": settings.zcbot_runner_port,
-        "executor": settings.zcbot_executor_port,
-        "scheduler": settings.zcbot_scheduler_port,
-        "channels": settings.zcbot_channels_port,
-    }[name]
+    return [sys.executable, "-m", "zcbot_devstack.cli", name]
 
 
 def up(only: list[str] | None = None) -> int:
@@ -97,7 +77,7 @@ def run_stack(
     """`up` with its seams exposed (tests pass stand-in `service_cmd`s)."""
     stack = Stack(
         settings or get_settings(),
-        only=list(only) if only else list(SERVICES),
+        only=list(only) if only else list(NAMES),
         service_cmd=service_cmd,
         ready_timeout=ready_timeout,
         stop_timeout=stop_timeout,
@@ -107,136 +87,7 @@ def run_stack(
     return stack.run()
 
 
-# ---- output ----------------------------------------------------------------------------------
-
-_COLORS = {"gateway": "36", "runner": "32", "executor": "33", "scheduler": "35", "channels": "34", "zcbot": "1"}
-_PREFIX_WIDTH = max(len(n) for n in (*SERVICES, "zcbot"))
-# Noise for a human reader: routing keys, and uvicorn's/litellm's decorations of log records.
-_DROP_KEYS = ("ts", "service", "logger", "taskName", "color_message", "litellm_redacted")
-
-
-def render_line(line: str) -> str:
-    """A JSON log line as `level msg key=value ...` (+ traceback lines); other lines unchanged."""
-    text = line.rstrip("\r\n")
-    if not text.startswith("{"):
-        return text
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return text
-    if not isinstance(body, dict) or "msg" not in body:
-        return text
-    level = str(body.pop("level", "info"))
-    msg = str(body.pop("msg"))
-    exc = body.pop("exc", None)
-    for key in _DROP_KEYS:
-        body.pop(key, None)
-    parts = [f"{level:<5} {msg}"]
-    for key, value in body.items():
-        rendered = value if isinstance(value, str) and value and " " not in value else json.dumps(value, default=str)
-        parts.append(f"{key}={rendered}")
-    result = " ".join(parts)
-    if exc:
-        result += "\n" + str(exc).rstrip()
-    return result
-
-
-class Printer:
-    """Thread-safe prefixed output; colors only on a terminal (and never with NO_COLOR)."""
-
-    def __init__(self, out: IO[str]) -> None:
-        self.out = out
-        self.lock = threading.Lock()
-        isatty = getattr(out, "isatty", lambda: False)
-        self.color = bool(isatty()) and not os.environ.get("NO_COLOR")
-
-    def prefix(self, name: str) -> str:
-        label = f"{name:<{_PREFIX_WIDTH}} |"
-        if self.color:
-            label = f"\x1b[{_COLORS.get(name, '0')}m{label}\x1b[0m"
-        return label
-
-    def emit(self, name: str, text: str) -> None:
-        prefix = self.prefix(name)
-        lines = text.split("\n")
-        with self.lock:
-            try:
-                for line in lines:
-                    self.out.write(f"{prefix} {line}\n")
-                self.out.flush()
-            except (BrokenPipeError, ValueError):
-                pass
-
-
-# ---- ports, secrets, admin ------------------------------------------------------------------
-# The executor (root, next to the sandboxes) never signs or checks a token nor opens the database:
-# it is started without the secrets and with a database URL that names nothing (as in deploy/).
-EXECUTOR_WITHOUT = ("JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY")
-EXECUTOR_DB_URL = "postgresql://no-database@executor.invalid/none"
-
-
-def service_env(name: str, env: dict[str, str]) -> dict[str, str]:
-    """A child service's environment: the stack's, less what that service must not hold."""
-    if name != "executor":
-        return env
-    out = {k: v for k, v in env.items() if k not in EXECUTOR_WITHOUT}
-    out["ZCBOT_DB_URL"] = EXECUTOR_DB_URL
-    return out
-
-
-
-def choose_port(home: Path, key: str, default: int) -> int:
-    """The port remembered in ports.json if still free, else `default` if free, else any free port."""
-    path = home / PORTS_FILE
-    try:
-        ports: dict[str, int] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        ports = {}
-    remembered = ports.get(key)
-    if isinstance(remembered, int) and remembered > 0 and port_is_free(remembered):
-        return remembered
-    port = default if port_is_free(default) else free_port()
-    ports[key] = port
-    path.write_text(json.dumps(ports, indent=2, sort_keys=True) + "\n")
-    return port
-
-
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        os.fchmod(fh.fileno(), 0o600)
-        fh.write(text)
-
-
-def ensure_admin(db_url: str, home: Path) -> Path | None:
-    """Create `admin@localhost` with a random password when the DB has no admin yet.
-
-    The password goes only to ZCBOT_HOME/admin-credentials.txt (0600), written before the user so
-    a crash in between never leaves an admin whose password nobody knows. Returns the file's path
-    when it exists.
-    """
-    from zcbot_core.users_admin import add_user, admin_exists
-
-    path = home / ADMIN_CREDENTIALS_FILE
-    if admin_exists(db_url):
-        return path if path.exists() else None
-    password = secrets.token_urlsafe(18)
-    _write_private(
-        path,
-        "# first admin, created by `zcbot up`; change the password after the first login\n"
-        f"email: {ADMIN_EMAIL}\npassword: {password}\n",
-    )
-    add_user(db_url, ADMIN_EMAIL, password, "admin")
-    return path
-
-
-def ensure_database(admin_url: str, name: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        if conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone() is None:
-            conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+# ---- health and process groups --------------------------------------------------------------
 
 
 def _health_host(host: str) -> str:
@@ -318,7 +169,7 @@ class Stack:
         max_restarts: int,
         out: IO[str],
     ) -> None:
-        unknown = [n for n in only if n not in SERVICES]
+        unknown = [n for n in only if n not in BY_NAME]
         if unknown:
             raise ValueError(f"unknown services: {', '.join(unknown)}")
         self.settings = settings
@@ -328,7 +179,7 @@ class Stack:
         self.stop_timeout = stop_timeout
         self.max_restarts = max_restarts
         self.printer = Printer(out)
-        self.services = [_Service(n, service_port(settings, n)) for n in SERVICES if n in only]
+        self.services = [_Service(s.name, s.port(settings)) for s in SERVICES if s.name in only]
         self.nats: EmbeddedNats | None = None
         self.pg: EmbeddedPostgres | None = None
         self.env: dict[str, str] = {}
@@ -425,8 +276,8 @@ class Stack:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        for name in SERVICES:
-            env[SERVICE_PORT_ENV[name]] = str(service_port(s, name))
+        for spec in SERVICES:
+            env[spec.port_env] = str(spec.port(s))
         self.env = env
 
     # ---- children ------------------------------------------------------------------------------

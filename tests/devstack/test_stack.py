@@ -1,4 +1,4 @@
-"""`zcbot up` (zcbot_core.stack) with stand-in services: health, restarts, shutdown, persistence."""
+"""`zcbot up` (zcbot_devstack.stack) with stand-in services: health, restarts, shutdown, persistence."""
 
 from __future__ import annotations
 
@@ -16,15 +16,17 @@ import psutil
 import psycopg
 import pytest
 
-from zcbot_core.embedded import free_port, port_is_free
-from zcbot_core.stack import SERVICE_PORT_ENV, SERVICES, choose_port, render_line
+from zcbot_devstack.bootstrap import choose_port
+from zcbot_devstack.embedded import free_port, port_is_free
+from zcbot_devstack.output import render_line
+from zcbot_devstack.services import NAMES, SERVICE_PORT_ENV
 
 STANDIN = Path(__file__).resolve().parents[1] / "helpers" / "standin_service.py"
 
 # run_stack in a child process, with stand-in services instead of the real ones.
 _UP = """
 import json, sys
-from zcbot_core.stack import run_stack
+from zcbot_devstack.stack import run_stack
 opts = json.loads(sys.argv[1])
 standin = opts.pop("standin")
 failing = opts.pop("failing", [])
@@ -117,7 +119,7 @@ def _name(process: psutil.Process) -> str | None:
 def test_up_starts_all_restarts_a_crash_and_stops_without_orphans(os_tmp_dir: Path) -> None:
     home, state = os_tmp_dir / "home", os_tmp_dir / "state"
     state.mkdir()
-    ports = {name: free_port() for name in SERVICES}
+    ports = {name: free_port() for name in NAMES}
     env = _stack_env(home, state, ports, STANDIN_CRASH_ONCE="runner")
     up = UpProcess(env, os_tmp_dir / "up.out")
     try:
@@ -154,7 +156,7 @@ def test_up_starts_all_restarts_a_crash_and_stops_without_orphans(os_tmp_dir: Pa
         tree = up.descendants()
         names = {_name(p) for p in tree}  # a PostgreSQL backend may exit between the listing and here
         assert {"nats-server", "postgres"} <= names
-        grandchildren = [int(line.split()[1]) for n in SERVICES for line in (state / f"{n}.pids").read_text().splitlines()]
+        grandchildren = [int(line.split()[1]) for n in NAMES for line in (state / f"{n}.pids").read_text().splitlines()]
         assert set(grandchildren) <= {p.pid for p in tree}
 
         assert up.stop(signal.SIGTERM) == 0
@@ -252,7 +254,7 @@ def test_choose_port_prefers_remembered_then_default(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", [["nope"]])
 def test_unknown_service_is_rejected(bad: list[str]) -> None:
     from zcbot_core.config import Settings
-    from zcbot_core.stack import run_stack
+    from zcbot_devstack.stack import run_stack
 
     with pytest.raises(ValueError, match="unknown services"):
         run_stack(only=bad, settings=Settings())

@@ -1,0 +1,69 @@
+"""`zcbot up`'s output: every service's lines re-printed with a `name      | ` prefix, JSON log lines
+rendered for a human reader as `level msg key=value` (+ traceback lines)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import IO
+
+from zcbot_devstack.services import NAMES, SERVICES
+
+_COLORS = {**{s.name: s.color for s in SERVICES}, "zcbot": "1"}
+_PREFIX_WIDTH = max(len(n) for n in (*NAMES, "zcbot"))
+# Noise for a human reader: routing keys, and uvicorn's/litellm's decorations of log records.
+_DROP_KEYS = ("ts", "service", "logger", "taskName", "color_message", "litellm_redacted")
+
+
+def render_line(line: str) -> str:
+    """A JSON log line as `level msg key=value ...` (+ traceback lines); other lines unchanged."""
+    text = line.rstrip("\r\n")
+    if not text.startswith("{"):
+        return text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(body, dict) or "msg" not in body:
+        return text
+    level = str(body.pop("level", "info"))
+    msg = str(body.pop("msg"))
+    exc = body.pop("exc", None)
+    for key in _DROP_KEYS:
+        body.pop(key, None)
+    parts = [f"{level:<5} {msg}"]
+    for key, value in body.items():
+        rendered = value if isinstance(value, str) and value and " " not in value else json.dumps(value, default=str)
+        parts.append(f"{key}={rendered}")
+    result = " ".join(parts)
+    if exc:
+        result += "\n" + str(exc).rstrip()
+    return result
+
+
+class Printer:
+    """Thread-safe prefixed output; colors only on a terminal (and never with NO_COLOR)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+        isatty = getattr(out, "isatty", lambda: False)
+        self.color = bool(isatty()) and not os.environ.get("NO_COLOR")
+
+    def prefix(self, name: str) -> str:
+        label = f"{name:<{_PREFIX_WIDTH}} |"
+        if self.color:
+            label = f"\x1b[{_COLORS.get(name, '0')}m{label}\x1b[0m"
+        return label
+
+    def emit(self, name: str, text: str) -> None:
+        prefix = self.prefix(name)
+        lines = text.split("\n")
+        with self.lock:
+            try:
+                for line in lines:
+                    self.out.write(f"{prefix} {line}\n")
+                self.out.flush()
+            except (BrokenPipeError, ValueError):
+                pass
