@@ -1,4 +1,4 @@
-"""Admin endpoints (seed 000 §7.3, 003 §7.2): `require_admin` (role read from the DB per request).
+"""Admin endpoints (seed 003 §7.2): `require_admin` (role read from the DB per request).
 
 - `GET /v1/admin/overview`: `{runtime: {version, started_at, uptime_seconds, runs: {<run_status>: n}},
   tasks: {total, active, deleted}, users: {total, admins}, usage: {tokens_in, tokens_out, tokens_cached,
