@@ -32,6 +32,7 @@ from zcbot_core import safe_fs
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ReplyHooks, resume_reply, run_message
 from zcbot_core.channels.ilink_api import MSG_USER, ILinkClient, ILinkError, SessionExpired, has_media, message_text
+from zcbot_core.worker import wait_or_stop
 
 from zcbot_channels.context import ChannelsContext
 from zcbot_channels.leases import Lease
@@ -99,10 +100,7 @@ class ILinkPoller:
         return f"ILinkPoller(binding_id={self.binding_id})"
 
     async def _sleep(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self.stopping.wait(), timeout=max(seconds, 0.0))
-        except asyncio.TimeoutError:
-            pass
+        await wait_or_stop(self.stopping, seconds)
 
     async def run(self) -> None:
         keeper = asyncio.create_task(self.lease.keep())

@@ -12,12 +12,11 @@ import asyncio
 import logging
 from typing import Any
 
-from nats.errors import TimeoutError as NatsTimeoutError
-
 from zcbot_core.bus import BusDecodeError, ChannelInbound, decode
 from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus.topology import CHANNEL_ACK_WAIT_SECONDS
 from zcbot_core.service import Runtime
+from zcbot_core.worker import PullWorker
 
 from zcbot_channels.wecom import WeComConversations
 
@@ -29,34 +28,13 @@ class InboundConsumer:
     def __init__(self, rt: Runtime, wecom: WeComConversations) -> None:
         self.rt = rt
         self.wecom = wecom
-        self.stop = asyncio.Event()
-        self.handlers: dict[asyncio.Task[None], Any] = {}
-        self._loop: asyncio.Task[None] | None = None
+        self.worker: PullWorker | None = None
 
     async def start(self) -> None:
-        self.psub = await self.rt.js.pull_subscribe_bind(durable=self.rt.topo.channels_consumer,
-                                                         stream=self.rt.topo.channel_inbound_stream)
-        self._loop = asyncio.create_task(self._pull())
-
-    async def _pull(self) -> None:
-        while not self.stop.is_set():
-            if len(self.handlers) >= MAX_IN_FLIGHT:
-                await asyncio.sleep(0.1)
-                continue
-            try:
-                msgs = await self.psub.fetch(batch=10, timeout=1.0)
-            except (NatsTimeoutError, asyncio.TimeoutError):
-                continue
-            except Exception as exc:
-                if self.stop.is_set():
-                    return
-                log.warning("inbound fetch failed", extra={"error": repr(exc)})
-                await asyncio.sleep(0.5)
-                continue
-            for msg in msgs:
-                task = asyncio.create_task(self._handle(msg))
-                self.handlers[task] = msg
-                task.add_done_callback(lambda t: self.handlers.pop(t, None))
+        psub = await self.rt.js.pull_subscribe_bind(durable=self.rt.topo.channels_consumer,
+                                                    stream=self.rt.topo.channel_inbound_stream)
+        self.worker = PullWorker(psub, self._handle, MAX_IN_FLIGHT, "channels inbound")
+        self.worker.start()
 
     async def _handle(self, msg: Any) -> None:
         try:
@@ -74,20 +52,12 @@ class InboundConsumer:
         await msg.ack()
 
     async def drain(self) -> None:
-        self.stop.set()
-        if self._loop is not None:
-            await asyncio.gather(self._loop, return_exceptions=True)
-        unfinished = dict(self.handlers)
-        for task in unfinished:
-            task.cancel()
-        if unfinished:
-            await asyncio.gather(*unfinished, return_exceptions=True)
-        for task, msg in unfinished.items():
+        if self.worker is None:
+            return
+        await self.worker.stop()
+        for msg in await self.worker.cancel():
             try:
                 await msg.nak()  # another replica resumes the reply at once
             except Exception:
                 pass
-        try:
-            await self.psub.unsubscribe()
-        except Exception:
-            pass
+        await self.worker.close()

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-import uuid
 from collections.abc import Coroutine
 from typing import Any
 
@@ -34,6 +31,7 @@ from zcbot_core.channels.wecom_api import WeComClient
 from zcbot_core.channels_crypto import key_from_settings
 from zcbot_core.config import ConfigError
 from zcbot_core.service import Runtime
+from zcbot_core.worker import TaskGroup, instance_id, periodic
 
 from zcbot_channels.context import ChannelsContext
 from zcbot_channels.ilink_loop import ILinkPoller
@@ -47,24 +45,19 @@ log = logging.getLogger(__name__)
 DRAIN_GRACE_SECONDS = 10.0
 
 
-def new_owner_id() -> str:
-    return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
 class ChannelsService:
     def __init__(self, cs: ChannelSettings | None = None) -> None:
         self._cs = cs
-        self.owner = new_owner_id()
+        self.owner = instance_id()
         self.pollers: dict[int, tuple[ILinkPoller, asyncio.Task[None]]] = {}
-        self.tasks: set[asyncio.Task[Any]] = set()
+        self.tasks = TaskGroup()  # push deliveries and replies in flight
         self._scan_task: asyncio.Task[None] | None = None
         self._push_sub: Any = None
         self._stop = asyncio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self, rt: Runtime) -> None:
-        if rt.sessions is None:
-            raise ConfigError("the channels service needs the database")
+        rt.require_db()
         self.rt = rt
         self.settings = rt.settings
         self.sessions = rt.sessions
@@ -112,21 +105,13 @@ class ChannelsService:
         if running:
             await asyncio.gather(*running, return_exceptions=True)  # each releases its lease
         self.pollers.clear()
-        if self.tasks:
-            _, pending = await asyncio.wait(set(self.tasks), timeout=DRAIN_GRACE_SECONDS)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=2.0)
+        await self.tasks.close(DRAIN_GRACE_SECONDS)
         await self.wecom.aclose()
         await self.ilink.aclose()
         log.info("channels service drained")
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        return task
+        return self.tasks.spawn(coro)
 
     # ---- push ------------------------------------------------------------------------------------
     async def _on_push(self, msg: Any) -> None:
@@ -156,17 +141,7 @@ class ChannelsService:
 
     # ---- iLink loops -----------------------------------------------------------------------------
     async def _scan_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await self.scan_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("channel binding scan failed")
-            try:
-                await asyncio.wait_for(self._stop.wait(), timeout=self.cs.scan_interval)
-            except asyncio.TimeoutError:
-                pass
+        await periodic(self._stop, self.cs.scan_interval, self.scan_once, "channel binding scan")
 
     async def scan_once(self) -> None:
         for binding_id in [bid for bid, (_, task) in self.pollers.items() if task.done()]:
