@@ -27,6 +27,8 @@ CASES = [
     pytest.param(schedules.ScheduleError("bad cron"), 400, "bad cron", {}, id="schedule-invalid"),
     pytest.param(auth.AuthError("invalid token: expired"), 401, "invalid token: expired",
                  {"www-authenticate": "Bearer"}, id="auth"),
+    pytest.param(auth.WeakPassword("password must be at least 8 characters"), 400,
+                 "password must be at least 8 characters", {}, id="weak-password"),
     pytest.param(LoginError("二维码已过期", status_code=410), 410, "二维码已过期", {}, id="login-own-status"),
     pytest.param(quota.QuotaExceeded(10, 5, 12), 507, quota.quota_message(10, 5, 12), {}, id="disk-quota"),
     pytest.param(paths.PathRejected("bad name"), 400, "bad name", {}, id="path-rejected"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from zcbot_core import settings_doc
+from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.config import REPO_ROOT, ConfigError, Settings, load_settings
 from zcbot_executor.config import ExecutorConfig, ExecutorSettings
 from zcbot_scheduler.config import SchedulerConfig
@@ -66,3 +67,16 @@ def test_scheduler_knobs_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("ZCBOT_SCHEDULER_BATCH", "0")
     with pytest.raises(ConfigError, match="ZCBOT_SCHEDULER_BATCH"):
         SchedulerConfig.from_env()
+
+
+def test_channel_settings_keep_their_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    cs = ChannelSettings.from_env({"ZCBOT_WECOM_CORP_ID": " ww1 ", "ZCBOT_WECOM_AGENT_ID": "1000002", "ZCBOT_WECOM_SECRET": "",
+                                   "ZCBOT_WECOM_BASE_URL": "http://127.0.0.1:1/", "ZCBOT_CHANNELS_REPLY_TIMEOUT_SECONDS": "-1"})
+    assert (cs.wecom_corp_id, cs.wecom_agent_id, cs.wecom_secret) == ("ww1", 1000002, None)
+    assert cs.wecom_base_url == "http://127.0.0.1:1" and cs.reply_timeout is None and not cs.wecom_send_enabled
+    assert ChannelSettings.from_env({}).ilink_poll_timeout == 38.0
+    with pytest.raises(ConfigError, match="numeric AgentId"):
+        ChannelSettings.from_env({"ZCBOT_WECOM_AGENT_ID": "agent-7"})
+    monkeypatch.setenv("ZCBOT_ILINK_POLL_TIMEOUT_SECONDS", "soon")
+    with pytest.raises(ConfigError, match="ZCBOT_ILINK_POLL_TIMEOUT_SECONDS"):
+        ChannelSettings.from_env()

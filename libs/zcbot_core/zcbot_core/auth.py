@@ -83,11 +83,18 @@ def check_password(password: str, hashed: str | None) -> bool:
         return False
 
 
+class WeakPassword(ZcbotError, ValueError):
+    """A new password that is not acceptable (the caller's fault: 400)."""
+
+    code = "weak_password"
+    http_status = 400
+
+
 def validate_new_password(password: str) -> None:
     if not isinstance(password, str) or len(password) < MIN_PASSWORD_LENGTH:
-        raise ValueError(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
+        raise WeakPassword(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
     if len(password.encode()) > 72:
-        raise ValueError("password must be at most 72 bytes")
+        raise WeakPassword("password must be at most 72 bytes")
 
 
 _DUMMY_HASH = bcrypt.hashpw(b"dummy-password", bcrypt.gensalt(rounds=10))

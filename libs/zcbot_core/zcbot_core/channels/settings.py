@@ -1,88 +1,93 @@
-"""Channel configuration from the environment (kept out of `zcbot_core.config` on purpose: the
-channel adapters own these knobs; `ChannelSettings.from_env()` is read once per process start).
-
-WeCom (企业微信 self-built app; secrets live only in the environment, never in the database):
-  ZCBOT_WECOM_CORP_ID, ZCBOT_WECOM_AGENT_ID, ZCBOT_WECOM_SECRET (corp secret of the app),
-  ZCBOT_WECOM_TOKEN + ZCBOT_WECOM_AES_KEY (callback "Token" and "EncodingAESKey"),
-  ZCBOT_WECOM_BASE_URL (default https://qyapi.weixin.qq.com).
-iLink (personal WeChat ClawBot):
-  ZCBOT_ILINK_BASE_URL (default https://ilinkai.weixin.qq.com),
-  ZCBOT_ILINK_CDN_BASE_URL (default https://novac2c.cdn.weixin.qq.com/c2c),
-  ZCBOT_ILINK_POLL_TIMEOUT_SECONDS (client-side long-poll timeout, default 38),
-  ZCBOT_ILINK_SESSION_PAUSE_SECONDS (pause after errcode -14, default 3600),
-  ZCBOT_ILINK_CONTEXT_MAX_AGE_SECONDS (a context_token older than this is not used for a
-  proactive push, default 23 h: the server keeps it ~24 h),
-  ZCBOT_ILINK_APP_ID (header iLink-App-Id, default "bot").
-Channels service:
-  ZCBOT_CHANNELS_SCAN_SECONDS (how often bindings are scanned for loops to start, default 5),
-  ZCBOT_CHANNELS_REPLY_TIMEOUT_SECONDS (longest wait for a run's answer, default: run wall clock + 60).
+"""Channel configuration: `ChannelSettings`, the pydantic settings class of the channel adapters
+(the WeCom callback in the gateway, the conversations and pushes in the channels service), read
+once per process start (`ChannelSettings.from_env()`) and validated then: a bad value is a
+`ConfigError` naming the variable. Secrets live only in the environment, never in the database.
+Every variable and its meaning are in the fields below (README's table is generated from them).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from zcbot_core.config import ConfigError, load_settings
 
 DEFAULT_WECOM_BASE_URL = "https://qyapi.weixin.qq.com"
 DEFAULT_ILINK_BASE_URL = "https://ilinkai.weixin.qq.com"
 DEFAULT_ILINK_CDN_BASE_URL = "https://novac2c.cdn.weixin.qq.com/c2c"
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        from zcbot_core.config import ConfigError
+class ChannelSettings(BaseSettings):
+    """WeCom (企业微信 self-built app) and iLink (personal WeChat ClawBot) settings; an empty variable
+    means "not set" / "the default"."""
 
-        raise ConfigError(f"{name} must be a number of seconds") from None
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False, env_ignore_empty=True,
+                                      frozen=True, populate_by_name=True)
 
+    wecom_corp_id: str | None = Field(default=None, alias="ZCBOT_WECOM_CORP_ID", description="WeCom corp id")
+    wecom_agent_id: int | None = Field(default=None, alias="ZCBOT_WECOM_AGENT_ID",
+                                       description="the WeCom app's numeric AgentId")
+    wecom_secret: str | None = Field(default=None, alias="ZCBOT_WECOM_SECRET", description="the WeCom app's secret")
+    wecom_token: str | None = Field(default=None, alias="ZCBOT_WECOM_TOKEN", description="WeCom callback Token")
+    wecom_aes_key: str | None = Field(default=None, alias="ZCBOT_WECOM_AES_KEY",
+                                      description="WeCom callback EncodingAESKey")
+    wecom_base_url: str = Field(default=DEFAULT_WECOM_BASE_URL, alias="ZCBOT_WECOM_BASE_URL",
+                                description="WeCom API base")
+    ilink_base_url: str = Field(default=DEFAULT_ILINK_BASE_URL, alias="ZCBOT_ILINK_BASE_URL",
+                                description="iLink (personal WeChat ClawBot) API base")
+    ilink_cdn_base_url: str = Field(default=DEFAULT_ILINK_CDN_BASE_URL, alias="ZCBOT_ILINK_CDN_BASE_URL",
+                                    description="iLink media CDN base")
+    ilink_app_id: str = Field(default="bot", alias="ZCBOT_ILINK_APP_ID", description="header iLink-App-Id")
+    ilink_poll_timeout: float = Field(default=38.0, alias="ZCBOT_ILINK_POLL_TIMEOUT_SECONDS",
+                                      description="client-side iLink long-poll timeout")
+    ilink_session_pause: float = Field(default=3600.0, alias="ZCBOT_ILINK_SESSION_PAUSE_SECONDS",
+                                       description="pause of an iLink loop after errcode -14 (session expired)")
+    ilink_context_max_age: float = Field(default=23 * 3600.0, alias="ZCBOT_ILINK_CONTEXT_MAX_AGE_SECONDS", description=(
+        "a context_token older than this is not used for a proactive push (the server keeps it ~24 h)"))
+    scan_interval: float = Field(default=5.0, alias="ZCBOT_CHANNELS_SCAN_SECONDS",
+                                 description="how often bindings are scanned for loops to start")
+    reply_timeout: float | None = Field(default=None, alias="ZCBOT_CHANNELS_REPLY_TIMEOUT_SECONDS", description=(
+        "longest wait for a run's answer (default, or <= 0: the run wall clock + 60 s)"))
 
-@dataclass(frozen=True)
-class ChannelSettings:
-    wecom_corp_id: str | None = None
-    wecom_agent_id: int | None = None
-    wecom_secret: str | None = None
-    wecom_token: str | None = None
-    wecom_aes_key: str | None = None
-    wecom_base_url: str = DEFAULT_WECOM_BASE_URL
-    ilink_base_url: str = DEFAULT_ILINK_BASE_URL
-    ilink_cdn_base_url: str = DEFAULT_ILINK_CDN_BASE_URL
-    ilink_app_id: str = "bot"
-    ilink_poll_timeout: float = 38.0
-    ilink_session_pause: float = 3600.0
-    ilink_context_max_age: float = 23 * 3600.0
-    scan_interval: float = 5.0
-    reply_timeout: float | None = None
+    @field_validator("wecom_corp_id", mode="before")
+    @classmethod
+    def _strip(cls, value: object) -> object:
+        return (value.strip() or None) if isinstance(value, str) else value
+
+    @field_validator("wecom_agent_id", mode="before")
+    @classmethod
+    def _agent_id(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.strip()
+            if not value:
+                return None
+            if not value.lstrip("-").isdigit():
+                raise ValueError("ZCBOT_WECOM_AGENT_ID must be the app's numeric AgentId")
+        return value
+
+    @field_validator("wecom_base_url", "ilink_base_url", "ilink_cdn_base_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @field_validator("reply_timeout")
+    @classmethod
+    def _positive_or_default(cls, value: float | None) -> float | None:
+        return value if value is not None and value > 0 else None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "ChannelSettings":
-        env = os.environ if env is None else env
-        agent = (env.get("ZCBOT_WECOM_AGENT_ID") or "").strip()
-        if agent and not agent.lstrip("-").isdigit():
-            from zcbot_core.config import ConfigError
-
-            raise ConfigError("ZCBOT_WECOM_AGENT_ID must be the app's numeric AgentId")
-        reply = _float(env, "ZCBOT_CHANNELS_REPLY_TIMEOUT_SECONDS", -1.0)
-        return cls(
-            wecom_corp_id=(env.get("ZCBOT_WECOM_CORP_ID") or "").strip() or None,
-            wecom_agent_id=int(agent) if agent else None,
-            wecom_secret=env.get("ZCBOT_WECOM_SECRET") or None,
-            wecom_token=env.get("ZCBOT_WECOM_TOKEN") or None,
-            wecom_aes_key=env.get("ZCBOT_WECOM_AES_KEY") or None,
-            wecom_base_url=(env.get("ZCBOT_WECOM_BASE_URL") or DEFAULT_WECOM_BASE_URL).rstrip("/"),
-            ilink_base_url=(env.get("ZCBOT_ILINK_BASE_URL") or DEFAULT_ILINK_BASE_URL).rstrip("/"),
-            ilink_cdn_base_url=(env.get("ZCBOT_ILINK_CDN_BASE_URL") or DEFAULT_ILINK_CDN_BASE_URL).rstrip("/"),
-            ilink_app_id=env.get("ZCBOT_ILINK_APP_ID") or "bot",
-            ilink_poll_timeout=_float(env, "ZCBOT_ILINK_POLL_TIMEOUT_SECONDS", 38.0),
-            ilink_session_pause=_float(env, "ZCBOT_ILINK_SESSION_PAUSE_SECONDS", 3600.0),
-            ilink_context_max_age=_float(env, "ZCBOT_ILINK_CONTEXT_MAX_AGE_SECONDS", 23 * 3600.0),
-            scan_interval=_float(env, "ZCBOT_CHANNELS_SCAN_SECONDS", 5.0),
-            reply_timeout=reply if reply > 0 else None,
-        )
+        """From the process environment, or from `env` alone (a bad value: `ConfigError`)."""
+        if env is None:
+            return load_settings(cls)
+        known = {f.alias for f in cls.model_fields.values()}
+        values = {k: v for k, v in env.items() if k in known and v not in (None, "")}
+        try:
+            return cls.model_validate(values)
+        except ValueError as exc:
+            raise ConfigError(f"invalid channel configuration: {exc}") from None
 
     @property
     def wecom_send_enabled(self) -> bool:
