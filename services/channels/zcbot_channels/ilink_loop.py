@@ -32,7 +32,7 @@ from zcbot_core import safe_fs
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ReplyHooks, resume_reply, run_message
 from zcbot_core.channels.ilink_api import MSG_USER, ILinkClient, ILinkError, SessionExpired, has_media, message_text
-from zcbot_core.worker import wait_or_stop
+from zcbot_core.worker import TaskGroup, wait_or_stop
 
 from zcbot_channels.context import ChannelsContext
 from zcbot_channels.leases import Lease
@@ -90,7 +90,7 @@ class ILinkPoller:
         self._recent: OrderedDict[str, None] = OrderedDict()
         self.polls = 0
         self.poll_timeout = ctx.cs.ilink_poll_timeout
-        self.conversations: set[asyncio.Task[None]] = set()
+        self.conversations = TaskGroup()
         self.failures = 0
         # The long poll has its own connection, closed before the lease is released: the server
         # never sees this replica's poll still open while the next holder's starts.
@@ -110,12 +110,11 @@ class ILinkPoller:
             await asyncio.wait({loop_task, lost}, return_when=asyncio.FIRST_COMPLETED)
             if self.lease.held() and not self.stopping.is_set():
                 # The loop ended on its own (unbound / inactive): let running conversations finish.
-                if self.conversations:
-                    await asyncio.wait(set(self.conversations), timeout=self.ctx.conversation_deps.timeout)
+                await self.conversations.wait(self.ctx.conversation_deps.timeout)
         finally:
             # Conversations belong to the lease holder: their pending replies (persisted in the
             # binding) are resumed by the next holder.
-            tasks = [loop_task, lost, keeper, *self.conversations]
+            tasks = [loop_task, lost, keeper, *self.conversations.tasks()]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -265,9 +264,7 @@ class ILinkPoller:
         self._own(self._converse(binding.user_id, text, replier))
 
     def _own(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self.conversations.add(task)
-        task.add_done_callback(self.conversations.discard)
+        self.conversations.spawn(coro)
 
     def _hooks(self, to_user_id: str) -> ReplyHooks:
         """Persist the reply in progress under `pending_replies` so a new lease holder can finish it."""
