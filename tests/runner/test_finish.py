@@ -32,7 +32,7 @@ async def test_ends_the_run_only_when_nothing_waits_and_it_is_still_held(
             await s.flush()
             s.add(Task(task_id="t-finish", user_id="finisher", name="t", working_dir="t", run_status="running",
                        run_id="r-1", run_owner=owner, pending_inputs=pending))
-        ended = await end_run_if_nothing_waits(rt.reads, task_id="t-finish", run_id=run_id, status="ok", error=None,
+        ended = await end_run_if_nothing_waits(rt.autocommit, task_id="t-finish", run_id=run_id, status="ok", error=None,
                                                timings={"total": 0.1}, owner="me")
         assert ended is ends
         async with rt.sessions() as s:

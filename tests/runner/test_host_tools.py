@@ -39,7 +39,7 @@ async def test_wechat_push_is_offered_exactly_with_a_usable_binding(rt: Runtime,
             s.add(ChannelBinding(user_id="pusher", channel=channel, status=status, config=config))
         s.add(Task(task_id="t-push", user_id="pusher", name="t", working_dir="w", run_status="queued", run_id="r-1"))
     req = RunRequest(run_id="r-1", task_id="t-push", user_id="pusher", enqueued_at=0.0)
-    claim = await claim_run(rt.reads, req, "me")
+    claim = await claim_run(rt.autocommit, req, "me")
     assert claim is not None
     assert claim.task.user_has_active_binding == any(status == "active" for _, status, _ in bindings)
     toolbox = RunnerToolBox(executor=None, sandbox_schemas=[], user_id="pusher", task_id="t-push", run_id="r-1",

@@ -37,7 +37,7 @@ async def rt(settings: Settings) -> AsyncIterator[Runtime]:
 
 def store(rt: Runtime, owner: str = "me") -> DbStepStore:
     return DbStepStore(rt.sessions, task_id="t-step", user_id="stepper", run_id="r-1", profile="fake",
-                       owner=owner, reads=rt.reads)
+                       owner=owner, autocommit=rt.autocommit)
 
 
 async def state(rt: Runtime) -> tuple[list[tuple[int, str, Any]], list[tuple[Any, Decimal]], tuple[Any, ...]]:

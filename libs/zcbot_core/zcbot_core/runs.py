@@ -212,15 +212,15 @@ def end_params(task_id: str, run_id: str, status: str, error: str | None, timing
 
 
 async def end_run_if_nothing_waits(
-    reads: AsyncEngine, *, task_id: str, run_id: str, status: str, error: str | None, timings: dict[str, float],
+    autocommit: AsyncEngine, *, task_id: str, run_id: str, status: str, error: str | None, timings: dict[str, float],
     owner: str | None = None,
 ) -> bool:
-    """The usual end of a run in one autocommit statement (`reads`: `Runtime.reads`): True when it
+    """The usual end of a run in one autocommit statement (`autocommit`: `Runtime.autocommit`): True when it
     ended it; False when a message waits behind it or the run is not (this owner's) any more, and
     `finish_run` must decide in a transaction. A message enqueued meanwhile either makes the
     statement miss (it was committed first) or, committed after, finds the task idle and starts
     its own run."""
-    async with reads.connect() as conn:
+    async with autocommit.connect() as conn:
         ended = (await conn.execute(sql.END_RUN_NOTHING_WAITING[owner is not None],
                                     end_params(task_id, run_id, status, error, timings, owner))).first()
     return ended is not None

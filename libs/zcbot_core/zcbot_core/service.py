@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 class Runtime:
     """What a running service is given: its settings and live connections. A service opened without
-    the database (the executor) has none: `engine`/`sessions`/`reads` raise ConfigError there, so a
+    the database (the executor) has none: `engine`/`sessions`/`autocommit` raise ConfigError there, so a
     service that needs it says so in one way (`require_db` at start-up) and its code needs no guards."""
 
     def __init__(self, *, name: str, settings: Settings, topo: Topology, nc: NATS, js: JetStreamContext,
@@ -45,7 +45,7 @@ class Runtime:
         self.stopping = asyncio.Event()
         self._engine = engine
         self._sessions = sessions
-        self._reads: AsyncEngine | None = None
+        self._autocommit: AsyncEngine | None = None
 
     @property
     def has_db(self) -> bool:
@@ -69,11 +69,12 @@ class Runtime:
         return self._sessions
 
     @property
-    def reads(self) -> AsyncEngine:
-        """The same pool in autocommit mode, for single statements: no BEGIN/COMMIT round trips."""
-        if self._reads is None:
-            self._reads = self.engine.execution_options(isolation_level="AUTOCOMMIT")
-        return self._reads
+    def autocommit(self) -> AsyncEngine:
+        """The same pool in autocommit mode, for single statements (reads and writes alike): no
+        BEGIN/COMMIT round trips."""
+        if self._autocommit is None:
+            self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        return self._autocommit
 
     async def ready(self) -> dict[str, bool]:
         checks = {"nats": self.nc.is_connected}

@@ -110,7 +110,7 @@ async def get_current_user(settings: SettingsDep, rt: RuntimeDep, creds: Credent
     user_id = _verified_user_id(settings, creds)
     if not rt.has_db:
         raise ServiceUnavailable("database not configured")
-    async with rt.reads.connect() as conn:
+    async with rt.autocommit.connect() as conn:
         found = (await conn.execute(_USER_EXISTS, {"auth_user": user_id})).first()
     if found is None:
         raise unauthorized(USER_GONE)

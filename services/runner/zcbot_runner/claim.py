@@ -73,9 +73,9 @@ class Claim:
     cancelling: bool
 
 
-async def claim_run(reads: AsyncEngine, req: RunRequest, owner: str) -> Claim | None:
-    """`reads`: the pool in autocommit mode (`Runtime.reads`)."""
-    async with reads.connect() as conn:
+async def claim_run(autocommit: AsyncEngine, req: RunRequest, owner: str) -> Claim | None:
+    """`autocommit`: the pool in autocommit mode (`Runtime.autocommit`)."""
+    async with autocommit.connect() as conn:
         task = (await conn.execute(
             _CLAIM, {"claim_task": req.task_id, "claim_run": req.run_id, "claim_owner": owner})).first()
         if task is None:

@@ -108,7 +108,7 @@ class RunExecutor:
         # connection past ack_wait, and JetStream would hand the run to another runner meanwhile.
         heartbeat = asyncio.create_task(self._heartbeat(active))
         try:
-            claim = await claim_run(self.rt.reads, req, self.runner_id)
+            claim = await claim_run(self.rt.autocommit, req, self.runner_id)
             if claim is not None:
                 await self._run(req, claim, active, pending_cancel)
         finally:
@@ -228,7 +228,7 @@ class RunExecutor:
         if self.extend_toolbox is not None:
             await self.extend_toolbox(self.rt, toolbox, task, req, prompt_ctx, switcher)
         store = DbStepStore(self.rt.sessions, task_id=task.task_id, user_id=task.user_id, run_id=req.run_id,
-                            profile=profile.name, owner=self.runner_id, reads=self.rt.reads)
+                            profile=profile.name, owner=self.runner_id, autocommit=self.rt.autocommit)
         loop = AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
                          tools=toolbox, sink=sink, store=store, cancel=token, prepare=MessagePreparer(),
                          retry=RetryPolicy.from_settings(self.rt.settings))
@@ -248,7 +248,7 @@ class RunExecutor:
         except RunSuperseded:  # its last step could not be written: the run is another runner's now
             await sink.flush()
             return False
-        if ended or await end_run_if_nothing_waits(self.rt.reads, **ending):
+        if ended or await end_run_if_nothing_waits(self.rt.autocommit, **ending):
             outcome = FinishOutcome()
         else:
             async with self.rt.sessions() as session, session.begin():

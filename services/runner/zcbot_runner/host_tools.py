@@ -71,7 +71,7 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
     settings = rt.settings
     # The claim said whether the user has an active binding at all; only then is it checked for a usable
     # one, by a query that runs while the skills and memory are read from disk.
-    has_channel = (asyncio.ensure_future(user_has_channel(rt.reads, task.user_id))
+    has_channel = (asyncio.ensure_future(user_has_channel(rt.autocommit, task.user_id))
                    if task.user_has_active_binding else None)
     await asyncio.sleep(0)  # let it send the query before the synchronous reads below
     root = user_root(settings.storage_root, task.user_id)

@@ -59,11 +59,11 @@ class _LlmStep:
 
 class DbStepStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, task_id: str, user_id: str, run_id: str,
-                 profile: str, owner: str | None = None, reads: AsyncEngine | None = None) -> None:
-        """`reads` (the autocommit pool, `Runtime.reads`) with an `owner`: steps in one statement each."""
+                 profile: str, owner: str | None = None, autocommit: AsyncEngine | None = None) -> None:
+        """`autocommit` (the autocommit pool, `Runtime.autocommit`) with an `owner`: steps in one statement each."""
         self._last_step: _LlmStep | None = None
         self.sessions = sessions
-        self.reads = reads
+        self.autocommit = autocommit
         self.task_id = task_id
         self.user_id = user_id
         self.run_id = run_id
@@ -82,10 +82,10 @@ class DbStepStore:
         """The step in one statement (`OWNED_STEP`, `LAST_STEP_AND_END`): True written, False its fence
         missed (nothing written), None when it could not be placed (or there is no owner / autocommit
         pool) and the transaction must write it."""
-        if self.owner is None or self.reads is None:
+        if self.owner is None or self.autocommit is None:
             return None
         try:
-            async with self.reads.connect() as conn:
+            async with self.autocommit.connect() as conn:
                 fence = {"step_run": self.run_id, "step_owner": self.owner}
                 row = (await conn.execute(statement, {**params, **fence})).one()
         except IntegrityError:  # another writer took the idx meanwhile: the statement wrote nothing
@@ -114,7 +114,7 @@ class DbStepStore:
         running totals, the usage event and the message. The run's `last` step is kept for `end_run`,
         which writes it with the run's end in one statement (an owner with the autocommit pool only)."""
         step = _LlmStep(message, usage, cost_usd, profile)
-        if last and self.owner is not None and self.reads is not None:
+        if last and self.owner is not None and self.autocommit is not None:
             self._last_step = step
             return
         await self._write_llm_step(step, self._llm_step_params(step))

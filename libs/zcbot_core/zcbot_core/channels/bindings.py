@@ -117,10 +117,10 @@ _ACTIVE_BINDINGS = (
 )
 
 
-async def user_has_channel(reads: AsyncEngine, user_id: str) -> bool:
+async def user_has_channel(autocommit: AsyncEngine, user_id: str) -> bool:
     """True when the user has at least one active, configured channel binding (`wechat_push` gate).
-    Asked before every run: one statement on the autocommit pool (`Runtime.reads`), no transaction."""
-    async with reads.connect() as conn:
+    Asked before every run: one statement on the autocommit pool (`Runtime.autocommit`), no transaction."""
+    async with autocommit.connect() as conn:
         rows = (await conn.execute(_ACTIVE_BINDINGS, {"bindings_user": user_id})).all()
     return any(usable(row) for row in rows)
 

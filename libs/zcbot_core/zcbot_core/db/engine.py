@@ -71,7 +71,7 @@ _AUTOCOMMIT: "weakref.WeakKeyDictionary[async_sessionmaker[AsyncSession], AsyncE
 
 def autocommit(sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:
     """The sessions' pool in autocommit mode, for one-statement work: no BEGIN/COMMIT round trips
-    (`Runtime.reads` is the same for code that holds the runtime)."""
+    (`Runtime.autocommit` is the same for code that holds the runtime)."""
     found = _AUTOCOMMIT.get(sessions)
     if found is None:
         bind: AsyncEngine = sessions.kw["bind"]

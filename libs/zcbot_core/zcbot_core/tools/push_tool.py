@@ -1,7 +1,7 @@
 """The `wechat_push` host tool: the agent proactively messages its user on WeChat/WeCom.
 
 Registered by the runner only when the user has an active channel binding
-(`await user_has_channel(rt.reads, user_id)` before building the toolbox). Runs on the host:
+(`await user_has_channel(rt.autocommit, user_id)` before building the toolbox). Runs on the host:
 it sends a push request over NATS; no credential is visible to the model or the sandbox.
 `file_path` is relative to the task folder (or to the user root when it starts with `/workspace/`).
 """

@@ -163,7 +163,7 @@ async def run_events(
 ) -> StreamingResponse:
     check_task_id(task_id)
     resume = _parse_last_event_id(last_event_id)
-    async with rt.reads.connect() as conn:  # no pooled connection is held while the stream lives
+    async with rt.autocommit.connect() as conn:  # no pooled connection is held while the stream lives
         task = (await conn.execute(_USER_TASK_RUN, {"events_task": task_id, "events_user": user_id})).first()
     if task is None:
         raise unauthorized(USER_GONE)
