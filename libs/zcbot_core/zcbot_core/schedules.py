@@ -21,7 +21,6 @@ repeated by a fall-back fires once, at its first occurrence — except for jobs 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
@@ -35,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core import paths
 from zcbot_core.folders import NestedFolder, claim_folder, normalize_working_dir
+from zcbot_core.config import get_settings
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.errors import ZcbotError
 
@@ -76,7 +76,7 @@ def utcnow() -> datetime:
 
 def default_timezone() -> str:
     """Timezone of jobs created without one (`ZCBOT_SCHEDULE_DEFAULT_TIMEZONE`, default UTC)."""
-    return os.environ.get("ZCBOT_SCHEDULE_DEFAULT_TIMEZONE", "").strip() or "UTC"
+    return get_settings().zcbot_schedule_default_timezone.strip() or "UTC"
 
 
 # ---- validation ------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ The task "constitution" convention (seed 003 §7.9) lives here too because skill
 
 from __future__ import annotations
 
-import os
 import re
 import stat
 from dataclasses import dataclass, field, replace
@@ -34,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from zcbot_core import safe_fs
-from zcbot_core.config import REPO_ROOT
+from zcbot_core.config import REPO_ROOT, Settings, get_settings
 from zcbot_core.errors import ZcbotError
 from zcbot_core.paths import PathRejected, validate_task_name
 
@@ -48,16 +47,18 @@ SUPPORT_DIRS = ("references", "scripts", "assets")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
-def builtin_skills_dir() -> Path:
-    return Path(os.environ.get("ZCBOT_SKILLS_DIR") or (REPO_ROOT / "skills")).resolve()
+def builtin_skills_dir(settings: Settings | None = None) -> Path:
+    """`ZCBOT_SKILLS_DIR` (from `settings`, else the process's settings) or `<repo>/skills`."""
+    configured = (settings or get_settings()).zcbot_skills_dir
+    return Path(configured or (REPO_ROOT / "skills")).expanduser().resolve()
 
 
-def sandbox_skills_dir() -> str:
-    return os.environ.get("ZCBOT_SANDBOX_SKILLS_DIR", "/sandbox/skills").rstrip("/")
+def sandbox_skills_dir(settings: Settings | None = None) -> str:
+    return (settings or get_settings()).zcbot_sandbox_skills_dir.rstrip("/")
 
 
-def sandbox_rendering_dir() -> str:
-    return os.environ.get("ZCBOT_SANDBOX_RENDERING_DIR", "/sandbox/rendering").rstrip("/")
+def sandbox_rendering_dir(settings: Settings | None = None) -> str:
+    return (settings or get_settings()).zcbot_sandbox_rendering_dir.rstrip("/")
 
 
 class SkillFormatError(ZcbotError, ValueError):
@@ -349,9 +350,10 @@ class SkillRegistry:
 
 
 def registry_for_user(user_root: Path | None, builtin_dir: Path | None = None,
-                      builtin_sandbox_root: str | None = None) -> SkillRegistry:
+                      builtin_sandbox_root: str | None = None, settings: Settings | None = None) -> SkillRegistry:
     """Built-in skills + the user's `.skills` (when `user_root` is given)."""
-    sources = [SkillSource("builtin", Path(builtin_dir or builtin_skills_dir()), builtin_sandbox_root or sandbox_skills_dir())]
+    sources = [SkillSource("builtin", Path(builtin_dir or builtin_skills_dir(settings)),
+                           builtin_sandbox_root or sandbox_skills_dir(settings))]
     if user_root is not None:
         sources.append(SkillSource("user", Path(user_root) / USER_SKILLS_DIRNAME,
                                    f"{SANDBOX_WORKSPACE}/{USER_SKILLS_DIRNAME}", anchor=Path(user_root)))

@@ -76,7 +76,7 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
     await asyncio.sleep(0)  # let it send the query before the synchronous reads below
     root = user_root(settings.storage_root, task.user_id)
     safe_fs.Root.open(root, create=True).close()
-    registry = registry_for_user(root)
+    registry = registry_for_user(root, settings=settings)
     prompt.skills_block = discovery_block(registry)
     prompt.memory_block = memory_block(root)
     prompt.extra = constitution_block(task.task_id, task.name)

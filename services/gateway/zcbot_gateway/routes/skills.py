@@ -43,7 +43,7 @@ class SkillList(BaseModel):
 @router.get("/skills", response_model=SkillList)
 async def list_skills(user_id: CurrentUser, settings: SettingsDep) -> SkillList:
     root = paths.user_root(settings.storage_root, user_id)
-    registry = await asyncio.to_thread(registry_for_user, root)
+    registry = await asyncio.to_thread(registry_for_user, root, settings=settings)
     return SkillList(
         skills=[SkillOut(name=s.name, description=s.description, source=s.source, overrides=s.overrides, model=s.model)
                 for s in registry.list()],
