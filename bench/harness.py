@@ -121,7 +121,7 @@ class BenchStack:
             "ZCBOT_RUNNER_CONCURRENCY": "2000", "ZCBOT_LOG_LEVEL": "WARNING", "ZCBOT_EXECUTOR_HOST": "bench1",
             "PYTHONUNBUFFERED": "1",
         }
-        self.spawn("fake_llm", [sys.executable, "-m", "zcbot_core.testing.fake_llm", "--port", str(fake_port),
+        self.spawn("fake_llm", [sys.executable, "-m", "zcbot_fakellm", "--port", str(fake_port),
                                 "--default-chunks", "1"], port=None)
         for _ in range(200):
             try:

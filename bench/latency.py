@@ -16,7 +16,7 @@ from zcbot_core.agent.loop import AgentLoop
 from zcbot_core.bus import ToolCallRequest, Topology
 from zcbot_core.bus.topology import connect
 from zcbot_core.llm.profiles import load_profiles_from
-from zcbot_core.testing.fake_llm import push_script
+from zcbot_fakellm import push_script
 from zcbot_core.tools.results import ToolOutcome
 
 TWO_TOOLS = [

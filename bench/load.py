@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from bench.harness import BenchStack, Client, process_cpu_seconds, raw_sse, summarize
-from zcbot_core.testing.fake_llm import push_script
+from zcbot_fakellm import push_script
 
 
 async def throughput(stack: BenchStack, client: Client, sizes: list[int], label: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from zcbot_core.llm import client as llm_client
 from zcbot_core.llm.assemble import StreamAssembler, chunk_field
 from zcbot_core.llm.client import LlmCallError, stream_chat
 from zcbot_core.llm.profiles import Pricing, Profile
-from zcbot_core.testing.fake_llm import FakeLLM
+from zcbot_fakellm import FakeLLM
 
 TOOLS = [{"type": "function", "function": {"name": name, "description": name,
                                            "parameters": {"type": "object", "properties": {}}}}

@@ -14,7 +14,7 @@ from tests.e2e.conftest import FAKE_KEY_ENV
 from zcbot_core.llm.client import LlmCallError, stream_chat
 from zcbot_core.llm.profiles import Profile
 from zcbot_core.llm.retry import RetryPolicy, retry_after_seconds, retryable
-from zcbot_core.testing.fake_llm import FakeLLM
+from zcbot_fakellm import FakeLLM
 
 
 @pytest.mark.parametrize(("headers", "seconds"), [

@@ -12,7 +12,7 @@ from zcbot_core.config import get_settings
 from zcbot_core.llm.probe import (ERROR, MISMATCH, OK, ROUND_TRIP_CODE, SKIPPED, format_table, run_probe,
                                   run_probe_cli)
 from zcbot_core.llm.profiles import Profile, Pricing
-from zcbot_core.testing.fake_llm import FakeLLM
+from zcbot_fakellm import FakeLLM
 
 ONE_CALL = [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}]
 ROUND_TRIP = [{"reasoning": "I should look it up", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},

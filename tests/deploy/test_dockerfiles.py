@@ -186,7 +186,7 @@ def dockerignore(repo: Path) -> list[str]:
 
 def test_dockerignore_sends_only_the_sources(repo: Path) -> None:
     patterns = dockerignore(repo)
-    kept = ["pyproject.toml", "libs/zcbot_core/zcbot_core/config.py", "services/gateway/zcbot_gateway/app.py",
+    kept = ["pyproject.toml", "setup.py", "libs/zcbot_core/zcbot_core/config.py", "services/gateway/zcbot_gateway/app.py",
             "config/models/deepseek_v4.yaml", "skills/ppt/SKILL.md",
             "libs/zcbot_core/zcbot_core/db/migrations/versions/0001_initial_schema.py"]
     dropped = [".git/HEAD", ".venv/bin/python", ".zcbot/secrets.env", "tests/conftest.py", "bench/run.py",
@@ -203,7 +203,7 @@ def test_dockerignore_sends_only_the_sources(repo: Path) -> None:
 def test_dockerignore_keeps_every_tracked_source_file(repo: Path) -> None:
     if not (repo / ".git").exists() or not shutil.which("git"):
         pytest.skip("not a git checkout, or no git")
-    out = subprocess.run(["git", "ls-files", "libs", "services", "config", "skills", "pyproject.toml"],
+    out = subprocess.run(["git", "ls-files", "libs", "services", "config", "skills", "pyproject.toml", "setup.py"],
                          cwd=repo, capture_output=True, text=True, check=True)
     patterns = dockerignore(repo)
     dropped = [p for p in out.stdout.splitlines() if excluded(p, patterns)]

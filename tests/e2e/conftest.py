@@ -19,7 +19,7 @@ import pytest
 from tests.helpers.sse import sse_events
 from zcbot_core.config import Settings
 from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http
-from zcbot_core.testing.fake_llm import FakeLLM
+from zcbot_fakellm import FakeLLM
 
 FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.conftest import FAKE_KEY_ENV, write_fake_profile
-from zcbot_core.testing.fake_llm import FakeLLM
+from zcbot_fakellm import FakeLLM
 
 EXPECTED = {
     "gateway": ["zcbot_sse_active_streams"],

@@ -19,7 +19,7 @@ from tests.e2e.conftest import FAKE_KEY_ENV
 from tests.providers.conftest import recorded
 from zcbot_core.llm.client import LlmCallError, stream_chat
 from zcbot_core.llm.profiles import Profile
-from zcbot_core.testing.fake_llm import FakeLLM
+from zcbot_fakellm import FakeLLM
 
 WRITE_BYTES = 5
 

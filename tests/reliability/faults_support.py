@@ -29,7 +29,7 @@ from tests.e2e.conftest import FAKE_KEY_ENV, Stack, start_gateway, write_fake_pr
 from tests.helpers.procs import ServiceProcess
 from zcbot_core.config import Settings, get_settings
 from zcbot_core.service import Runtime, close_runtime, open_runtime
-from zcbot_core.testing.fake_llm import FakeLLM
+from zcbot_fakellm import FakeLLM
 from tests.helpers.db import db_rows
 from tests.helpers.sse import sse_events
 from tests.e2e.conftest import fake_llm  # noqa: F401  (the fixture, shared)

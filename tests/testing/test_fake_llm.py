@@ -20,8 +20,8 @@ import litellm
 import litellm.exceptions
 import pytest
 
-import zcbot_core
-from zcbot_core.testing.fake_llm import (
+import zcbot_fakellm
+from zcbot_fakellm import (
     EXHAUSTED_TEXT,
     FakeLLM,
     get_requests,
@@ -376,13 +376,13 @@ async def test_control_endpoints_and_concurrency(fake: FakeLLM) -> None:
 
 
 async def test_standalone_process_serves_requests() -> None:
-    pkg_parent = str(Path(zcbot_core.__file__).resolve().parent.parent)
+    pkg_parent = str(Path(zcbot_fakellm.__file__).resolve().parent.parent)
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "zcbot_core.testing.fake_llm",
+        "zcbot_fakellm",
         "--port",
         "0",
         "--host",

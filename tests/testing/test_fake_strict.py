@@ -13,8 +13,8 @@ from tests.e2e.conftest import FAKE_KEY_ENV
 from tests.providers.conftest import replay as fake  # noqa: F401  (fixture: a strict fake LLM)
 from zcbot_core.llm.client import stream_chat
 from zcbot_core.llm.profiles import Profile
-from zcbot_core.testing.fake_llm import FakeLLM
-from zcbot_core.testing.fake_wire import DEEPSEEK_REASONING_MESSAGE, TOOL_CALL_SHAPES, strict_problem
+from zcbot_fakellm import FakeLLM
+from zcbot_fakellm.wire import DEEPSEEK_REASONING_MESSAGE, TOOL_CALL_SHAPES, strict_problem
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
 USER = {"role": "user", "content": "hi"}

@@ -1,4 +1,4 @@
-"""What the fake LLM checks and sends beyond the tidy default (split from `fake_llm` for size).
+"""What the fake LLM checks and sends beyond the tidy default.
 
 - `strict_problem`: a request a real provider would reject, as (status, message) in the
   provider's words: an unknown parameter (OpenAI), tool calls and tool results that do not pair
