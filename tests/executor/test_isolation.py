@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -143,8 +144,13 @@ async def test_infinite_loop_is_killed(one: Stack) -> None:
 
 
 async def test_no_process_outlives_its_call(one: Stack) -> None:
-    r = await one.shell("nohup sleep 1000 >/dev/null 2>&1 & setsid sleep 999 >/dev/null 2>&1 & "
-                        "(setsid sh -c 'sleep 998' &) ; sleep 997 & echo started")
+    # Durations unique to this test run: the leftover scan sees every process on the machine, and
+    # another session may be running this same test at the same moment.
+    base = secrets.randbelow(80_000) + 10_000
+    n = [base + i for i in range(4)]
+    r = await one.shell(f"nohup sleep {n[0]} >/dev/null 2>&1 & setsid sleep {n[1]} >/dev/null 2>&1 & "
+                        f"(setsid sh -c 'sleep {n[2]}' &) ; sleep {n[3]} & echo started")
     assert r.ok and "started" in r.output, r.error
-    leftovers = await wait_no_processes(lambda c: c.startswith(("sleep 99", "sleep 1000", "sh -c sleep 998")))
+    ours = tuple(f"sleep {x}" for x in n) + (f"sh -c sleep {n[2]}",)
+    leftovers = await wait_no_processes(lambda c: c.startswith(ours))
     assert leftovers == []
