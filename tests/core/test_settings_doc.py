@@ -19,7 +19,7 @@ def test_readme_table_is_generated_from_the_settings_classes() -> None:
     for name in ("ZCBOT_SKILLS_DIR", "ZCBOT_DOCKER_CPUS", "ZCBOT_SOFFICE", "ZCBOT_SCHEDULE_MISFIRE_GRACE_SECONDS"):
         assert f"| `{name}` |" in block
     undocumented = [alias for _, ref in settings_doc.SETTINGS_CLASSES
-                    for alias, f in ((f.alias, f) for f in settings_doc._load(ref).model_fields.values()) if not f.description]
+                    for alias, f in ((f.alias, f) for f in settings_doc.load_class(ref).model_fields.values()) if not f.description]
     assert undocumented == []
 
 

@@ -96,17 +96,9 @@ class Settings(BaseSettings):
         description='deliveries of a run before it is given up')
     zcbot_sse_heartbeat_seconds: float = Field(default=15.0, alias="ZCBOT_SSE_HEARTBEAT_SECONDS",
         description='SSE keep-alive comment interval')
-    # Executor.
+    # Executor (the executor's own knobs are in zcbot_executor.config.ExecutorSettings).
     zcbot_executor_host: str | None = Field(default=None, alias="ZCBOT_EXECUTOR_HOST",
         description="this executor's id (sandbox affinity; default: the hostname)")
-    zcbot_sandbox_idle_seconds: float = Field(default=300.0, alias="ZCBOT_SANDBOX_IDLE_SECONDS",
-        description='idle sandboxes are reaped after this')
-    zcbot_docker_runtime: str = Field(default="runc", alias="ZCBOT_DOCKER_RUNTIME",
-        description='Docker backend: the container runtime')
-    zcbot_docker_image: str = Field(default="zcbot-sandbox:latest", alias="ZCBOT_DOCKER_IMAGE",
-        description='Docker backend: the sandbox image')
-    zcbot_max_bg_procs: int = Field(default=3, alias="ZCBOT_MAX_BG_PROCS",
-        description='running background processes per user')
     # Model calls that fail transiently (429, 5xx, a dropped connection before any output) are tried again
     # this many times, waiting base * 2^n seconds with jitter (or the provider's Retry-After), each wait at
     # most max seconds (llm/retry.py).

@@ -35,6 +35,14 @@ class ExecutorSettings(Settings):
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False, env_ignore_empty=True)
 
+    zcbot_sandbox_idle_seconds: float = Field(default=300.0, alias="ZCBOT_SANDBOX_IDLE_SECONDS",
+        description='idle sandboxes are reaped after this')
+    zcbot_docker_runtime: str = Field(default="runc", alias="ZCBOT_DOCKER_RUNTIME",
+        description='Docker backend: the container runtime')
+    zcbot_docker_image: str = Field(default="zcbot-sandbox:latest", alias="ZCBOT_DOCKER_IMAGE",
+        description='Docker backend: the sandbox image')
+    zcbot_max_bg_procs: int = Field(default=3, alias="ZCBOT_MAX_BG_PROCS",
+        description='running background processes per user')
     zcbot_sandbox_uid: int = Field(default=10001, ge=0, alias="ZCBOT_SANDBOX_UID", description=(
         "host uid sandboxes run as when the executor is root (user roots are chowned to it)"))
     zcbot_sandbox_gid: int | None = Field(default=None, ge=0, alias="ZCBOT_SANDBOX_GID", description=(
