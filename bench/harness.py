@@ -24,6 +24,7 @@ import psycopg
 
 from zcbot_core.db.migrate import upgrade
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port
+from zcbot_devstack.services import SERVICE_PORT_ENV
 
 FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"
 
@@ -150,8 +151,7 @@ class BenchStack:
 
     def service(self, name: str) -> Proc:
         port = free_port()
-        key = {"gateway": "ZCBOT_HTTP_PORT", "runner": "ZCBOT_RUNNER_PORT", "executor": "ZCBOT_EXECUTOR_PORT"}[name]
-        proc = self.spawn(name, [sys.executable, "-m", "zcbot_devstack.cli", name], port, {key: str(port)})
+        proc = self.spawn(name, [sys.executable, "-m", "zcbot_devstack.cli", name], port, {SERVICE_PORT_ENV[name]: str(port)})
         if name == "gateway":
             self.base_url = f"http://127.0.0.1:{port}"
         return proc

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.conftest import FAKE_KEY_ENV, write_fake_profile
+from zcbot_devstack.services import SERVICE_PORT_ENV
 from zcbot_fakellm import FakeLLM
 
 EXPECTED = {
@@ -20,8 +21,6 @@ EXPECTED = {
     "scheduler": ["zcbot_schedule"],
     "channels": ["process_cpu_seconds_total"],
 }
-PORT_ENV = {"gateway": "ZCBOT_HTTP_PORT", "runner": "ZCBOT_RUNNER_PORT", "executor": "ZCBOT_EXECUTOR_PORT",
-            "scheduler": "ZCBOT_SCHEDULER_PORT", "channels": "ZCBOT_CHANNELS_PORT"}
 
 
 def scrape(port: int, path: str) -> tuple[int, str]:
@@ -37,10 +36,10 @@ async def test_services_expose_health_and_metrics(settings_env: dict[str, str], 
     models = tmp_path / "models"
     write_fake_profile(models, fake_llm.base_url)
     env = {"ZCBOT_MODELS_DIR": str(models), "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake"}
-    procs = {name: start_service(name, env, wait=False) for name in PORT_ENV}
+    procs = {name: start_service(name, env, wait=False) for name in SERVICE_PORT_ENV}
     for proc in procs.values():
         await proc.wait_healthy_async(timeout=90)
-    ports = {name: int(settings_env[key]) for name, key in PORT_ENV.items()}
+    ports = {name: int(settings_env[key]) for name, key in SERVICE_PORT_ENV.items()}
     for name, port in ports.items():
         assert scrape(port, "/healthz")[0] == 200, name
         status, body = scrape(port, "/readyz")
