@@ -80,3 +80,22 @@ def test_channel_settings_keep_their_rules(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("ZCBOT_ILINK_POLL_TIMEOUT_SECONDS", "soon")
     with pytest.raises(ConfigError, match="ZCBOT_ILINK_POLL_TIMEOUT_SECONDS"):
         ChannelSettings.from_env()
+
+
+@pytest.mark.parametrize(("module", "name", "value"), [
+    ("zcbot_gateway.main", "ZCBOT_HTTP_PORT", "abc"),
+    ("zcbot_runner.main", "ZCBOT_RUNNER_CONCURRENCY", "many"),
+    ("zcbot_executor.main", "ZCBOT_BG_TIME_LIMIT_SECONDS", "0"),
+    ("zcbot_scheduler.main", "ZCBOT_SCHEDULER_BATCH", "0"),
+    ("zcbot_channels.main", "ZCBOT_WECOM_AGENT_ID", "x"),
+])
+def test_every_service_refuses_a_bad_value_at_start_up(module: str, name: str, value: str) -> None:
+    """Before connecting anything: one line naming the variable, exit 1, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, name: value}
+    out = subprocess.run([sys.executable, "-m", module], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert name in out.stderr and "invalid configuration" in out.stderr and "Traceback" not in out.stderr

@@ -39,8 +39,8 @@ class GatewayServer(uvicorn.Server):
 
 
 def main() -> None:
-    settings = get_settings()
     try:
+        settings = get_settings()  # every variable validated: a bad value names itself
         settings.require_secrets()
         settings.require_urls()
         check_profiles(settings)  # an invalid model profile file: refuse to start, naming it

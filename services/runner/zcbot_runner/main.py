@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from zcbot_core.config import get_settings
+from zcbot_core.config import ConfigError, get_settings
 from zcbot_core.service import main_entry, run_service
 from zcbot_runner.service import RunnerService
 
 
 def main() -> None:
-    settings = get_settings()
+    try:
+        settings = get_settings()  # every variable validated before anything starts
+    except ConfigError as exc:
+        raise SystemExit(f"zcbot runner: {exc}") from None
     main_entry(lambda: run_service("runner", settings, RunnerService, port=settings.zcbot_runner_port))
 
 
