@@ -7,7 +7,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from zcbot_core import auth, paths, quota, runs, safe_fs, schedules
+from zcbot_core import auth, paths, quota, safe_fs, schedules
+from zcbot_core.runstate import transitions as runs
 from zcbot_core.channels.ilink_login import LoginError
 from zcbot_core.config import ConfigError
 from zcbot_core.errors import ZcbotError

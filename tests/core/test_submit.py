@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from zcbot_core import runs, submit
+from zcbot_core.runstate import submit
+from zcbot_core.runstate import transitions as runs
 from zcbot_core.db.models import Message, Task, User
 from zcbot_core.service import Runtime
 

@@ -27,8 +27,7 @@ import psycopg
 import pytest
 
 from zcbot_core.config import Settings
-
-ACTIVE_RUN_STATUSES = ("queued", "running", "cancelling")
+from zcbot_core.runstate import ACTIVE as ACTIVE_RUN_STATUSES
 ZCBOT_LOGGERS = ("zcbot_core", "zcbot_gateway", "zcbot_runner", "zcbot_executor", "zcbot_scheduler",
                  "zcbot_channels", "zcbot")
 

@@ -1,5 +1,5 @@
 """The runner's usual end of a run: one autocommit statement that only applies when nothing waits
-behind the run and the runner still holds it (`zcbot_core.runs.end_run_if_nothing_waits`)."""
+behind the run and the runner still holds it (`zcbot_core.runstate.transitions.end_run_if_nothing_waits`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from zcbot_core.config import Settings
 from zcbot_core.db.models import Task, User
-from zcbot_core.runs import end_run_if_nothing_waits
+from zcbot_core.runstate.transitions import end_run_if_nothing_waits
 from zcbot_core.service import close_runtime, open_runtime
 
 WAITING = [{"run_id": "r-next", "content": "next", "origin": "web", "queued_at": 0.0}]

@@ -12,7 +12,7 @@ from zcbot_core.agent.prompt import PromptContext
 from zcbot_core.bus import RunRequest
 from zcbot_core.db.models import ChannelBinding, Task, User
 from zcbot_core.service import Runtime
-from zcbot_runner.claim import claim_run
+from zcbot_core.runstate.claim import claim_run
 from zcbot_runner.host_tools import ModelSwitcher, extend_run
 from zcbot_runner.toolbox import RunnerToolBox
 

@@ -26,7 +26,7 @@ from zcbot_core.bus import PushReply, PushRequest, decode, encode
 from zcbot_core.bus.events import Done
 from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob, Task, User
-from zcbot_core.runs import append_message, finish_run
+from zcbot_core.runstate.transitions import append_message, finish_run
 from zcbot_core.schedules import create_schedule
 from zcbot_core.service import Runtime, close_runtime, open_runtime
 from zcbot_fakellm import FakeLLM

@@ -14,8 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from zcbot_core.db.models import Task
 from zcbot_core.tasks import WEB_CHANNEL
 
-# Run states in which a task is busy (no delete, no folder rename, no second run).
-ACTIVE_RUN_STATUSES = ("queued", "running", "cancelling")
 # User-settable task status values (a label: `run_status` is the run state machine).
 TASK_STATUSES = ("active", "done", "archived")
 

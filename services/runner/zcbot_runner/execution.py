@@ -22,11 +22,12 @@ from zcbot_core.bus import events as ev
 from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import get_profile
 from zcbot_core.llm.retry import RetryPolicy
-from zcbot_core.runs import FinishOutcome, end_run_if_nothing_waits, finish_run, publish_run
+from zcbot_core.runstate.claim import Claim, claim_run
+from zcbot_core.runstate.status import RunOutcome
+from zcbot_core.runstate.transitions import end_run, publish_run
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_runner import metrics
-from zcbot_runner.claim import Claim, claim_run
 from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
 from zcbot_runner.store import DbStepStore, RunSuperseded
@@ -149,7 +150,7 @@ class RunExecutor:
                 profile = get_profile(settings, profile_name)
             except ConfigError as exc:
                 await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=str(exc), code="config"))
-                result = LoopResult(status="error", error=str(exc))
+                result = LoopResult(status=RunOutcome.ERROR.value, error=str(exc))
             else:
                 loop = await self._build_loop(req, task, profile, sink, active.token)
                 store = loop.store
@@ -177,22 +178,22 @@ class RunExecutor:
                 return
             log.exception("run crashed", extra={"task_id": task.task_id, "run_id": req.run_id})
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=f"internal error: {exc.__class__.__name__}", code="internal"))
-            result = LoopResult(status="error", error=f"internal error: {exc.__class__.__name__}")
+            result = LoopResult(status=RunOutcome.ERROR.value, error=f"internal error: {exc.__class__.__name__}")
         finally:
             wall.cancel()
-        if result.status == "cancelled" and active.token.reason == "shutdown":
+        if result.status == RunOutcome.CANCELLED and active.token.reason == "shutdown":
             await sink.flush()
             await active.msg.nak()  # hand the run back: another runner resumes it from PostgreSQL
             log.info("run handed back", extra={"task_id": task.task_id, "run_id": req.run_id})
             return
-        if result.status == "cancelled" and active.token.reason in ("wall_clock", "timeout"):
+        if result.status == RunOutcome.CANCELLED and active.token.reason in ("wall_clock", "timeout"):
             if active.token.reason == "wall_clock":
                 message = (f"the run exceeded its wall-clock limit of {int(settings.zcbot_run_wall_clock_seconds)} s "
                            'and was stopped. Reply "continue" to resume.')
             else:
                 message = "the run exceeded its scheduled job's timeout and was stopped"
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=message, code="timeout"))
-            result = LoopResult(status="error", error=message, timings=result.timings)
+            result = LoopResult(status=RunOutcome.ERROR.value, error=message, timings=result.timings)
         timings = {**result.timings, "queue_wait": round(queue_wait, 4),
                    "total": round(time.monotonic() - active.started, 4)}
         finish_started = time.monotonic()
@@ -237,22 +238,23 @@ class RunExecutor:
 
     async def _finish(self, req: RunRequest, result: LoopResult, timings: dict[str, float], sink: BusEventSink,
                       store: DbStepStore | None) -> bool:
-        """End the run (state, `done`, the next enqueued run); False when another runner holds it now.
-        The usual case is one round trip: the run's last step and its end together (`store.end_run`),
-        or the end alone."""
-        status = "error" if result.status == "error" else result.status
-        ending = dict(task_id=req.task_id, run_id=req.run_id, status=status, error=result.error, timings=timings,
-                      owner=self.runner_id)
+        """End the run (`runstate.transitions.end_run`: state and the next enqueued run), then `done`;
+        False when another runner holds it now. The usual case is one round trip: the run's last step
+        and its end together (the store's `end_run`), or the end alone."""
+        status = RunOutcome(result.status).value
+
+        async def last_step_and_end() -> bool:
+            assert store is not None
+            return await store.end_run(status=status, error=result.error, timings=timings)
+
         try:
-            ended = store is not None and await store.end_run(status=status, error=result.error, timings=timings)
+            outcome = await end_run(self.rt.autocommit, self.rt.sessions, self.rt.js, self.rt.topo,
+                                    task_id=req.task_id, run_id=req.run_id, status=status, error=result.error,
+                                    timings=timings, owner=self.runner_id,
+                                    last_step_and_end=last_step_and_end if store is not None else None)
         except RunSuperseded:  # its last step could not be written: the run is another runner's now
             await sink.flush()
             return False
-        if ended or await end_run_if_nothing_waits(self.rt.autocommit, **ending):
-            outcome = FinishOutcome()
-        else:
-            async with self.rt.sessions() as session, session.begin():
-                outcome = await finish_run(session, self.rt.js, self.rt.topo, **ending)
         if outcome.superseded:
             await sink.flush()
             return False

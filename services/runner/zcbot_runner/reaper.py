@@ -22,12 +22,12 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from nats.js.errors import NotFoundError
-from sqlalchemy import or_, select, update
 
 from zcbot_core.bus import events as ev
 from zcbot_core.bus import encode
-from zcbot_core.db.models import Task
-from zcbot_core.runs import now
+from zcbot_core.runstate import sql
+from zcbot_core.runstate.status import RunOutcome, RunStatus
+from zcbot_core.runstate.transitions import now, reap
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_core.worker import periodic
@@ -119,34 +119,22 @@ class Reaper:
 
     async def sweep(self) -> int:
         async with self.rt.sessions() as session:
-            rows = (
-                await session.execute(
-                    select(Task.task_id, Task.run_id, Task.run_owner, Task.run_status, Task.run_queued_at).where(
-                        or_(Task.run_status.in_(("running", "cancelling")),
-                            (Task.run_status == "queued") & (Task.run_queued_at < now() - QUEUED_GRACE))
-                    )
-                )
-            ).all()
+            rows = (await session.execute(sql.REAP_CANDIDATES, {"reap_queued_before": now() - QUEUED_GRACE})).all()
         reaped = 0
         ack_floor = await self._ack_floor() if rows else 0
         for row in rows:
             if await self._still_queued(row.task_id, ack_floor):
                 continue
-            if row.run_status != "queued" and await self._owner_alive(row.run_owner):
+            if row.run_status != RunStatus.QUEUED and await self._owner_alive(row.run_owner):
                 mine = self.runner_id is not None and row.run_owner == self.runner_id
                 if not mine or self.executing is None or self.executing(row.task_id, row.run_id):
                     continue
-            async with self.rt.sessions() as session, session.begin():
-                result = await session.execute(
-                    update(Task)
-                    .where(Task.task_id == row.task_id, Task.run_id == row.run_id, Task.run_status == row.run_status)
-                    .values(run_status="error", run_error=LOST_MESSAGE, run_owner=None)
-                )
-            if result.rowcount:
+            if await reap(self.rt.sessions, task_id=row.task_id, run_id=row.run_id, seen_status=row.run_status,
+                          error=LOST_MESSAGE):
                 reaped += 1
                 subject = self.rt.topo.event_subject(row.task_id)
                 await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=row.run_id, msg=LOST_MESSAGE, code="lost")))
-                await self.rt.js.publish(subject, encode(ev.Done(run_id=row.run_id, status="error")))
+                await self.rt.js.publish(subject, encode(ev.Done(run_id=row.run_id, status=RunOutcome.ERROR.value)))
                 log.warning("reaped lost run", extra={"task_id": row.task_id, "run_id": row.run_id})
         return reaped
 

@@ -1,6 +1,6 @@
 """Completed steps and usage into PostgreSQL, each committed before the next LLM call.
 
-The run's owner writes a step in one autocommit statement (`run_sql.OWNED_STEP`); the transaction
+The run's owner writes a step in one autocommit statement (`runstate.sql.OWNED_STEP`); the transaction
 (fence row lock, then the inserts) is kept for writers without an owner and for the rare step that
 the statement cannot place (another writer appended to the task meanwhile).
 """
@@ -10,16 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from zcbot_core.db.models import Task
 from zcbot_core.errors import ZcbotError
 from zcbot_core.llm.client import Usage
-from zcbot_core.run_sql import LAST_STEP_AND_END, OWNED_STEP
-from zcbot_core.runs import append_message, append_params, end_params
-from zcbot_core.usage import (TASK_TOTALS_DELTA, insert_usage_event, record_usage, to_cost, totals_params,
+from zcbot_core.runstate.sql import LAST_STEP_AND_END, OWNED_STEP, STEP_FENCES
+from zcbot_core.runstate.transitions import append_message, append_params, end_params
+from zcbot_core.usage import (insert_usage_event, record_usage, to_cost, totals_params,
                               usage_event_params)
 
 
@@ -30,23 +28,6 @@ class RunSuperseded(ZcbotError):
 
     code = "run_superseded"
     http_status = 409
-
-
-_tasks = Task.__table__
-
-
-def _fence_statement(owned: bool, counters: bool) -> Any:
-    stmt = update(_tasks).where(_tasks.c.task_id == bindparam("fence_task"))
-    if owned:
-        stmt = stmt.where(_tasks.c.run_id == bindparam("fence_run"), _tasks.c.run_owner == bindparam("fence_owner"))
-    values: dict[str, Any] = {"updated_at": _tasks.c.updated_at}
-    if counters:  # the task's running totals, in the same statement
-        values.update(TASK_TOTALS_DELTA)
-    return stmt.values(**values)
-
-
-# Built once: building the expressions per step cost more CPU than the round trips.
-_FENCES = {(owned, counters): _fence_statement(owned, counters) for owned in (True, False) for counters in (True, False)}
 
 
 @dataclass
@@ -76,7 +57,7 @@ class DbStepStore:
         params = {"fence_task": self.task_id}
         if self.owner is not None:
             params.update(fence_run=self.run_id, fence_owner=self.owner)
-        return _FENCES[(self.owner is not None, counters)], params
+        return STEP_FENCES[(self.owner is not None, counters)], params
 
     async def _owned_step(self, statement: Any, params: dict[str, Any]) -> bool | None:
         """The step in one statement (`OWNED_STEP`, `LAST_STEP_AND_END`): True written, False its fence

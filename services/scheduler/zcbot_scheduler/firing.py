@@ -27,7 +27,10 @@ from prometheus_client import Counter
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from zcbot_core import runs, schedules, submit
+from zcbot_core import schedules
+from zcbot_core.runstate import submit
+from zcbot_core.runstate import transitions as runs
+from zcbot_core.runstate.status import ACTIVE
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.errors import ZcbotError
 from zcbot_core.folders import NestedFolder
@@ -117,7 +120,7 @@ async def _start(rt: Runtime, cfg: SchedulerConfig, limits: submit.RunLimits, se
             )).scalar_one_or_none() if job.task_id else None
             if task is None:
                 raise FireFailed("the job's bound task no longer exists; bind it to another task or delete the job")
-            if task.run_status in runs.ACTIVE_STATUSES:
+            if task.run_status in ACTIVE:
                 return _skip(job, slot, "its task was busy with another run")
             task_id = task.task_id
         else:

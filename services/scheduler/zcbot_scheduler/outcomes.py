@@ -26,7 +26,8 @@ from prometheus_client import Counter
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from zcbot_core import runs
+from zcbot_core.runstate import transitions as runs
+from zcbot_core.runstate.status import ACTIVE, RunOutcome
 from zcbot_core.bus import BusDecodeError, PushReply, PushRequest, decode, encode
 from zcbot_core.bus.events import Done, RunEvent
 from zcbot_core.db.models import Message, ScheduledJob, Task
@@ -36,7 +37,7 @@ from zcbot_scheduler.config import SchedulerConfig
 
 log = logging.getLogger(__name__)
 
-STATUSES = ("ok", "error", "cancelled", "stopped")
+STATUSES = tuple(outcome.value for outcome in RunOutcome)
 FAILURE_STATUSES = frozenset({"error", "stopped"})
 SUMMARY_CHARS = 1500
 OUTCOMES = Counter("zcbot_scheduler_outcomes_total", "Recorded outcomes of scheduled runs", ["status"])
@@ -254,7 +255,7 @@ async def check_inflight(rt: Runtime, cfg: SchedulerConfig, now: datetime, infli
         if not job.last_run_id:
             continue
         task = tasks.get(job.last_task_id)
-        active = task is not None and task.run_id == job.last_run_id and task.run_status in runs.ACTIVE_STATUSES
+        active = task is not None and task.run_id == job.last_run_id and task.run_status in ACTIVE
         try:
             if not active:
                 status = await done_status(rt, job.last_task_id, job.last_run_id) if task is not None else None

@@ -25,7 +25,7 @@ from typing import Any
 
 from zcbot_core.bus import BusDecodeError, decode, tag_of
 from zcbot_core.bus.events import Done, RunEvent
-from zcbot_core.submit import RunLimits
+from zcbot_core.runstate.submit import RunLimits
 from zcbot_core.service import Runtime
 from zcbot_core.worker import TaskGroup, periodic
 from zcbot_scheduler.config import SchedulerConfig

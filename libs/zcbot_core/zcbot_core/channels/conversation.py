@@ -38,8 +38,9 @@ from zcbot_core.bus import events as ev
 from zcbot_core.config import Settings
 from zcbot_core.db.models import Message, Task
 from zcbot_core.folders import lock_user_folders
-from zcbot_core.runs import ACTIVE_STATUSES, BusUnavailable, QuotaExceeded, RunConflict, append_message
-from zcbot_core.submit import RunLimits, submit_message
+from zcbot_core.runstate.status import ACTIVE
+from zcbot_core.runstate.submit import RunLimits, submit_message
+from zcbot_core.runstate.transitions import BusUnavailable, QuotaExceeded, RunConflict, append_message
 from zcbot_core.tasks import create_task
 
 log = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ async def wait_for_run(deps: ConversationDeps, task_id: str, run_id: str, done_q
         if finished_seen_at is not None:
             return db_status or "ok", ""
         current, status, error = await _task_state(deps.sessions, task_id)
-        if current != run_id or status not in ACTIVE_STATUSES:
+        if current != run_id or status not in ACTIVE:
             finished_seen_at = time.monotonic()  # give the done event a moment to arrive
             db_status = "error" if (current == run_id and status == "error") else "ok"
     return "timeout", ""
@@ -284,7 +285,7 @@ async def resume_reply(deps: ConversationDeps, user_id: str, channel: str, task_
     watch = await _DoneWatch().start(deps, task_id)
     try:
         current, state, _ = await _task_state(deps.sessions, task_id)
-        if current == run_id and state in ACTIVE_STATUSES:
+        if current == run_id and state in ACTIVE:
             status, final_text = await wait_for_run(deps, task_id, run_id, watch.queue, deps.timeout)
         else:
             status, final_text = ("error" if current == run_id and state == "error" else "ok"), ""

@@ -33,16 +33,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core import __version__, paths, safe_fs
 from zcbot_core.db.models import Task, UsageEvent, User
+from zcbot_core.runstate import RunStatus
 
 from zcbot_gateway.deps import AdminUser, SessionDep, SettingsDep
 from zcbot_gateway.http import DEFAULT_PAGE_SIZE, MAX_PAGE, MAX_PAGE_SIZE, bad_request
-from zcbot_gateway.schemas import ACTIVE_RUN_STATUSES, iso
+from zcbot_gateway.schemas import iso
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 STARTED_AT = datetime.now(UTC)
 _STARTED_MONO = time.monotonic()
-RUN_STATUSES = ("idle", *ACTIVE_RUN_STATUSES, "error")
+RUN_STATUSES = tuple(status.value for status in RunStatus)
 RANGES = {"all": None, "7d": 7, "30d": 30}
 SORTS = ("cost", "tokens")
 STORAGE_SCAN_SECONDS = 5.0

@@ -50,6 +50,7 @@ from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.folders import MAX_WORKING_DIR, lock_user_folders, normalize_working_dir
 from zcbot_core.memory import SANDBOX_ROOT
+from zcbot_core.runstate import ACTIVE
 
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
 from zcbot_gateway.files_fs import (
@@ -64,7 +65,6 @@ from zcbot_gateway.files_fs import (
     write_uploads,
 )
 from zcbot_gateway.http import bad_request, conflict
-from zcbot_gateway.schemas import ACTIVE_RUN_STATUSES
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/files", tags=["files"])
@@ -231,7 +231,7 @@ async def _rewrite_working_dirs(session: AsyncSession, user: str, rel: str, new_
     tasks = (await session.scalars(
         select(Task).where(_task_folder_filter(user, rel)).order_by(Task.task_id).with_for_update()
     )).all()
-    busy = [t for t in tasks if t.run_status in ACTIVE_RUN_STATUSES]
+    busy = [t for t in tasks if t.run_status in ACTIVE]
     if busy:
         raise conflict(f"task {busy[0].name!r} in this folder has an active run ({busy[0].run_status}); "
                        "wait for it or cancel it first")

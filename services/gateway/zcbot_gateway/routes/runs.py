@@ -10,7 +10,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import and_, bindparam, select
 
-from zcbot_core import runs, submit
+from zcbot_core.runstate import submit
+from zcbot_core.runstate import transitions as runs
+from zcbot_core.runstate.status import ACTIVE
 from zcbot_core.db.models import Message, Task, User
 
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
@@ -169,7 +171,7 @@ async def run_events(
         raise unauthorized(USER_GONE)
     if task.task_id is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=TASK_NOT_FOUND)
-    active = task.run_status in runs.ACTIVE_STATUSES
+    active = task.run_status in ACTIVE
     pending_ids = {item.get("run_id") for item in (task.pending_inputs or [])}
     current_from = task.run_events_from or 1
     if resume is not None:

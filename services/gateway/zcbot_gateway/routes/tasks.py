@@ -27,12 +27,12 @@ from zcbot_core.db.models import Task
 from zcbot_core.folders import NestedFolder, claim_folder, normalize_working_dir
 from zcbot_core.tasks import create_task as create_task_row
 from zcbot_core.tasks import make_task_dir
+from zcbot_core.runstate import ACTIVE
 from zcbot_core.tools.executor_client import stop_background
 
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep, check_model_profile
 from zcbot_gateway.http import DEFAULT_PAGE_SIZE, MAX_PAGE, MAX_PAGE_SIZE, bad_request, clean_label, clean_text, conflict
 from zcbot_gateway.schemas import (
-    ACTIVE_RUN_STATUSES,
     TASK_STATUSES,
     FolderOut,
     TaskCreate,
@@ -205,7 +205,7 @@ async def delete_task(task_id: str, user: CurrentUser, session: SessionDep, rt: 
     processes are killed (except keep=true ones)."""
     task = await get_user_task(session, user, task_id, for_update=True)
     require_web_task(task)
-    if task.run_status in ACTIVE_RUN_STATUSES:
+    if task.run_status in ACTIVE:  # busy: no delete, no folder rename
         raise conflict(f"task has an active run ({task.run_status}); cancel it first")
     task.deleted_at = func.now()
     await session.commit()

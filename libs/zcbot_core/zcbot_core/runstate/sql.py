@@ -1,4 +1,5 @@
-"""The run state machine's SQL (`zcbot_core.runs`, the runner's claim and step store), built once.
+"""Every statement of the run state machine (`runstate.submit`, `.claim`, `.transitions` and the
+runner's step store), built once.
 
 Each statement takes bind parameters: building SQLAlchemy expressions per call, and the ORM's
 load-mutate-flush cycle, cost more CPU than the round trips themselves on the per-message and
@@ -9,17 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, Numeric, String, Text, bindparam, cast, func, insert, select, text, update
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import (BigInteger, Integer, Numeric, String, Text, bindparam, case, cast, func, insert,
+                        literal_column, or_, select, text, update)
+from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 
-from zcbot_core.db.models import Message, Task, UsageEvent, User
+from zcbot_core.channels.bindings import ACTIVE as ACTIVE_BINDING
+from zcbot_core.db.models import ChannelBinding, Message, Task, UsageEvent, User
+from zcbot_core.runstate.status import ACTIVE, CLAIMED, RunStatus
 from zcbot_core.usage import TASK_TOTALS_DELTA
-
-ACTIVE_STATUSES = ("queued", "running", "cancelling")
 
 tasks = Task.__table__
 messages = Message.__table__
 users = User.__table__
+bindings = ChannelBinding.__table__
 
 # The user row first, then the task row: every writer locks in this order (per-user caps hold).
 LOCK_USER = select(users.c.user_id).where(users.c.user_id == bindparam("lock_user")).with_for_update()
@@ -33,8 +36,8 @@ LOCK_TASK = (
 # Both caps in one scan of the active rows (ix_tasks_run_status).
 QUOTA = (
     select(func.count().filter(tasks.c.user_id == bindparam("quota_user")),
-           func.count().filter(tasks.c.run_status == "queued"))
-    .where(tasks.c.run_status.in_(ACTIVE_STATUSES))
+           func.count().filter(tasks.c.run_status == RunStatus.QUEUED.value))
+    .where(tasks.c.run_status.in_(ACTIVE))
 )
 
 _APPEND_COLUMNS = {"payload": JSONB, "kind": String, "run_id": String, "model_profile": String,
@@ -111,12 +114,28 @@ _END_VALUES: dict[str, Any] = {
 _NOTHING_WAITING = func.coalesce(cast(tasks.c.pending_inputs, Text), "[]").in_(["[]", "null"])
 
 OWNED_STEP = {with_usage: _owned_step_statement(with_usage) for with_usage in (False, True)}
+
+
+def _step_fence_statement(owned: bool, counters: bool) -> Any:
+    """The step store's transaction path: the task row locked first (idx allocation must not race a
+    concurrent append); with an owner the lock doubles as the fence (only the run's holder writes)."""
+    stmt = update(tasks).where(tasks.c.task_id == bindparam("fence_task"))
+    if owned:
+        stmt = stmt.where(tasks.c.run_id == bindparam("fence_run"), tasks.c.run_owner == bindparam("fence_owner"))
+    values: dict[str, Any] = {"updated_at": tasks.c.updated_at}
+    if counters:  # the task's running totals, in the same statement
+        values.update(TASK_TOTALS_DELTA)
+    return stmt.values(**values)
+
+
+STEP_FENCES = {(owned, counters): _step_fence_statement(owned, counters)
+               for owned in (True, False) for counters in (True, False)}
 LAST_STEP_AND_END = _owned_step_statement(with_usage=True, ends_run=True)
 
 
 def _queue_statement(with_pending: bool) -> Any:
     values: dict[str, Any] = {
-        "run_status": "queued", "run_id": bindparam("queue_run"), "run_error": None, "run_owner": None,
+        "run_status": RunStatus.QUEUED.value, "run_id": bindparam("queue_run"), "run_error": None, "run_owner": None,
         "run_queued_at": func.now(), "run_started_at": None, "run_timings": None,
         "run_events_from": bindparam("queue_events_from", type_=Integer),
     }
@@ -146,7 +165,15 @@ SET_PENDING = (
     update(tasks).where(tasks.c.task_id == bindparam("pending_task"))
     .values(pending_inputs=bindparam("pending_inputs", type_=JSONB), run_status=bindparam("pending_status"))
 )
-MARK_CANCELLING = update(tasks).where(tasks.c.task_id == bindparam("cancel_task")).values(run_status="cancelling")
+MARK_CANCELLING = (update(tasks).where(tasks.c.task_id == bindparam("cancel_task"))
+                   .values(run_status=RunStatus.CANCELLING.value))
+# A queued run whose request JetStream did not take: `error`, so the task is not stuck.
+MARK_UNPUBLISHED = (
+    update(tasks)
+    .where(tasks.c.task_id == bindparam("unpub_task"), tasks.c.run_id == bindparam("unpub_run"),
+           tasks.c.run_status == RunStatus.QUEUED.value)
+    .values(run_status=RunStatus.ERROR.value, run_error=bindparam("unpub_error"))
+)
 
 
 def _end_run_statement(owned: bool, nothing_waiting: bool = False) -> Any:
@@ -161,3 +188,58 @@ def _end_run_statement(owned: bool, nothing_waiting: bool = False) -> Any:
 END_RUN = {owned: _end_run_statement(owned) for owned in (True, False)}
 END_RUN_NOTHING_WAITING = {owned: _end_run_statement(owned, nothing_waiting=True) for owned in (True, False)}
 RUN_OF_TASK = select(tasks.c.run_id).where(tasks.c.task_id == bindparam("of_task"))
+
+
+# ---- claim (`runstate.claim`) -----------------------------------------------------------------------
+# One statement, run in autocommit (no BEGIN/COMMIT round trips): a conditional UPDATE claims the
+# run (a cancel requested before the claim keeps `cancelling`; no row: a stale or duplicate delivery
+# of a finished run) and the same statement returns the task's window as one JSON array.
+_claimed = (
+    update(tasks)
+    .where(tasks.c.task_id == bindparam("claim_task"), tasks.c.run_id == bindparam("claim_run"),
+           tasks.c.run_status.in_(ACTIVE))
+    .values(run_status=case((tasks.c.run_status == RunStatus.CANCELLING.value, RunStatus.CANCELLING.value),
+                            else_=RunStatus.RUNNING.value),
+            run_owner=bindparam("claim_owner"), run_started_at=func.coalesce(tasks.c.run_started_at, func.now()))
+    .returning(*tasks.c)
+    .cte("claimed")
+)
+_window_json = (
+    select(func.coalesce(
+        func.json_agg(aggregate_order_by(
+            func.json_build_array(messages.c.idx, messages.c.kind, messages.c.payload, messages.c.created_at),
+            messages.c.idx)),
+        literal_column("'[]'::json")))
+    .where(messages.c.task_id == _claimed.c.task_id, messages.c.idx >= _claimed.c.context_base_idx)
+    .scalar_subquery()
+)
+# Whether the user has an active channel binding at all (most users: none, and then the run's host
+# tools need no query of their own to decide on `wechat_push`).
+_binding_active = (
+    select(bindings.c.id)
+    .where(bindings.c.user_id == _claimed.c.user_id, bindings.c.status == ACTIVE_BINDING)
+    .exists()
+)
+CLAIM = select(_claimed, _window_json.label("window_rows"), _binding_active.label("user_has_active_binding"))
+# Applied only when the soft reset moves the window, fenced by the claim just made.
+SOFT_RESET = (
+    update(tasks)
+    .where(tasks.c.task_id == bindparam("reset_task"), tasks.c.run_id == bindparam("reset_run"),
+           tasks.c.run_owner == bindparam("reset_owner"))
+    .values(context_base_idx=bindparam("reset_base"), context_summary=bindparam("reset_summary"))
+)
+
+# ---- reap (`transitions.reap`, the runner's reaper) ------------------------------------------------
+# Runs that may be lost: claimed ones (their owner may be dead), queued ones older than the grace.
+REAP_CANDIDATES = (
+    select(tasks.c.task_id, tasks.c.run_id, tasks.c.run_owner, tasks.c.run_status, tasks.c.run_queued_at)
+    .where(or_(tasks.c.run_status.in_(CLAIMED),
+               (tasks.c.run_status == RunStatus.QUEUED.value) & (tasks.c.run_queued_at < bindparam("reap_queued_before"))))
+)
+# Fenced on the status the reaper saw: a run that moved on meanwhile is left alone.
+REAP = (
+    update(tasks)
+    .where(tasks.c.task_id == bindparam("reap_task"), tasks.c.run_id == bindparam("reap_run"),
+           tasks.c.run_status == bindparam("reap_status"))
+    .values(run_status=RunStatus.ERROR.value, run_error=bindparam("reap_error"), run_owner=None)
+)

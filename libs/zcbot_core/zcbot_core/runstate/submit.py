@@ -2,10 +2,10 @@
 (DESIGN §4). The one entry for the web, the scheduler and the channels, and the one place a shortcut
 trigger is expanded (`storage_root` given: the web and the channels; a scheduled job's prompt is its own).
 
-A task with no active run takes one round trip (`run_sql.SUBMIT_TO_IDLE`, a PL/pgSQL function that locks
+A task with no active run takes one round trip (the fast path, `sql.SUBMIT_TO_IDLE`, a PL/pgSQL function that locks
 the user row, then the task row, checks both caps, appends the message and queues the run); a task with an
-active run takes the transaction (`_submit_in_transaction`), which is also the reference the function is
-tested against. The run state machine itself (queueing, cancel, the end of a run) is `zcbot_core.runs`.
+active run takes the transaction (the fallback, `_submit_in_transaction`), which is also the reference the
+function is tested against. The other transitions (claim, cancel, end, reap) are `runstate.transitions`.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core import run_sql as sql
-from zcbot_core import runs, shortcuts
+from zcbot_core import shortcuts
 from zcbot_core.bus import RunRequest, Topology
 from zcbot_core.db.engine import autocommit
-from zcbot_core.run_sql import ACTIVE_STATUSES
-from zcbot_core.runs import (MAX_PENDING_INPUTS, BusUnavailable, Multitask, QuotaExceeded, RunConflict, TaskNotFound,
+from zcbot_core.runstate import sql
+from zcbot_core.runstate import transitions as runs
+from zcbot_core.runstate.status import ACTIVE
+from zcbot_core.runstate.transitions import (MAX_PENDING_INPUTS, BusUnavailable, Multitask, QuotaExceeded, RunConflict, TaskNotFound,
                              UserNotFound, WrongChannel, new_run_id, publish_run, signal_cancel)
 
 log = logging.getLogger(__name__)
@@ -75,12 +75,9 @@ async def _publish_or_fail(
     except Exception as exc:
         log.error("run publish failed", extra={"task_id": req.task_id, "run_id": req.run_id, "error": repr(exc)})
         async with sessions() as session, session.begin():
-            await session.execute(
-                update(sql.tasks)
-                .where(sql.tasks.c.task_id == req.task_id, sql.tasks.c.run_id == req.run_id,
-                       sql.tasks.c.run_status == "queued")
-                .values(run_status="error", run_error="the run could not be queued (message bus unavailable); send again")
-            )
+            await session.execute(sql.MARK_UNPUBLISHED, {
+                "unpub_task": req.task_id, "unpub_run": req.run_id,
+                "unpub_error": "the run could not be queued (message bus unavailable); send again"})
         raise BusUnavailable("the message bus is unavailable; the message was saved, send again to retry") from exc
 
 
@@ -146,7 +143,7 @@ async def _submit_to_idle(
     sessions: async_sessionmaker[AsyncSession], *, user_id: str, task_id: str, run_id: str, content: Any,
     channel: str | None, limits: RunLimits, events_from: int | None,
 ) -> int | None:
-    """The new message's idx, its run queued by one autocommit call (`run_sql.SUBMIT_TO_IDLE`); None
+    """The new message's idx, its run queued by one autocommit call (`sql.SUBMIT_TO_IDLE`); None
     when the task has an active run (nothing was written)."""
     params = {"submit_user": user_id, "submit_task": task_id, "submit_run": run_id,
               "submit_payload": {"role": "user", "content": content}, "submit_events_from": events_from,
@@ -182,7 +179,7 @@ async def _submit_in_transaction(
         task = await runs.lock_task(session, user_id, task_id)
         if channel is not None and task.channel != channel:
             raise WrongChannel(task.channel)
-        if task.run_status in ACTIVE_STATUSES:
+        if task.run_status in ACTIVE:
             if multitask == "reject":
                 raise RunConflict(f"a run is already {task.run_status} on this task; wait, cancel it, or send with multitask=enqueue")
             pending = list(task.pending_inputs or [])

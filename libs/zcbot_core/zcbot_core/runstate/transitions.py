@@ -1,7 +1,17 @@
-"""The run state machine, shared by every entry point (web, scheduler, channels) and the runner.
+"""The run state machine's transitions, one function each, shared by every entry point (web,
+scheduler, channels) and the runner (which keeps only the orchestration around them):
 
-tasks.run_status: idle -> queued -> running -> idle | error, with `cancelling` in between when a
-cancel is requested. A task has at most one active run (queued/running/cancelling); the task row
+- submit: `runstate.submit.submit_message` (fast path: one call of migration 0003's function for an
+  idle task; fallback: the transaction, which also queues behind an active run); `queue_run` and
+  `publish_run` are its parts, shared with the end of a run that starts the next waiting message.
+- claim: `runstate.claim.claim_run` (one statement).
+- cancel: `request_cancel` (the transaction marks `cancelling`, then KV + core subject).
+- end: `end_run` (fast paths: the last step and the end in one statement, or the end alone when no
+  message waits; fallback: `finish_run`'s transaction, which also starts the next waiting message).
+- reap: `reap` (a lost run to `error`, fenced on the status the reaper saw).
+
+tasks.run_status (`status.RunStatus`): idle -> queued -> running -> idle | error, with `cancelling` in
+between when a cancel is requested. A task has at most one active run (`status.ACTIVE`); the task row
 is locked with SELECT ... FOR UPDATE so concurrent posts cannot both start one, and the user row
 is locked too so the per-user cap on concurrent runs holds under races (Slark D-5).
 """
@@ -10,7 +20,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -22,9 +32,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
 from zcbot_core.bus.topology import kv_bucket
-from zcbot_core import run_sql as sql
 from zcbot_core.errors import ZcbotError
-from zcbot_core.run_sql import ACTIVE_STATUSES
+from zcbot_core.runstate import sql
+from zcbot_core.runstate.status import ACTIVE, RunOutcome
 from zcbot_core.tools.executor_client import stop_background
 
 Multitask = Literal["reject", "enqueue", "interrupt"]
@@ -182,7 +192,7 @@ async def request_cancel(
 ) -> str:
     async with sessions() as session, session.begin():
         task = await lock_task(session, user_id, task_id)
-        if task.run_status not in ACTIVE_STATUSES or not task.run_id:
+        if task.run_status not in ACTIVE or not task.run_id:
             raise NothingToCancel("no run is active on this task")
         await session.execute(sql.MARK_CANCELLING, {"cancel_task": task_id})
         run_id = task.run_id
@@ -204,8 +214,9 @@ class FinishOutcome:
 def end_params(task_id: str, run_id: str, status: str, error: str | None, timings: dict[str, float],
                owner: str | None) -> dict[str, Any]:
     """Bind parameters of a run's end (`END_RUN*`, `LAST_STEP_AND_END`)."""
-    params = {"end_task": task_id, "end_run": run_id, "end_status": "error" if status == "error" else "idle",
-              "end_error": error if status == "error" else None, "end_timings": timings}
+    outcome = RunOutcome(status)
+    params = {"end_task": task_id, "end_run": run_id, "end_status": outcome.task_status.value,
+              "end_error": error if outcome is RunOutcome.ERROR else None, "end_timings": timings}
     if owner is not None:
         params["end_owner"] = owner
     return params
@@ -259,3 +270,36 @@ async def finish_run(
                              item["content"], still_pending=pending)
     req.origin = item.get("origin", "web")
     return FinishOutcome(next_request=req)
+
+
+async def end_run(
+    autocommit: AsyncEngine, sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, *,
+    task_id: str, run_id: str, status: str, error: str | None, timings: dict[str, float], owner: str | None = None,
+    last_step_and_end: Callable[[], Awaitable[bool]] | None = None,
+) -> FinishOutcome:
+    """The end of a run, fastest way first:
+
+    1. fast path, `last_step_and_end` (the runner's step store: `sql.LAST_STEP_AND_END`): the run's
+       kept last step and its end in one statement; False when it did not end the run (it then wrote
+       the step alone; it raises the store's RunSuperseded when the run is another runner's);
+    2. fast path, `end_run_if_nothing_waits`: the end alone in one autocommit statement;
+    3. fallback, `finish_run`'s transaction: ends the run and starts the next waiting message
+       (`next_request`, to publish), or finds another execution holds the run (`superseded`).
+    """
+    if last_step_and_end is not None and await last_step_and_end():
+        return FinishOutcome()
+    ending = dict(task_id=task_id, run_id=run_id, status=status, error=error, timings=timings, owner=owner)
+    if await end_run_if_nothing_waits(autocommit, **ending):
+        return FinishOutcome()
+    async with sessions() as session, session.begin():
+        return await finish_run(session, js, topo, **ending)
+
+
+async def reap(sessions: async_sessionmaker[AsyncSession], *, task_id: str, run_id: str, seen_status: str,
+               error: str) -> bool:
+    """A lost run to `error` (its owner is gone and JetStream will not redeliver it): True when reaped;
+    False when the run moved on since the reaper saw it in `seen_status`."""
+    async with sessions() as session, session.begin():
+        result = await session.execute(sql.REAP, {"reap_task": task_id, "reap_run": run_id,
+                                                  "reap_status": seen_status, "reap_error": error})
+    return bool(result.rowcount)
