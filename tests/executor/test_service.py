@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import statistics
 import time
 from typing import Any
@@ -110,8 +111,9 @@ async def test_garbage_gets_an_error_reply_and_service_keeps_serving(one: Stack)
 async def test_probe_is_its_own_message(one: Stack) -> None:
     """The liveness probe is an `ExecutorProbe`, not a tool call: a tool call on the control subject
     is a bad request, a probe says whether the call runs there."""
-    task = asyncio.create_task(one.shell("sleep 34", call_id="probed"))
-    await wait_processes(lambda c: c == "sleep 34")
+    sleep = f"sleep {secrets.randbelow(80_000) + 10_000}"  # unique: the scan sees other sessions' processes
+    task = asyncio.create_task(one.shell(sleep, call_id="probed"))
+    await wait_processes(lambda c: c == sleep)
     assert await probe_host(one.nc, one.topo, "h1", "probed") is True
     assert await probe_host(one.nc, one.topo, "h1", "not-running") is False
     assert await probe_host(one.nc, one.topo, "h1") is True
@@ -136,8 +138,9 @@ async def test_micro_stats_describe_the_calls(one: Stack) -> None:
         return sum(e[key] if key in e else e["data"][key] for e in snapshot.values())
 
     before = await stats()
-    slow = asyncio.create_task(one.shell("sleep 0.4; echo done"))
-    await wait_processes(lambda c: c == "sleep 0.4")
+    sleep = f"sleep 0.4{secrets.randbelow(10**6):06d}"  # unique: the scan sees other sessions' processes
+    slow = asyncio.create_task(one.shell(f"{sleep}; echo done"))
+    await wait_processes(lambda c: c == sleep)
     assert total(await stats(), "in_flight") == 1
     assert (await slow).ok
     bad = decode((await one.request(one.topo.exec_any_subject(), b"garbage", timeout=5)).data, ToolCallReply)
