@@ -27,7 +27,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core.runstate import transitions as runs
-from zcbot_core.runstate.status import ACTIVE, RunOutcome
+from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
 from zcbot_core.bus import BusDecodeError, PushReply, PushRequest, decode, encode
 from zcbot_core.bus.events import Done, RunEvent
 from zcbot_core.db.models import Message, ScheduledJob, Task
@@ -262,11 +262,12 @@ async def check_inflight(rt: Runtime, cfg: SchedulerConfig, now: datetime, infli
                 error = None
                 if status is None:
                     if task is None:
-                        status, error = "error", "the run's task no longer exists"
+                        status, error = RunOutcome.ERROR.value, "the run's task no longer exists"
                     elif task.run_id == job.last_run_id and float(task.idle_for or 0) < cfg.reconcile_grace_seconds:
                         continue  # just finished: its done event is probably on the way
                     else:
-                        status = "error" if task.run_id == job.last_run_id and task.run_status == "error" else "ok"
+                        failed = task.run_id == job.last_run_id and task.run_status == RunStatus.ERROR
+                        status = (RunOutcome.ERROR if failed else RunOutcome.OK).value
                 if await record_outcome(rt, cfg, job_id=job.job_id, run_id=job.last_run_id, status=status, error=error):
                     report.finished += 1
             elif job.cancel_requested_at is None and now >= job.run_deadline_at:

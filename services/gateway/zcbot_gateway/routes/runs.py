@@ -12,7 +12,7 @@ from sqlalchemy import and_, bindparam, select
 
 from zcbot_core.runstate import submit
 from zcbot_core.runstate import transitions as runs
-from zcbot_core.runstate.status import ACTIVE
+from zcbot_core.runstate.status import ACTIVE, RunStatus
 from zcbot_core.db.models import Message, Task, User
 
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
@@ -135,7 +135,7 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
 async def cancel_run(task_id: str, user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
     # TaskNotFound 404, NothingToCancel 409 (domain errors, mapped at the edge)
     run_id = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id)
-    return {"task_id": task_id, "run_id": run_id, "status": "cancelling"}
+    return {"task_id": task_id, "run_id": run_id, "status": RunStatus.CANCELLING.value}
 
 
 def _parse_last_event_id(value: str | None) -> int | None:
