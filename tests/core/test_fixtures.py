@@ -15,6 +15,7 @@ from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import ensure_topology
 from zcbot_core.config import Settings, get_settings
 from zcbot_core.db.models import Base
+from zcbot_devstack.services import SERVICE_PORT_ENV
 
 _seen_dbs: list[str] = []
 _seen_prefixes: list[str] = []
@@ -76,10 +77,10 @@ STANDIN = Path(__file__).resolve().parents[1] / "helpers" / "standin_service.py"
 
 
 def test_start_service_runs_and_stops_processes(start_service, settings_env: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
-    svc = start_service("runner", cmd=[sys.executable, str(STANDIN), "runner"], timeout=20)
-    assert svc.alive and svc.port == int(settings_env["ZCBOT_RUNNER_PORT"])
+    svc = start_service("runner", cmd=[sys.executable, str(STANDIN), "runner", SERVICE_PORT_ENV["runner"]], timeout=20)
+    assert svc.alive and svc.port == int(settings_env[SERVICE_PORT_ENV["runner"]])
     assert "service started" in svc.log_text()
     assert svc.kill9() == -9 and not svc.alive
-    again = start_service("runner", cmd=[sys.executable, str(STANDIN), "runner"], timeout=20)
+    again = start_service("runner", cmd=[sys.executable, str(STANDIN), "runner", SERVICE_PORT_ENV["runner"]], timeout=20)
     assert again.terminate(timeout=10) == 0
     assert '"msg": "stopped"' in again.log_text()

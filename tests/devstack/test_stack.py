@@ -26,6 +26,7 @@ STANDIN = Path(__file__).resolve().parents[1] / "helpers" / "standin_service.py"
 # run_stack in a child process, with stand-in services instead of the real ones.
 _UP = """
 import json, sys
+from zcbot_devstack.services import SERVICE_PORT_ENV
 from zcbot_devstack.stack import run_stack
 opts = json.loads(sys.argv[1])
 standin = opts.pop("standin")
@@ -33,7 +34,7 @@ failing = opts.pop("failing", [])
 def cmd(name):
     if name in failing:
         return [sys.executable, "-c", "import sys; print('boom', flush=True); sys.exit(7)"]
-    return [sys.executable, standin, name]
+    return [sys.executable, standin, name, SERVICE_PORT_ENV[name]]
 sys.exit(run_stack(service_cmd=cmd, **opts))
 """
 

@@ -1,7 +1,7 @@
 """A stand-in for a zcbot service process, for tests of process plumbing (`zcbot up`, ServiceProcess).
 
-`python standin_service.py NAME` serves GET /healthz on the port its env gives NAME
-(ZCBOT_HTTP_PORT for gateway, ZCBOT_<NAME>_PORT otherwise), prints one JSON log line, spawns a
+`python standin_service.py NAME PORT_ENV` serves GET /healthz on the port in env var PORT_ENV (callers
+pass the registry's, `zcbot_devstack.services.SERVICE_PORT_ENV`), prints one JSON log line, spawns a
 grandchild `sleep` in its process group (so tests can check nothing is orphaned) and exits on
 SIGTERM. With STANDIN_DIR set it writes NAME.env.json (the zcbot env it saw) and appends
 "pid grandchild_pid" to NAME.pids there; with STANDIN_CRASH_ONCE=NAME it exits 3 on its first run.
@@ -17,13 +17,6 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-PORT_ENV = {
-    "gateway": "ZCBOT_HTTP_PORT",
-    "runner": "ZCBOT_RUNNER_PORT",
-    "executor": "ZCBOT_EXECUTOR_PORT",
-    "scheduler": "ZCBOT_SCHEDULER_PORT",
-    "channels": "ZCBOT_CHANNELS_PORT",
-}
 RECORDED = ("ZCBOT_DB_URL", "ZCBOT_NATS_URL", "ZCBOT_HOME", "JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY")
 
 
@@ -42,12 +35,12 @@ class _Health(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    name = sys.argv[1]
-    port = int(os.environ[PORT_ENV[name]])
+    name, port_env = sys.argv[1], sys.argv[2]
+    port = int(os.environ[port_env])
     state = os.environ.get("STANDIN_DIR")
     if state:
         with open(os.path.join(state, f"{name}.env.json"), "w") as fh:
-            json.dump({k: os.environ.get(k) for k in (*RECORDED, PORT_ENV[name])}, fh)
+            json.dump({k: os.environ.get(k) for k in (*RECORDED, port_env)}, fh)
         marker = os.path.join(state, f"{name}.crashed")
         if os.environ.get("STANDIN_CRASH_ONCE") == name and not os.path.exists(marker):
             open(marker, "w").close()
