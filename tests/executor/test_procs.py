@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -13,6 +14,11 @@ import psutil
 from zcbot_executor.procs import PROCS_DIR, STALE_SECONDS, sweep_procs
 
 from tests.executor.conftest import Stack, drain, sandbox_processes, wait_no_processes, wait_processes
+
+# Durations unique to the run: the leftover scans see every session's processes on the machine.
+_SLEEP_BASE = secrets.randbelow(80_000) + 10_000
+SLEEP_31, SLEEP_32, SLEEP_33, SLEEP_34 = (f"sleep {_SLEEP_BASE + i}" for i in range(4))
+
 
 
 async def wait_status(stack: Stack, proc_id: str, statuses: set[str], text: str = "", timeout: float = 10.0):
@@ -27,7 +33,7 @@ async def wait_status(stack: Stack, proc_id: str, statuses: set[str], text: str 
 
 
 async def test_background_start_check_kill(one: Stack) -> None:
-    r = await one.call("shell", {"command": "echo started-bg; sleep 31; echo never", "background": True})
+    r = await one.call("shell", {"command": f"echo started-bg; {SLEEP_31}; echo never", "background": True})
     assert r.ok, r.error
     proc_id = r.meta["proc_id"]
     assert proc_id in r.output and r.meta["background"] is True
@@ -35,12 +41,12 @@ async def test_background_start_check_kill(one: Stack) -> None:
     assert json.loads((proc_dir / "proc.json").read_text())["kind"] == "shell"
     r = await wait_status(one, proc_id, {"running"}, "started-bg")
     assert "output (last 50 lines):\nstarted-bg" in r.output
-    await wait_processes(lambda c: c == "sleep 31")
-    sleeper = sandbox_processes(lambda c: c == "sleep 31")[0]
+    await wait_processes(lambda c: c == SLEEP_31)
+    sleeper = sandbox_processes(lambda c: c == SLEEP_31)[0]
     assert os.getpid() not in {p.pid for p in sleeper.parents()}  # detached from the executor
     r = await one.call("check_process", {"proc_id": proc_id, "action": "kill"})
     assert r.ok and r.meta["status"] == "killed" and r.meta["exit_code"] == 137, r.output
-    assert await wait_no_processes(lambda c: c == "sleep 31", timeout=3) == []
+    assert await wait_no_processes(lambda c: c == SLEEP_31, timeout=3) == []
     assert (proc_dir / "exit_code").read_text().strip() == "137"
     r = await one.call("check_process", {"proc_id": "p000000000000"})
     assert not r.ok and "no background process" in r.error
@@ -53,23 +59,23 @@ async def test_background_exit_codes_and_time_limit(one: Stack) -> None:
     assert r.ok, r.error
     done = await wait_status(one, r.meta["proc_id"], {"exited"})
     assert done.meta["exit_code"] == 3 and "py-bg-done" in done.output
-    r = await one.call("shell", {"command": "sleep 32", "background": True, "timeout": 1})
+    r = await one.call("shell", {"command": SLEEP_32, "background": True, "timeout": 1})
     assert r.ok and r.meta["time_limit"] == 1
     limited = await wait_status(one, r.meta["proc_id"], {"timed out"})
     assert limited.meta["exit_code"] == 124
-    assert await wait_no_processes(lambda c: c == "sleep 32", timeout=3) == []
+    assert await wait_no_processes(lambda c: c == SLEEP_32, timeout=3) == []
 
 
 async def test_background_cap_per_user(stack: Stack) -> None:
     await stack.executor("h1", max_bg_procs=2)
     ids = []
     for _ in range(2):
-        r = await stack.call("shell", {"command": "sleep 33", "background": True})
+        r = await stack.call("shell", {"command": SLEEP_33, "background": True})
         assert r.ok, r.error
         ids.append(r.meta["proc_id"])
-    r = await stack.call("shell", {"command": "sleep 33", "background": True})
+    r = await stack.call("shell", {"command": SLEEP_33, "background": True})
     assert not r.ok and "too many background processes" in r.error and ids[0] in r.error
-    r = await stack.call("shell", {"command": "sleep 33", "background": True}, user="u2")
+    r = await stack.call("shell", {"command": SLEEP_33, "background": True}, user="u2")
     assert r.ok  # the cap is per user
     ids2 = [r.meta["proc_id"]]
     r = await stack.call("check_process", {"proc_id": ids[0], "action": "kill"})
@@ -79,23 +85,23 @@ async def test_background_cap_per_user(stack: Stack) -> None:
     for pid in ids[1:]:
         await stack.call("check_process", {"proc_id": pid, "action": "kill"})
     await stack.call("check_process", {"proc_id": ids2[0], "action": "kill"}, user="u2")
-    assert await wait_no_processes(lambda c: c == "sleep 33", timeout=3) == []
+    assert await wait_no_processes(lambda c: c == SLEEP_33, timeout=3) == []
 
 
 async def test_background_outlives_its_executor(stack: Stack) -> None:
     first = await stack.executor("h1")
-    r = await stack.call("shell", {"command": "sleep 34", "background": True})
+    r = await stack.call("shell", {"command": SLEEP_34, "background": True})
     proc_id = r.meta["proc_id"]
-    await wait_processes(lambda c: c == "sleep 34")
+    await wait_processes(lambda c: c == SLEEP_34)
     await drain(stack, first)  # closes every warm sandbox of h1
     await asyncio.sleep(0.3)
-    assert sandbox_processes(lambda c: c == "sleep 34"), "background process died with its executor"
+    assert sandbox_processes(lambda c: c == SLEEP_34), "background process died with its executor"
     await stack.executor("h2")
     r = await wait_status(stack, proc_id, {"running"})
     assert r.host == "h2"
     r = await stack.call("check_process", {"proc_id": proc_id, "action": "kill"})
     assert r.meta["status"] == "killed"  # through the kill file: any host can stop it
-    assert await wait_no_processes(lambda c: c == "sleep 34", timeout=3) == []
+    assert await wait_no_processes(lambda c: c == SLEEP_34, timeout=3) == []
 
 
 async def test_lost_process_and_sweeper(one: Stack, tmp_path: Path) -> None:

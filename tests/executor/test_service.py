@@ -20,21 +20,24 @@ from tests.executor.conftest import ExecutorProcess, Stack, drain, wait_no_proce
 
 
 async def test_cancel_kills_the_call_process_group(one: Stack) -> None:
-    task = asyncio.create_task(one.shell("sleep 31 & sleep 32; echo never"))
-    await wait_processes(lambda c: c == "sleep 32")
+    # durations unique to the run: the scan sees every session's processes on the machine
+    base = secrets.randbelow(80_000) + 10_000
+    s1, s2, s3 = (f"sleep {base + i}" for i in range(3))
+    task = asyncio.create_task(one.shell(f"{s1} & {s2}; echo never"))
+    await wait_processes(lambda c: c == s2)
     started = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await wait_no_processes(lambda c: c.startswith("sleep 3"), timeout=3) == []
+    assert await wait_no_processes(lambda c: c in (s1, s2), timeout=3) == []
     assert time.monotonic() - started < 1.5
     # an explicit ToolCancel: the call answers "cancelled"
-    task = asyncio.create_task(one.shell("sleep 33", call_id="cancel-me"))
-    await wait_processes(lambda c: c == "sleep 33")
+    task = asyncio.create_task(one.shell(s3, call_id="cancel-me"))
+    await wait_processes(lambda c: c == s3)
     await one.client.cancel("cancel-me", "h1")
     r = await asyncio.wait_for(task, 3)
     assert not r.ok and "cancelled" in r.error and r.meta.get("cancelled") is True
-    assert await wait_no_processes(lambda c: c == "sleep 33", timeout=3) == []
+    assert await wait_no_processes(lambda c: c == s3, timeout=3) == []
 
 
 async def test_executor_crash_mid_call(stack: Stack) -> None:
