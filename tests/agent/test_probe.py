@@ -76,6 +76,16 @@ async def test_thinking_claimed_but_absent_and_single_call_profile(fake: FakeLLM
     assert verdicts["thinking"] == MISMATCH and verdicts["parallel_tools"] == OK
 
 
+async def test_no_call_under_a_no_parallel_profile_is_not_a_mismatch(fake: FakeLLM) -> None:
+    fake.script("[probe:parallel_tools]", [{"text": "I cannot call tools in parallel."}])
+    report = await run_probe(profile(fake, parallel_tools=False, thinking=True))
+    verdicts = {r.claim: r.verdict for r in report.rows}
+    assert verdicts["parallel_tools"] == SKIPPED and report.exit_code == 0
+    # ... while a profile claiming parallel calls that got none is still a mismatch
+    report = await run_probe(profile(fake, parallel_tools=True))
+    assert {r.claim: r.verdict for r in report.rows}["parallel_tools"] == MISMATCH and report.exit_code == 1
+
+
 async def test_provider_errors_are_reported_not_raised(fake: FakeLLM) -> None:
     fake.script("[probe:basic_chat]", [{"error": {"status": 400, "message": "bad model"}}])
     fake.script("[probe:parallel_tools]", TWO_CALLS)

@@ -74,6 +74,14 @@ class UpProcess:
             self.proc.kill()
             self.proc.wait()
 
+    def until_exit(self, timeout: float = 60.0) -> tuple[int, str]:
+        """For a stack expected to stop by itself: its exit code and output (killed if it does not)."""
+        try:
+            rc = self.proc.wait(timeout)
+        finally:
+            self.kill()
+        return rc, self.text()
+
 
 def _stack_env(home: Path, state: Path, ports: dict[str, int], **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZCBOT_", "JWT_SECRET", "PLATFORM_KEY"))}
@@ -218,11 +226,7 @@ def test_up_gives_up_on_a_service_that_keeps_crashing(os_tmp_dir: Path) -> None:
     up = UpProcess(
         _stack_env(home, state, ports), os_tmp_dir / "up.out", only=["gateway", "runner"], failing=["runner"], max_restarts=1
     )
-    try:
-        rc = up.proc.wait(60)
-    finally:
-        up.kill()
-    text = up.text()
+    rc, text = up.until_exit()
     assert rc == 1, text
     assert "runner    | boom" in text and "gave up after 1 restarts" in text
     assert "zcbot is up" not in text and text.rstrip().endswith("stopped")

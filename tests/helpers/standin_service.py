@@ -1,10 +1,11 @@
 """A stand-in for a zcbot service process, for tests of process plumbing (`zcbot up`, ServiceProcess).
 
-`python standin_service.py NAME PORT_ENV` serves GET /healthz on the port in env var PORT_ENV (callers
+`python standin_service.py NAME PORT_ENV` serves GET /healthz and /readyz on the port in env var PORT_ENV (callers
 pass the registry's, `zcbot_devstack.services.SERVICE_PORT_ENV`), prints one JSON log line, spawns a
 grandchild `sleep` in its process group (so tests can check nothing is orphaned) and exits on
 SIGTERM. With STANDIN_DIR set it writes NAME.env.json (the zcbot env it saw) and appends
-"pid grandchild_pid" to NAME.pids there; with STANDIN_CRASH_ONCE=NAME it exits 3 on its first run.
+"pid grandchild_pid" to NAME.pids there; with STANDIN_CRASH_ONCE=NAME it exits 3 on its first run; with STANDIN_FOREIGN=NAME its
+/readyz answers with an instance id that is not the stack's (another program on the port).
 It imports nothing from zcbot, so it starts in milliseconds.
 """
 
@@ -22,8 +23,13 @@ RECORDED = ("ZCBOT_DB_URL", "ZCBOT_NATS_URL", "ZCBOT_HOME", "JWT_SECRET", "PLATF
 
 class _Health(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
-        ok = self.path == "/healthz"
-        body = b'{"status":"ok"}' if ok else b"{}"
+        ok = self.path in ("/healthz", "/readyz")
+        # The instance id `zcbot up` gave it, as the real services answer (zcbot_core.service).
+        # STANDIN_FOREIGN=NAME: that one answers as another program would (another instance id).
+        foreign = os.environ.get("STANDIN_FOREIGN") == sys.argv[1]
+        instance = "someone-else" if foreign else os.environ.get("ZCBOT_INSTANCE_ID", "")
+        answer = {"status": "ok", "ready": True, "instance": instance}
+        body = json.dumps(answer).encode() if ok else b"{}"
         self.send_response(200 if ok else 404)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -43,6 +44,9 @@ class Runtime:
         self.nc = nc
         self.js = js
         self.stopping = asyncio.Event()
+        # Set once the service's start() has finished: /readyz answers 503 before (`zcbot up` says
+        # "up" only when every service can take work, not when its HTTP port answers).
+        self.started = asyncio.Event()
         self._engine = engine
         self._sessions = sessions
         self._autocommit: AsyncEngine | None = None
@@ -106,21 +110,26 @@ def stream_limits(settings: Settings) -> StreamLimits:
 def health_routes(app: FastAPI, get_runtime: Callable[[], Runtime | None]) -> None:
     """Mount /healthz, /readyz and /metrics on `app` (the gateway's own app or a bare one)."""
 
+    # The instance id `zcbot up` gave this process (ZCBOT_INSTANCE_ID): it tells its own services
+    # from another program answering on the same port.
+    instance = os.environ.get("ZCBOT_INSTANCE_ID", "")
+
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+        return {"status": "ok", "instance": instance}
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz(response: Response) -> dict[str, object]:
         rt = get_runtime()
         if rt is None:
             response.status_code = 503
-            return {"ready": False, "checks": {}}
+            return {"ready": False, "checks": {}, "instance": instance}
         checks = await rt.ready()
+        checks["started"] = rt.started.is_set()
         ok = all(checks.values()) and not rt.stopping.is_set()
         if not ok:
             response.status_code = 503
-        return {"ready": ok, "checks": checks, "draining": rt.stopping.is_set()}
+        return {"ready": ok, "checks": checks, "draining": rt.stopping.is_set(), "instance": instance}
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -191,6 +200,7 @@ async def run_service(
     impl = impl_factory()
     await impl.start(rt)
     settle_heap()
+    rt.started.set()
     log.info("service started", extra={"port": port})
     await rt.stopping.wait()
     log.info("draining")

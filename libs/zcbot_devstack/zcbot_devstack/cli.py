@@ -1,12 +1,51 @@
-"""The `zcbot` command: `up` (the whole stack), each service alone, `db upgrade`, `user`, `probe`."""
+"""The `zcbot` command: `up` (the whole stack), each service alone, `db upgrade`, `user`, `probe`.
+
+`zcbot user` works on `ZCBOT_DB_URL`, else on the database of the `zcbot up` running with the same
+ZCBOT_HOME (its `stack.json`); the rules (no silent overwrite, never without an admin) are
+zcbot_core.users_admin's. Each service's `--help` lists the environment variables it reads.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from zcbot_core import __version__
 from zcbot_core.config import ConfigError, get_settings
+from zcbot_core.errors import ZcbotError
 from zcbot_devstack.services import BY_NAME, NAMES
+
+# Settings classes each service reads beyond the shared zcbot_core.config.Settings (settings_doc's refs).
+SERVICE_SETTINGS = {
+    "gateway": ("zcbot_core.channels.settings:ChannelSettings",),
+    "channels": ("zcbot_core.channels.settings:ChannelSettings",),
+    "executor": ("zcbot_executor.config:ExecutorSettings",),
+    "scheduler": ("zcbot_scheduler.config:SchedulerSettings",),
+    "runner": (),
+    "up": (),  # `zcbot up` reads the shared settings and hands them to every service
+}
+
+
+class _ServiceParser(argparse.ArgumentParser):
+    """A subcommand's parser: a service's (and `up`'s) --help ends with the environment variables it
+    reads (imported only when help is asked for, so `zcbot <service>` starts no slower)."""
+
+    def format_help(self) -> str:
+        from zcbot_core.settings_doc import load_class
+
+        command = self.prog.split()[-1]
+        if command not in SERVICE_SETTINGS or len(self.prog.split()) != 2:
+            return super().format_help()
+        refs = ("zcbot_core.config:Settings", *SERVICE_SETTINGS[command])
+        lines = ["", "environment variables:"]
+        seen: set[str] = set()
+        for ref in refs:
+            for name, field in load_class(ref).model_fields.items():
+                alias = field.alias or name
+                if alias not in seen:
+                    seen.add(alias)
+                    lines.append(f"  {alias:<34} {field.description or ''}")
+        return super().format_help() + "\n".join(lines) + "\n"
 
 
 def _cmd_service(name: str) -> int:
@@ -33,18 +72,42 @@ def _cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_user(args: argparse.Namespace) -> int:
-    from zcbot_core.users_admin import add_user, set_role
+def _password(args: argparse.Namespace) -> str:
+    if args.password is not None:
+        return str(args.password)
+    import getpass
 
-    settings = get_settings()
-    if not settings.zcbot_db_url:
-        raise ConfigError("ZCBOT_DB_URL must be set for `zcbot user`")
-    if args.user_cmd == "add":
-        user_id = add_user(settings.zcbot_db_url, args.email, args.password, args.role)
-        print(f"user {args.email} ({user_id}) saved with role {args.role}")
+    first = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != first:
+        raise ConfigError("the two passwords differ")
+    return first
+
+
+def _cmd_user(args: argparse.Namespace) -> int:
+    from zcbot_core import users_admin as ua
+    from zcbot_devstack.state import database_url
+
+    db_url = database_url(get_settings(), "zcbot user")
+    cmd = args.user_cmd
+    if cmd == "add":
+        password = _password(args)
+        user_id, changes = ua.with_session(db_url, lambda s: ua.add(s, args.email, password, args.role,
+                                                                    update=args.update))
+        print(f"user {ua.normalize_email(args.email)} ({user_id}): {', '.join(changes)}")
+    elif cmd == "role":
+        old = ua.with_session(db_url, lambda s: ua.set_role(s, args.email, args.role))
+        print(f"user {ua.normalize_email(args.email)}: role {old} -> {args.role}")
+    elif cmd == "passwd":
+        password = _password(args)
+        ua.with_session(db_url, lambda s: ua.set_password(s, args.email, password))
+        print(f"user {ua.normalize_email(args.email)}: password changed")
+    elif cmd == "disable":
+        ua.with_session(db_url, lambda s: ua.disable(s, args.email))
+        print(f"user {ua.normalize_email(args.email)}: disabled (cannot log in; data kept)")
     else:
-        set_role(settings.zcbot_db_url, args.email, args.role)
-        print(f"user {args.email} now has role {args.role}")
+        users = ua.with_session(db_url, ua.list_users)
+        for u in users:
+            print(f"{u.email or '-':<40} {u.role:<9} {'password' if u.has_password else 'no password':<12} {u.user_id}")
     return 0
 
 
@@ -56,27 +119,49 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zcbot", description="zcbot: a self-hosted multi-user LLM task agent")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="run the whole stack (embedded NATS/PostgreSQL unless URLs are set)")
-    up.add_argument("--only", nargs="*", choices=NAMES, help="start only these services")
+    parser.add_argument("--version", action="version", version=f"zcbot {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_ServiceParser)
+    up = sub.add_parser("up", help="run the whole stack (embedded NATS/PostgreSQL unless URLs are set)",
+                        description="Run every service on this machine until Ctrl-C; embedded NATS and "
+                        "PostgreSQL under ZCBOT_HOME unless ZCBOT_NATS_URL / ZCBOT_DB_URL are set.")
+    up.add_argument("--only", nargs="*", choices=NAMES, metavar="SERVICE",
+                    help=f"start only these services (of: {', '.join(NAMES)})")
     for name in NAMES:
-        sub.add_parser(name, help=f"run the {name} service alone (configured by env)")
+        sub.add_parser(name, help=f"run the {name} service alone (configured by env)",
+                       description=f"Run the {name} service alone, configured by the environment.")
     db = sub.add_parser("db", help="database maintenance")
     db_sub = db.add_subparsers(dest="db_cmd", required=True)
-    db_sub.add_parser("upgrade", help="apply alembic migrations up to head")
-    user = sub.add_parser("user", help="manage password users")
-    user_sub = user.add_subparsers(dest="user_cmd", required=True)
-    add = user_sub.add_parser("add")
-    add.add_argument("--email", required=True)
-    add.add_argument("--password", required=True)
-    add.add_argument("--role", default="user", choices=("user", "admin"))
-    role = user_sub.add_parser("role")
-    role.add_argument("--email", required=True)
-    role.add_argument("--role", required=True, choices=("user", "admin"))
+    db_sub.add_parser("upgrade", help="apply alembic migrations up to head (needs ZCBOT_DB_URL)")
+    _add_user_parsers(sub)
     probe = sub.add_parser("probe", help="reconcile a model profile's claims with real calls")
-    probe.add_argument("--profile", default=None)
-    probe.add_argument("--long-context", action="store_true")
+    probe.add_argument("--profile", default=None, help="profile name (default: ZCBOT_DEFAULT_MODEL)")
+    probe.add_argument("--long-context", action="store_true",
+                       help="also check recall near the profile's reliable_context (slow, costs tokens)")
     return parser
+
+
+def _add_user_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    user = sub.add_parser("user", help="manage password users",
+                          description="Manage password users in ZCBOT_DB_URL, or else in the database of "
+                          "the `zcbot up` running with the same ZCBOT_HOME.")
+    user_sub = user.add_subparsers(dest="user_cmd", required=True)
+    email_help = "the user's email (matched case-insensitively)"
+    password_help = "the new password (at least 8 characters; asked for twice when omitted)"
+    add = user_sub.add_parser("add", help="create a password user (refuses an existing email without --update)")
+    add.add_argument("--email", required=True, help=email_help)
+    add.add_argument("--password", default=None, help=password_help)
+    add.add_argument("--role", default="user", choices=("user", "admin"), help="role (default: user)")
+    add.add_argument("--update", action="store_true",
+                     help="the email may exist: set its password and role (never demotes the last admin)")
+    role = user_sub.add_parser("role", help="change a user's role (never demotes the last admin)")
+    role.add_argument("--email", required=True, help=email_help)
+    role.add_argument("--role", required=True, choices=("user", "admin"), help="the new role")
+    passwd = user_sub.add_parser("passwd", help="set a user's password, role unchanged")
+    passwd.add_argument("--email", required=True, help=email_help)
+    passwd.add_argument("--password", default=None, help=password_help)
+    disable = user_sub.add_parser("disable", help="stop a user from logging in (data kept; not the last admin)")
+    disable.add_argument("--email", required=True, help=email_help)
+    user_sub.add_parser("list", help="list users: email, role, whether a password is set, id")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -95,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"zcbot: configuration error: {exc}", file=sys.stderr)
         code = 2
-    except ValueError as exc:  # bad command input (e.g. an unknown email for `user role`)
+    except (ZcbotError, ValueError) as exc:  # bad command input (e.g. an unknown email for `user role`)
         print(f"zcbot: {exc}", file=sys.stderr)
         code = 2
     sys.exit(code)

@@ -10,7 +10,10 @@ Order of things:
 4. The five services as child processes, each in its own process group, their output re-printed
    with a `name      | ` prefix (JSON log lines rendered as `level msg key=value`). A service that
    exits unexpectedly is restarted with backoff, at most `max_restarts` times in a row.
-5. Once every service answers `/healthz`: `zcbot is up: http://HOST:PORT`.
+5. Once every service's `/readyz` says ready (its start-up has finished) with this stack's instance
+   id: `zcbot is up: http://HOST:PORT`. Before anything starts, every service port is checked and
+   the default model profile is named with whether its API key is set (`preflight`); the running
+   stack's URLs are in `ZCBOT_HOME/stack.json` (`state`) for `zcbot user`.
 6. SIGINT/SIGTERM/SIGHUP: SIGTERM every service group, wait up to 20 s, SIGKILL leftovers, then stop
    PostgreSQL and NATS gracefully. A second signal skips the wait.
 
@@ -25,12 +28,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +50,20 @@ from zcbot_devstack.bootstrap import (
     service_env,
 )
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServerError, death_signal_preexec
+from zcbot_devstack.groups import group_leftovers, signal_group
 from zcbot_devstack.output import Printer, render_line
+from zcbot_devstack.preflight import PortInUse, check_ports, model_word
+from zcbot_devstack.readiness import FOREIGN, health_host, readiness
 from zcbot_devstack.services import BY_NAME, NAMES, SERVICES
+from zcbot_devstack.state import remove_state, write_state
+
+__all__ = ["group_leftovers", "run_stack", "up"]  # group_leftovers: the tests' process helpers use it
 
 LOCK_FILE = "up.lock"
+# The embedded stack's database pools, sized for one machine (four processes hold one; the issue's
+# target is <= 20 PostgreSQL backends after 200 runs): set only when the operator set none.
+EMBEDDED_POOL = {"ZCBOT_DB_POOL_SIZE": "4", "ZCBOT_DB_MAX_OVERFLOW": "4"}
+EMBEDDED_PG_MAX_CONNECTIONS = "60"
 
 ServiceCmd = Callable[[str], list[str]]
 
@@ -87,52 +100,6 @@ def run_stack(
     return stack.run()
 
 
-# ---- health and process groups --------------------------------------------------------------
-
-
-def _health_host(host: str) -> str:
-    return {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
-
-
-def _healthy(host: str, port: int, timeout: float = 1.0) -> bool:
-    netloc = f"[{host}]" if ":" in host else host
-    try:
-        with urllib.request.urlopen(f"http://{netloc}:{port}/healthz", timeout=timeout) as resp:
-            return bool(resp.status == 200)
-    except (OSError, ValueError):
-        return False
-
-
-def group_leftovers(pgid: int) -> list[int]:
-    """Pids still in process group `pgid` other than a (dead) leader: grandchildren left behind."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        pid = proc.info["pid"]
-        if pid == pgid:
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-            if os.getpgid(pid) == pgid:
-                found.append(pid)
-    return found
-
-
-def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    """Signal the process group led by `proc` (started with process_group=0).
-
-    While `proc` is unreaped its pid (= the pgid) cannot be reused, so killpg is safe; once it is
-    reaped, the remaining members are found and signalled one by one instead.
-    """
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        return
-    for pid in group_leftovers(proc.pid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
 # ---- the supervisor -------------------------------------------------------------------------
 
 
@@ -149,7 +116,8 @@ class _Service:
     restarts: int = 0
     restart_at: float | None = None
     given_up: bool = False
-    healthy: bool = False
+    healthy: bool = False  # ready to take work (its /readyz, with our instance id)
+    foreign_said: bool = False
     readers: list[threading.Thread] = field(default_factory=list)
 
     @property
@@ -188,6 +156,7 @@ class Stack:
         self.force = False
         self._supervising = False
         self._signals = 0
+        self.instance = secrets.token_hex(8)  # in every child's /readyz: tells ours from another program
 
     def say(self, text: str) -> None:
         self.printer.emit("zcbot", text)
@@ -219,10 +188,17 @@ class Stack:
             lock.close()
             self.say(f"another `zcbot up` is already running with ZCBOT_HOME={self.home}")
             return 1
+        try:
+            check_ports(self.settings, [s.name for s in self.services])
+        except PortInUse as exc:
+            lock.close()
+            self.say(f"error: {exc}")
+            return 1
         previous = self._install_signals()
         code = 0
         try:
             try:
+                self.say(model_word(self.settings))
                 self._prepare()
                 self._supervising = True
                 if self.stop_requested.is_set():
@@ -236,6 +212,7 @@ class Stack:
         finally:
             self._supervising = True  # a signal during shutdown only shortens the wait
             self._shutdown()
+            remove_state(self.home)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             lock.close()
@@ -254,8 +231,9 @@ class Stack:
         if not db_url:
             port = choose_port(self.home, "postgres", DEFAULT_PG_PORT)
             self.say(f"starting embedded PostgreSQL on port {port}, data in {self.home / 'pg'}")
-            # Four services with a database pool each (ZCBOT_DB_POOL_SIZE + ZCBOT_DB_MAX_OVERFLOW).
-            self.pg = EmbeddedPostgres(self.home / "pg", port, options={"max_connections": "300"})
+            # Four services with a database pool each (EMBEDDED_POOL, or the operator's sizes).
+            self.pg = EmbeddedPostgres(self.home / "pg", port,
+                                       options={"max_connections": EMBEDDED_PG_MAX_CONNECTIONS})
             self.pg.start()
             ensure_database(self.pg.url, DB_NAME)
             db_url = self.pg.url_for(DB_NAME)
@@ -266,6 +244,8 @@ class Stack:
         secret_env = ensure_local_secrets(self.home)
         self.admin_file = ensure_admin(db_url, self.home)
         env = dict(os.environ)
+        if self.pg is not None:
+            env.update({k: v for k, v in EMBEDDED_POOL.items() if k not in os.environ})
         env.update(secret_env)
         env.update(
             {
@@ -274,11 +254,15 @@ class Stack:
                 "ZCBOT_HOME": str(self.home),
                 "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                 "PYTHONUNBUFFERED": "1",
+                "ZCBOT_INSTANCE_ID": self.instance,
             }
         )
         for spec in SERVICES:
             env[spec.port_env] = str(spec.port(s))
         self.env = env
+        netloc = health_host(s.zcbot_http_host)
+        write_state(self.home, instance=self.instance, db_url=db_url, nats_url=nats_url,
+                    gateway_url=f"http://{netloc}:{s.zcbot_http_port}")
 
     # ---- children ------------------------------------------------------------------------------
     def _spawn(self, svc: _Service) -> None:
@@ -327,7 +311,7 @@ class Stack:
     def _supervise(self) -> int:
         for svc in self.services:
             self._spawn(svc)
-        host = _health_host(self.settings.zcbot_http_host)
+        host = health_host(self.settings.zcbot_http_host)
         started = time.monotonic()
         announced = False
         while not self.stop_requested.is_set():
@@ -340,7 +324,15 @@ class Stack:
                 elif svc.restart_at is not None and now >= svc.restart_at:
                     self._spawn(svc)
                 elif not svc.healthy and svc.alive:
-                    svc.healthy = _healthy(host, svc.port, timeout=0.5)
+                    state = readiness(host, svc.port, self.instance, timeout=0.5)
+                    svc.healthy = state == "ready"
+                    if state == FOREIGN and not svc.foreign_said:
+                        svc.foreign_said = True
+                        self.say(f"port {svc.port} ({svc.name}) answers, but not as this stack's {svc.name}: "
+                                 f"another program holds it? (set {BY_NAME[svc.name].port_env})")
+            if announced and any(s.given_up for s in self.services):
+                self.say("a service gave up; stopping the stack")
+                return 1
             if not announced:
                 if all(s.healthy for s in self.services):
                     announced = True

@@ -36,6 +36,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         await run_startup_hooks(app)
         settle_heap()
+        rt.started.set()
         log.info("gateway started")
         yield
     finally:

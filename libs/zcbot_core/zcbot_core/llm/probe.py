@@ -144,6 +144,10 @@ async def probe_parallel_tools(profile: Profile, report: ProbeReport, timeout: f
     calls = result.message.get("tool_calls") or []
     names = ", ".join(c["function"]["name"] for c in calls)
     observed = f"{len(calls)} tool call{'s' if len(calls) != 1 else ''} in one turn" + (f" ({names})" if names else "")
+    if not calls and not profile.parallel_tools:
+        # The profile claims no parallel calls and none were made: nothing contradicts the claim (whether
+        # tools work at all is tool_round_trip's verdict), so this claim was not checked rather than failed.
+        return ProbeRow("parallel_tools", says, observed, SKIPPED, "no tool call: see tool_round_trip")
     if not calls:
         return ProbeRow("parallel_tools", says, observed, MISMATCH, "no tool call at all: tools may be unsupported")
     wrong = _wrong_calls(calls)

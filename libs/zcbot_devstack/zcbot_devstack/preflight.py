@@ -1,0 +1,53 @@
+"""What `zcbot up` checks and says before it starts anything: every port it needs is free (else it
+exits at once naming the port and the variable to change), and which model profile is the default
+and whether its API key is set (else the exact variable to export)."""
+
+from __future__ import annotations
+
+import os
+
+from zcbot_core.config import ConfigError, Settings
+from zcbot_devstack.embedded import port_is_free
+from zcbot_devstack.services import BY_NAME
+
+
+class PortInUse(ConfigError):
+    code = "port_in_use"
+
+
+def check_ports(settings: Settings, names: list[str]) -> None:
+    """Raise PortInUse naming every busy service port and its variable (nothing is started yet).
+
+    The embedded NATS/PostgreSQL ports need no check: `choose_port` picks a free one itself."""
+    host = settings.zcbot_http_host or "127.0.0.1"
+    bind_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    busy = []
+    seen: dict[int, str] = {}
+    for name in names:
+        spec = BY_NAME[name]
+        port = spec.port(settings)
+        if port in seen:
+            busy.append(f"{name} and {seen[port]} both use port {port} (set {spec.port_env} to another port)")
+            continue
+        seen[port] = name
+        if not port_is_free(port, bind_host):
+            busy.append(f"port {port} ({name}) is already in use by another program: "
+                        f"stop it or set {spec.port_env} to a free port")
+    if busy:
+        raise PortInUse("; ".join(busy))
+
+
+def model_word(settings: Settings) -> str:
+    """One line on the default model profile: its name and whether its key is set (what to export)."""
+    from zcbot_core.llm.profiles import load_profiles
+
+    name = settings.zcbot_default_model
+    profile = load_profiles(settings).get(name)
+    if profile is None:
+        return f"default model profile '{name}' is not defined (ZCBOT_DEFAULT_MODEL); chats will fail"
+    if not profile.api_key_env or profile.api_key_optional:
+        return f"default model profile: {name} ({profile.model}; no API key needed)"
+    if os.environ.get(profile.api_key_env):
+        return f"default model profile: {name} ({profile.model}; {profile.api_key_env} is set)"
+    return (f"default model profile: {name} ({profile.model}); its API key is NOT set: "
+            f"export {profile.api_key_env}=... before `zcbot up` (or set ZCBOT_DEFAULT_MODEL to another profile)")
