@@ -144,6 +144,30 @@ async def test_in_flight_is_bounded_and_a_freed_slot_takes_the_next_message_at_o
         await worker.close()
 
 
+async def test_a_backlog_is_taken_in_one_request(bus: Bus) -> None:
+    """A burst (messages already waiting) starts together: the first pull takes one, the next request
+    takes what is waiting behind it, not one request per message."""
+    rec = Recorder()
+    bodies = [f"m{i}".encode() for i in range(20)]
+    for body in bodies:
+        rec.expect(body)
+        await bus.publish(body)
+    worker = PullWorker(await bus.psub(), rec, max_in_flight=50, name="t", poll_seconds=LONG_POLL)
+    requests = PullRequests(bus, "w")
+    await requests.watch()
+    worker.start()
+    try:
+        for body in bodies:
+            await asyncio.wait_for(rec.seen[body].wait(), SEEN_WITHIN)
+        assert len(requests.inboxes) <= 3  # one for the first message, one for the 19 behind it (+ the next pull)
+        for body in bodies:
+            rec.release[body].set()
+        assert await worker.wait(SEEN_WITHIN) == []
+    finally:
+        await worker.stop(timeout=0)
+        await worker.close()
+
+
 async def test_drain_hands_unfinished_messages_back(bus: Bus) -> None:
     """stop + cancel returns the messages whose handlers did not finish; nak'ed, another worker gets them."""
     rec = Recorder()
