@@ -15,7 +15,7 @@ from zcbot_core import auth
 from zcbot_core.config import Settings
 from zcbot_core.db.models import User
 from zcbot_core.paths import PathRejected
-from zcbot_gateway.deps import AdminUser
+from zcbot_gateway.deps import USER_GONE, AdminUser
 
 pytestmark = pytest.mark.asyncio
 
@@ -109,11 +109,11 @@ async def test_bad_tokens_are_401(app_client: httpx.AsyncClient, settings: Setti
         "empty bearer": {"Authorization": "Bearer "},
         "basic scheme": {"Authorization": "Basic YWxpY2U6cHc="},
         "garbage": bearer("not-a-jwt"),
-        "other secret": bearer(auth.issue_token("alice", "some-other-secret-" + "x" * 32, 3600)),
-        "expired": bearer(auth.issue_token("alice", secret, -10)),
+        "other secret": bearer(auth.issue_token("alice", "some-other-secret-" + "x" * 32, 3600, 0)),
+        "expired": bearer(auth.issue_token("alice", secret, -10, 0)),
         "alg none": bearer(jwt.encode({"sub": "alice", "iat": now, "exp": now + 60}, None, algorithm="none")),
         "no exp": bearer(jwt.encode({"sub": "alice", "iat": now}, secret, algorithm="HS256")),
-        "unknown user": bearer(auth.issue_token("ghost", secret, 3600)),
+        "unknown user": bearer(auth.issue_token("ghost", secret, 3600, 0)),
     }
     for label, headers in cases.items():
         # Sending a message and opening its events check the user in their own statement.
@@ -128,7 +128,7 @@ async def test_bad_tokens_are_401(app_client: httpx.AsyncClient, settings: Setti
     expired = await app_client.get("/v1/me", headers=cases["expired"])
     assert expired.json()["detail"] == "token expired"
     ghost = await app_client.post(f"/v1/tasks/{task_id}/messages", headers=cases["unknown user"], json={"content": "hi"})
-    assert ghost.json()["detail"] == "invalid token: user does not exist"
+    assert ghost.json()["detail"] == USER_GONE
     messages = await app_client.get(f"/v1/tasks/{task_id}/messages", headers=alice)
     assert messages.json()["messages"] == []  # nothing was stored for the refused sends
 
@@ -191,8 +191,9 @@ async def test_login_password_spends_bcrypt_time_for_unknown_email(
 
 
 async def test_change_password(app_client: httpx.AsyncClient, make_user) -> None:
-    headers = await make_user(app_client, "erin")
+    await make_user(app_client, "erin")
     await set_user(app_client, "erin", email="erin@example.com", password_hash=auth.hash_password("old-password"))
+    headers = await make_user(app_client, "erin")  # setting the password revoked the first token
     url = "/v1/auth/change_password"
 
     wrong = await app_client.post(url, headers=headers, json={"old_password": "nope-nope", "new_password": "new-password-1"})
@@ -234,9 +235,13 @@ async def test_admin_role_is_read_from_db_each_request(app_client: httpx.AsyncCl
     denied = await app_client.get("/test/admin-only", headers=headers)
     assert denied.status_code == 403 and denied.json() == {"detail": "admin role required"}
     await set_user(app_client, "gina", role="admin")
-    allowed = await app_client.get("/test/admin-only", headers=headers)  # same token
+    # A role change revokes the tokens issued before it (tests/gateway/test_auth_hardening.py).
+    assert (await app_client.get("/test/admin-only", headers=headers)).status_code == 401
+    headers = await make_user(app_client, "gina")
+    allowed = await app_client.get("/test/admin-only", headers=headers)
     assert allowed.status_code == 200 and allowed.json() == {"admin": "gina"}
     await set_user(app_client, "gina", role="user")
+    headers = await make_user(app_client, "gina")
     assert (await app_client.get("/test/admin-only", headers=headers)).status_code == 403
 
 
@@ -327,7 +332,7 @@ async def test_database_outage_is_503(settings: Settings, start_app) -> None:
         resp = await client.post("/v1/auth/login", json={"user_id": "alice", "platform_key": settings.platform_key})
         assert resp.status_code == 503, resp.text
         assert resp.json() == {"detail": "database unavailable; retry shortly"}
-        token = auth.issue_token("alice", settings.jwt_secret, 60)
+        token = auth.issue_token("alice", settings.jwt_secret, 60, 0)
         assert (await client.get("/v1/tasks", headers=bearer(token))).status_code == 503
         ready = await client.get("/readyz")
         assert ready.status_code == 503 and ready.json()["checks"]["db"] is False

@@ -33,8 +33,8 @@ def make_user() -> Callable[..., Awaitable[Headers]]:
 @pytest.fixture
 def make_admin() -> Callable[..., Awaitable[Headers]]:
     async def make(client: httpx.AsyncClient, user_id: str, **profile: Any) -> Headers:
-        headers = await login(client, user_id, **profile)
+        await login(client, user_id, **profile)
         await set_role(client, user_id, "admin")
-        return headers
+        return await login(client, user_id, **profile)  # the role change revoked the first token
 
     return make

@@ -26,10 +26,13 @@ async def test_admin_role_gate(app_client: httpx.AsyncClient, make_user) -> None
         assert (await app_client.get(url)).status_code == 401, url
         denied = await app_client.get(url, headers=h)
         assert denied.status_code == 403 and denied.json() == {"detail": "admin role required"}, url
-    await set_role(app_client, "carol", "admin")  # the same token works at once: role is read per request
+    await set_role(app_client, "carol", "admin")  # role read per request; the change revokes older tokens
+    assert (await app_client.get(ENDPOINTS[0], headers=h)).status_code == 401
+    h = await make_user(app_client, "carol")
     for url in ENDPOINTS:
         assert (await app_client.get(url, headers=h)).status_code == 200, url
     await set_role(app_client, "carol", "user")
+    h = await make_user(app_client, "carol")
     assert (await app_client.get(ENDPOINTS[0], headers=h)).status_code == 403
 
 

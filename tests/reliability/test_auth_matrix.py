@@ -110,6 +110,7 @@ async def _world(client: httpx.AsyncClient, settings: Settings) -> World:
     tokens = {u: await _login(client, settings, u) for u in (OWNER, OTHER, ADMIN)}
     db = settings.zcbot_db_url
     await db_exec(db, "update users set role = 'admin' where user_id = %s", ADMIN)
+    tokens[ADMIN] = await _login(client, settings, ADMIN)  # the role change revoked the first one
     owner = bearer(tokens[OWNER])
     r = await client.post("/v1/tasks", json={"name": "proj"}, headers=owner)
     assert r.status_code == 201, r.text
@@ -157,12 +158,12 @@ def _bad_credentials(settings: Settings, good_token: str) -> dict[str, dict[str,
         "empty bearer": {"Authorization": "Bearer "},
         "wrong scheme": {"Authorization": f"Basic {good_token}"},
         "malformed": {"Authorization": "Bearer not.a.jwt"},
-        "bad signature": bearer(auth.issue_token(OWNER, "another-secret-" + "x" * 32, 3600)),
-        "expired": bearer(auth.issue_token(OWNER, secret, -60)),
+        "bad signature": bearer(auth.issue_token(OWNER, "another-secret-" + "x" * 32, 3600, 0)),
+        "expired": bearer(auth.issue_token(OWNER, secret, -60, 0)),
         "alg none": bearer(f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{unsigned}."),
         "tampered claims": bearer(f"{header}.{tampered}.{sig}"),
         "missing exp": bearer(jwt.encode({"sub": OWNER, "iat": now}, secret, algorithm="HS256")),
-        "unknown user": bearer(auth.issue_token("ghost-user", secret, 3600)),
+        "unknown user": bearer(auth.issue_token("ghost-user", secret, 3600, 0)),
     }
 
 
@@ -249,9 +250,13 @@ async def test_admin_routes_need_the_admin_role(world: World) -> None:
     for (method, path), route in admin_routes.items():
         r = await _call(world, method, path, route, bearer(world.tokens[ADMIN]))
         assert r.status_code == 200, (path, r.text)
-    # The role is read per request: demote the admin, the same token is refused at once.
+    # The role is read per request, and a role change revokes the tokens issued before it: demote
+    # the admin, the same token is refused at once (401), and a new one is not an admin's (403).
     await db_exec(world.settings.zcbot_db_url, "update users set role = 'user' where user_id = %s", ADMIN)
     r = await world.client.get("/v1/admin/overview", headers=bearer(world.tokens[ADMIN]))
+    assert r.status_code == 401
+    fresh = await world.client.post("/v1/auth/login", json={"user_id": ADMIN, "platform_key": world.settings.platform_key})
+    r = await world.client.get("/v1/admin/overview", headers=bearer(fresh.json()["token"]))
     assert r.status_code == 403
 
 
@@ -285,7 +290,8 @@ async def test_login_failures_are_uniform(world: World) -> None:
 async def test_password_change_rules(world: World) -> None:
     c = world.client
     await _set_password(world.settings, OWNER, "alice@example.com", "old-password-1")
-    token = bearer(world.tokens[OWNER])
+    signed_in = await c.post("/v1/auth/login_password", json={"email": "alice@example.com", "password": "old-password-1"})
+    token = bearer(signed_in.json()["token"])  # setting the password revoked world.tokens[OWNER]
 
     async def change(old: str, new: str) -> httpx.Response:
         return await c.post("/v1/auth/change_password", json={"old_password": old, "new_password": new},

@@ -141,8 +141,9 @@ async def _fuzz_resources(stack: Stack, token: str, user: str) -> dict[str, list
 @pytest.mark.timeout(240)
 async def test_every_operation_survives_schemathesis(stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
     user = "fuzzer"
-    token = await stack.login(user)
+    await stack.login(user)
     await db_exec(stack.settings.zcbot_db_url, "update users set role = 'admin' where user_id = %s", user)
+    token = await stack.login(user)  # the role change revoked the first token
     real = await _fuzz_resources(stack, token, user)
     async with stack.client(token) as c:
         doc = (await c.get("/openapi.json")).json()

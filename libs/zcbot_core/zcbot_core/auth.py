@@ -1,4 +1,9 @@
-"""JWT (HS256) and bcrypt. Roles are read from the DB on each admin request, never from the token."""
+"""JWT (HS256) and bcrypt. Roles are read from the DB on each admin request, never from the token.
+
+A token carries its user's `token_version` (claim `ver`) from when it was issued; the gateway accepts
+it only while the user row still has that version, so a password or role change (the database bumps
+the version, migration 0004) or the user's deletion revokes every token issued before.
+"""
 
 from __future__ import annotations
 
@@ -27,11 +32,13 @@ class TokenClaims:
     user_id: str
     issued_at: int
     expires_at: int
+    version: int
 
 
-def issue_token(user_id: str, secret: str, ttl_seconds: int) -> str:
+def issue_token(user_id: str, secret: str, ttl_seconds: int, version: int) -> str:
     now = int(time.time())
-    return jwt.encode({"sub": user_id, "iat": now, "exp": now + ttl_seconds}, secret, algorithm=ALGORITHM)
+    return jwt.encode({"sub": user_id, "iat": now, "exp": now + ttl_seconds, "ver": version}, secret,
+                      algorithm=ALGORITHM)
 
 
 # Tokens whose signature and claims were checked, by (secret, token): a client sends the same token on
@@ -57,15 +64,15 @@ def verify_token(token: str, secret: str) -> TokenClaims:
 
 def _decode(token: str, secret: str) -> TokenClaims:
     try:
-        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["sub", "exp", "iat"]})
+        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["sub", "exp", "iat", "ver"]})
     except jwt.ExpiredSignatureError:
         raise AuthError("token expired") from None
     except jwt.PyJWTError:
         raise AuthError("invalid token") from None
-    sub = claims.get("sub")
-    if not isinstance(sub, str) or not sub:
+    sub, ver = claims.get("sub"), claims.get("ver")
+    if not isinstance(sub, str) or not sub or not isinstance(ver, int) or isinstance(ver, bool):
         raise AuthError("invalid token")
-    return TokenClaims(user_id=sub, issued_at=int(claims["iat"]), expires_at=int(claims["exp"]))
+    return TokenClaims(user_id=sub, issued_at=int(claims["iat"]), expires_at=int(claims["exp"]), version=ver)
 
 
 def hash_password(password: str) -> str:

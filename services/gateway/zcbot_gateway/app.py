@@ -25,6 +25,7 @@ from zcbot_gateway.errors import install_error_handlers
 from zcbot_gateway.hooks import init_hooks, run_shutdown_hooks, run_startup_hooks
 from zcbot_gateway.routes import auth as auth_routes
 from zcbot_gateway.routes import tasks as task_routes
+from zcbot_gateway.throttle import LoginThrottle
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +71,21 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.rt = None
+    app.state.login_throttle = LoginThrottle(settings.zcbot_login_failures_per_minute)
     init_hooks(app)
 
-    if settings.zcbot_env == "local":
+    # Browsers on other origins (the platform UI, seed 003 §7.2): in production only the allowlist,
+    # locally any origin unless a list is given. Tokens travel in a header, never a cookie, so no
+    # credentials mode is needed.
+    origins = settings.cors_origins or (["*"] if settings.zcbot_env == "local" else [])
+    if origins:
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=["*"],
+            allow_origins=origins,
             allow_methods=["*"],
             allow_headers=["*"],
             expose_headers=["*"],
+            max_age=600,
         )
     install_error_handlers(app)
     health_routes(app, lambda: app.state.rt)

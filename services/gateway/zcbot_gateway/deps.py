@@ -6,11 +6,13 @@
   function returns, before the response body is sent, so a streaming (SSE) route never holds a
   pooled connection for the life of the stream. Routes commit explicitly.
 - `CurrentUser`: the authenticated `user_id` (str). Bearer JWT verified with `settings.jwt_secret`;
-  the user row must exist (one statement on the autocommit pool, outside the request's session).
-  Missing/invalid/expired token or unknown user -> 401 with `WWW-Authenticate: Bearer`.
-- `TokenUser`: the token's `user_id`, verified but not looked up: only for a route whose own
-  statement requires the user row (sending a message, opening a task's events) and maps its
-  absence to `unauthorized(USER_GONE)`.
+  the user row must exist and still have the token's `token_version` (one statement on the
+  autocommit pool, outside the request's session): a password or role change or the user's
+  deletion revokes older tokens. Missing/invalid/expired/revoked token or unknown user -> 401 with
+  `WWW-Authenticate: Bearer`.
+- `TokenUser`: the token's claims (`auth.TokenClaims`), verified but not looked up: only for a route
+  whose own statement requires the user row with the token's version (opening a task's events)
+  and maps its absence to `unauthorized(USER_GONE)`.
 - `CurrentUserRow`: the same check, giving the `User` ORM row (loaded in the request's session).
 - `AdminUser`: the `user_id` of a user whose role, read from the DB on every request, is `admin`;
   otherwise 403.
@@ -70,28 +72,30 @@ async def get_session(rt: RuntimeDep) -> AsyncIterator[AsyncSession]:
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 
-USER_GONE = "invalid token: user does not exist"
+USER_GONE = "invalid token: user does not exist or the token was revoked"
 
 
 def unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-_USER_EXISTS = select(User.user_id).where(User.user_id == bindparam("auth_user"))
+_USER_EXISTS = select(User.user_id).where(User.user_id == bindparam("auth_user"),
+                                          User.token_version == bindparam("auth_version"))
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def _verified_user_id(settings: Settings, creds: HTTPAuthorizationCredentials | None) -> str:
+def _verified_claims(settings: Settings, creds: HTTPAuthorizationCredentials | None) -> auth.TokenClaims:
     if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:
         raise unauthorized("not authenticated: send 'Authorization: Bearer <token>'")
     if not settings.jwt_secret:
         raise ServiceUnavailable("authentication is not configured (JWT_SECRET unset)")
-    return auth.verify_token(creds.credentials, settings.jwt_secret).user_id  # AuthError: 401 at the edge
+    return auth.verify_token(creds.credentials, settings.jwt_secret)  # AuthError: 401 at the edge
 
 
 async def get_current_user_row(settings: SettingsDep, session: SessionDep, creds: Credentials) -> User:
-    user = await session.get(User, _verified_user_id(settings, creds))
-    if user is None:
+    claims = _verified_claims(settings, creds)
+    user = await session.get(User, claims.user_id)
+    if user is None or user.token_version != claims.version:
         raise unauthorized(USER_GONE)
     # End the read-only auth transaction so its pooled connection goes back now: many routes open
     # further sessions of their own (`rt.sessions()`), and holding this one meanwhile deadlocks the
@@ -107,26 +111,27 @@ CurrentUserRow = Annotated[User, Depends(get_current_user_row)]
 async def get_current_user(settings: SettingsDep, rt: RuntimeDep, creds: Credentials) -> str:
     """The token's user, checked to exist with one statement on the autocommit pool (no transaction,
     and the request's own session is not opened for it)."""
-    user_id = _verified_user_id(settings, creds)
+    claims = _verified_claims(settings, creds)
     if not rt.has_db:
         raise ServiceUnavailable("database not configured")
     async with rt.autocommit.connect() as conn:
-        found = (await conn.execute(_USER_EXISTS, {"auth_user": user_id})).first()
+        found = (await conn.execute(_USER_EXISTS, {"auth_user": claims.user_id,
+                                                   "auth_version": claims.version})).first()
     if found is None:
         raise unauthorized(USER_GONE)
-    return user_id
+    return claims.user_id
 
 
 CurrentUser = Annotated[str, Depends(get_current_user)]
 
 
-async def get_token_user(settings: SettingsDep, creds: Credentials) -> str:
-    """The token's user, not yet checked to exist: for a route whose own statement checks it (and
-    answers 401 when the user is gone), which saves the check's round trip."""
-    return _verified_user_id(settings, creds)
+async def get_token_user(settings: SettingsDep, creds: Credentials) -> auth.TokenClaims:
+    """The token's claims, not yet checked against the user row: for a route whose own statement
+    checks the user and the version (and answers 401 otherwise), which saves the check's round trip."""
+    return _verified_claims(settings, creds)
 
 
-TokenUser = Annotated[str, Depends(get_token_user)]
+TokenUser = Annotated[auth.TokenClaims, Depends(get_token_user)]
 
 
 async def require_admin(user: CurrentUserRow) -> str:

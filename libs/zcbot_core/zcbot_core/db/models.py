@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -43,6 +44,10 @@ class User(Base):
     name: Mapped[str | None] = mapped_column(String(256))
     user_name: Mapped[str | None] = mapped_column(String(256))
     role: Mapped[str] = mapped_column(String(32), server_default="user", default="user")
+    # Tokens carry the version they were issued under; a password or role change bumps it (a trigger,
+    # migration 0004), which revokes every older token.
+    token_version: Mapped[int] = mapped_column(BigInteger, server_default=text(
+        "(floor(extract(epoch from clock_timestamp()) * 1000))::bigint"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

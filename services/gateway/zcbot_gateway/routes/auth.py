@@ -5,6 +5,10 @@
   omitted one keeps what is stored).
 - `login_password`: email + bcrypt. Unknown email and wrong password give the same 403 after the
   same bcrypt work, so accounts cannot be enumerated.
+- Both are throttled (`throttle.py`): failed sign-ins per client address, and for the password
+  login per account too; past the limit, 429 with `Retry-After`.
+- A password change (here or by an admin), a role change or the user's deletion revokes every
+  token issued before (`auth.py`, the `ver` claim).
 Roles are never put in the token (see `deps.AdminUser`).
 """
 
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import hmac
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Request, status
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from starlette.concurrency import run_in_threadpool
@@ -22,6 +26,7 @@ from zcbot_core.db.models import User
 
 from zcbot_gateway.deps import CurrentUserRow, SessionDep, SettingsDep
 from zcbot_gateway.errors import ServiceUnavailable
+from zcbot_gateway.throttle import LoginThrottle
 from zcbot_gateway.schemas import ChangePasswordIn, LoginIn, MeOut, OkOut, PasswordLoginIn, TokenOut, iso
 
 router = APIRouter(prefix="/v1", tags=["auth"])
@@ -29,10 +34,21 @@ router = APIRouter(prefix="/v1", tags=["auth"])
 BAD_CREDENTIALS = "invalid email or password"
 
 
-def _issue(settings: SettingsDep, user_id: str) -> TokenOut:
+def _issue(settings: SettingsDep, user_id: str, version: int) -> TokenOut:
     if not settings.jwt_secret:
         raise ServiceUnavailable("authentication is not configured (JWT_SECRET unset)")
-    return TokenOut(token=auth.issue_token(user_id, settings.jwt_secret, settings.jwt_ttl_seconds), user_id=user_id)
+    token = auth.issue_token(user_id, settings.jwt_secret, settings.jwt_ttl_seconds, version)
+    return TokenOut(token=token, user_id=user_id)
+
+
+def _throttle(request: Request) -> LoginThrottle:
+    return request.app.state.login_throttle
+
+
+def _address_key(request: Request) -> str:
+    # The peer address as uvicorn sees it (behind a proxy: run uvicorn with --proxy-headers and
+    # --forwarded-allow-ips so this is the client's, not the proxy's).
+    return "addr:" + (request.client.host if request.client else "?")
 
 
 def _key_matches(given: str, expected: str | None) -> bool:
@@ -42,9 +58,12 @@ def _key_matches(given: str, expected: str | None) -> bool:
 
 
 @router.post("/auth/login", response_model=TokenOut)
-async def login(body: LoginIn, settings: SettingsDep, session: SessionDep) -> TokenOut:
+async def login(request: Request, body: LoginIn, settings: SettingsDep, session: SessionDep) -> TokenOut:
     """Platform login: sign a token for `user_id` (created on first use) given PLATFORM_KEY."""
+    throttle, keys = _throttle(request), [_address_key(request)]
+    throttle.check(keys)  # LoginThrottled: 429 at the edge
     if not _key_matches(body.platform_key, settings.platform_key):
+        throttle.failed(keys)
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="invalid platform key")
     user_id = paths.validate_user_id(body.user_id)
     stmt = insert(User).values(user_id=user_id, name=body.name, user_name=body.user_name)
@@ -54,28 +73,33 @@ async def login(body: LoginIn, settings: SettingsDep, session: SessionDep) -> To
             "name": func.coalesce(stmt.excluded.name, User.name),
             "user_name": func.coalesce(stmt.excluded.user_name, User.user_name),
         },
-    )
-    await session.execute(stmt)
+    ).returning(User.token_version)
+    version = (await session.execute(stmt)).scalar_one()
     await session.commit()
-    return _issue(settings, user_id)
+    return _issue(settings, user_id, version)
 
 
 @router.post("/auth/login_password", response_model=TokenOut)
-async def login_password(body: PasswordLoginIn, settings: SettingsDep, session: SessionDep) -> TokenOut:
+async def login_password(request: Request, body: PasswordLoginIn, settings: SettingsDep,
+                         session: SessionDep) -> TokenOut:
     """Email + password login. Any failure is the same 403 (no account enumeration)."""
     email = body.email.strip().lower()
+    throttle, keys = _throttle(request), [_address_key(request), "acct:" + email]
+    throttle.check(keys)  # LoginThrottled: 429 at the edge
     user = (
         await session.scalars(select(User).where(func.lower(User.email) == email).limit(1))
     ).first() if email else None
     ok = await run_in_threadpool(auth.check_password, body.password, user.password_hash if user else None)
     if not ok or user is None:
+        throttle.failed(keys)
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail=BAD_CREDENTIALS)
-    return _issue(settings, user.user_id)
+    return _issue(settings, user.user_id, user.token_version)
 
 
 @router.post("/auth/change_password", response_model=OkOut)
 async def change_password(body: ChangePasswordIn, user: CurrentUserRow, session: SessionDep) -> OkOut:
-    """Change your password: the old one must match (403), the new one must be acceptable (400)."""
+    """Change your password: the old one must match (403), the new one must be acceptable (400).
+    Every token issued before, this one too, stops working: sign in again with the new password."""
     ok = await run_in_threadpool(auth.check_password, body.old_password, user.password_hash)
     if not ok:
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="old password is incorrect")

@@ -102,7 +102,7 @@ def wants_event_stream(request: Request) -> bool:
              responses={200: {"content": {"text/event-stream": {}},
                               "description": "With `Accept: text/event-stream`: the new run's events, as "
                                              "`GET events_url` would stream them (run id in `X-Run-Id`)"}})
-async def post_message(request: Request, task_id: str, body: MessageIn, user_id: TokenUser, rt: RuntimeDep,
+async def post_message(request: Request, task_id: str, body: MessageIn, user_id: CurrentUser, rt: RuntimeDep,
                        settings: SettingsDep) -> Any:
     """Send a message: 202 with the run's `events_url`; or, asked with `Accept: text/event-stream`,
     the run's event stream itself (one request instead of two: the stream starts where the run's
@@ -112,7 +112,7 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     hub = get_hub(request) if stream else None  # before saving anything: a message is never half-sent
     feed: EventHub | None = getattr(request.app.state, "event_hub", None)
     # Refusals propagate as domain errors (zcbot_core.errors), mapped once in zcbot_gateway/errors.py:
-    # UserNotFound 401 (the submit's own statement checked the token's user, `TokenUser`),
+    # UserNotFound 401 (a user deleted since the token check),
     # TaskNotFound 404, WrongChannel / RunConflict 409, QuotaExceeded 429, BusUnavailable 503.
     result = await submit.submit_message(
         rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=body.content,
@@ -147,26 +147,27 @@ def _parse_last_event_id(value: str | None) -> int | None:
 
 
 _users, _tasks = User.__table__, Task.__table__
-# The token's user and its task's run state in one autocommit statement (no row: the user is gone).
+# The token's user and its task's run state in one autocommit statement (no row: the user is gone or the token was revoked).
 _USER_TASK_RUN = (
     select(_tasks.c.task_id, _tasks.c.run_status, _tasks.c.run_id, _tasks.c.run_events_from, _tasks.c.pending_inputs)
     .select_from(_users.outerjoin(_tasks, and_(_tasks.c.task_id == bindparam("events_task"),
                                                _tasks.c.user_id == _users.c.user_id, _tasks.c.deleted_at.is_(None))))
-    .where(_users.c.user_id == bindparam("events_user"))
+    .where(_users.c.user_id == bindparam("events_user"), _users.c.token_version == bindparam("events_version"))
 )
 
 
 @router.get("/tasks/{task_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}, "description": "SSE stream of run events"}})
 async def run_events(
-    request: Request, task_id: str, user_id: TokenUser, rt: RuntimeDep,
+    request: Request, task_id: str, claims: TokenUser, rt: RuntimeDep,
     run_id: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> StreamingResponse:
     check_task_id(task_id)
     resume = _parse_last_event_id(last_event_id)
     async with rt.autocommit.connect() as conn:  # no pooled connection is held while the stream lives
-        task = (await conn.execute(_USER_TASK_RUN, {"events_task": task_id, "events_user": user_id})).first()
+        task = (await conn.execute(_USER_TASK_RUN, {"events_task": task_id, "events_user": claims.user_id,
+                                                     "events_version": claims.version})).first()
     if task is None:
         raise unauthorized(USER_GONE)
     if task.task_id is None:
