@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from zcbot_gateway.routes import admin, export, files, memory, shortcuts
+from zcbot_gateway.routes import admin, admin_users, export, files, memory, shortcuts
 
-ROUTERS: list[APIRouter] = [files.router, memory.router, shortcuts.router, export.router, admin.router]
+ROUTERS: list[APIRouter] = [files.router, memory.router, shortcuts.router, export.router, admin.router,
+                         admin_users.router]
