@@ -23,7 +23,9 @@ import httpx
 import psycopg
 
 from zcbot_core.db.migrate import upgrade
+from zcbot_core.bus.subjects import Topology
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port
+from zcbot_devstack.embedded.nats_auth import NatsCredentials
 from zcbot_devstack.services import SERVICE_PORT_ENV
 
 FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"
@@ -83,6 +85,8 @@ class BenchStack:
     servers: list[Any] = field(default_factory=list)
     base_url: str = ""
     fake_url: str = ""
+    nats_creds: NatsCredentials | None = None
+    admin_nats_url: str = ""  # for the bench's own client (the services connect with their identity)
 
     @classmethod
     def create(cls) -> "BenchStack":
@@ -91,10 +95,16 @@ class BenchStack:
     def start_infra(self) -> None:
         nats_url = os.environ.get("ZCBOT_NATS_URL")
         db_url = os.environ.get("ZCBOT_DB_URL")
+        prefix = f"b{secrets.token_hex(3)}"
+        self.admin_nats_url = nats_url or ""
         if not nats_url:
-            nats = EmbeddedNats(self.workdir / "nats").start()
+            # As `zcbot up`: one identity per service, anonymous clients refused (issue 22).
+            self.nats_creds = NatsCredentials.generate()
+            conf = self.nats_creds.write_server_config(self.workdir / "nats-auth.conf", Topology(prefix))
+            nats = EmbeddedNats(self.workdir / "nats", extra_args=["-c", str(conf)]).start()
             self.servers.append(nats)
             nats_url = nats.url
+            self.admin_nats_url = self.nats_creds.admin_url(nats_url)
         if not db_url:
             pg = EmbeddedPostgres(self.workdir / "pg", fast=True, options={"max_connections": "400"}).start()
             self.servers.append(pg)
@@ -113,7 +123,7 @@ class BenchStack:
             "max_context: 64000\nreliable_context: 32000\nmax_output: 2048\nmax_iterations: 30\n"
             "pricing: {input_per_mtok: 1.0, output_per_mtok: 2.0}\n" + os.environ.get("ZCBOT_BENCH_PROFILE_EXTRA", ""))
         self.env = {
-            **os.environ, "ZCBOT_NATS_URL": nats_url, "ZCBOT_DB_URL": db_url, "ZCBOT_BUS_PREFIX": f"b{secrets.token_hex(3)}",
+            **os.environ, "ZCBOT_NATS_URL": nats_url, "ZCBOT_DB_URL": db_url, "ZCBOT_BUS_PREFIX": prefix,
             "ZCBOT_HOME": str(self.workdir / "home"), "ZCBOT_STORAGE_ROOT": str(self.workdir / "users"),
             "JWT_SECRET": secrets.token_hex(32), "PLATFORM_KEY": secrets.token_hex(32),
             "ZCBOT_CHANNEL_SECRET_KEY": secrets.token_hex(32), "ZCBOT_MODELS_DIR": str(models),
@@ -151,7 +161,9 @@ class BenchStack:
 
     def service(self, name: str) -> Proc:
         port = free_port()
-        proc = self.spawn(name, [sys.executable, "-m", "zcbot_devstack.cli", name], port, {SERVICE_PORT_ENV[name]: str(port)})
+        identity = self.nats_creds.service_env(name) if self.nats_creds is not None else {}
+        proc = self.spawn(name, [sys.executable, "-m", "zcbot_devstack.cli", name], port,
+                          {SERVICE_PORT_ENV[name]: str(port), **identity})
         if name == "gateway":
             self.base_url = f"http://127.0.0.1:{port}"
         return proc

@@ -157,7 +157,7 @@ async def cancel_latency(stack: BenchStack, client: Client, iters: int) -> dict[
 async def tool_round_trip(stack: BenchStack, iters: int) -> dict[str, Any]:
     from zcbot_core.tools.executor_client import ExecutorClient
 
-    nc = await connect(stack.env["ZCBOT_NATS_URL"], "bench")
+    nc = await connect(stack.admin_nats_url, "bench")
     client = ExecutorClient(nc, Topology(stack.env["ZCBOT_BUS_PREFIX"]))
     user = f"u{uuid.uuid4().hex[:8]}"
     (Path(stack.env["ZCBOT_STORAGE_ROOT"]) / user / "proj").mkdir(parents=True, exist_ok=True)

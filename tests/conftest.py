@@ -44,6 +44,7 @@ from helpers.procs import ServiceProcess  # noqa: E402
 from zcbot_core.bus import Topology  # noqa: E402
 from zcbot_core.config import Settings, get_settings  # noqa: E402
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port  # noqa: E402
+from zcbot_devstack.embedded.nats_auth import NatsCredentials  # noqa: E402
 from zcbot_core.service import Runtime  # noqa: E402
 from zcbot_devstack.services import SERVICE_PORT_ENV  # noqa: E402
 
@@ -94,9 +95,13 @@ def nats_server_url() -> Iterator[str]:
         yield url
         return
     data = _os_tmp("zcbot-test-nats-")
-    server = EmbeddedNats(data).start()
+    # Anonymous connections are refused here as in `zcbot up`; the tests connect as the admin (the
+    # per-service identities are tested on their own server: tests/security/test_nats_access.py).
+    creds = NatsCredentials.generate()
+    config = creds.write_server_config(data / "auth.conf", None)
+    server = EmbeddedNats(data, extra_args=["-c", str(config)]).start()
     try:
-        yield server.url
+        yield creds.admin_url(server.url)
     finally:
         server.stop()
         shutil.rmtree(data, ignore_errors=True)

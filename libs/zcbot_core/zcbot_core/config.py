@@ -39,6 +39,12 @@ class Settings(BaseSettings):
         description='PostgreSQL URL (`postgresql://user:pw@host:5432/db`); unset under `zcbot up` = embedded')
     zcbot_nats_url: str | None = Field(default=None, alias="ZCBOT_NATS_URL",
         description='NATS URL with JetStream; unset under `zcbot up` = embedded')
+    zcbot_nats_user: str | None = Field(default=None, alias="ZCBOT_NATS_USER",
+        description="this service's NATS user (`gateway`, `runner`, ...); set by `zcbot up`, a Secret in deploy/")
+    zcbot_nats_password: str | None = Field(default=None, alias="ZCBOT_NATS_PASSWORD",
+        description="that user's NATS password (unset: connect without credentials)")
+    zcbot_nats_ca: Path | None = Field(default=None, alias="ZCBOT_NATS_CA",
+        description='CA certificate (PEM) that verifies the NATS server; set it with a `tls://` URL')
     zcbot_storage_root: Path | None = Field(default=None, alias="ZCBOT_STORAGE_ROOT",
         description='root of the user folders (`<root>/<user_id>/...`; default `$ZCBOT_HOME/users`)')
     zcbot_http_host: str = Field(default="127.0.0.1", alias="ZCBOT_HTTP_HOST",

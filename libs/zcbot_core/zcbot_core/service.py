@@ -138,7 +138,9 @@ def health_routes(app: FastAPI, get_runtime: Callable[[], Runtime | None]) -> No
 
 async def open_runtime(name: str, settings: Settings, use_db: bool = True) -> Runtime:
     db_url, nats_url = settings.require_urls()
-    nc = await connect(nats_url, f"zcbot-{name}")
+    nc = await connect(nats_url, f"zcbot-{name}", user=settings.zcbot_nats_user,
+                       password=settings.zcbot_nats_password,
+                       ca_file=str(settings.zcbot_nats_ca) if settings.zcbot_nats_ca else None)
     js = nc.jetstream()
     topo = Topology(settings.zcbot_bus_prefix)
     await ensure_topology(js, topo, stream_limits(settings))

@@ -49,7 +49,9 @@ from zcbot_devstack.bootstrap import (
     ensure_database,
     service_env,
 )
+from zcbot_core.bus.subjects import Topology
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServerError, death_signal_preexec
+from zcbot_devstack.embedded.nats_auth import NatsCredentials
 from zcbot_devstack.groups import group_leftovers, signal_group
 from zcbot_devstack.output import Printer, render_line
 from zcbot_devstack.preflight import PortInUse, check_ports, model_word
@@ -149,6 +151,7 @@ class Stack:
         self.printer = Printer(out)
         self.services = [_Service(s.name, s.port(settings)) for s in SERVICES if s.name in only]
         self.nats: EmbeddedNats | None = None
+        self.nats_creds: NatsCredentials | None = None
         self.pg: EmbeddedPostgres | None = None
         self.env: dict[str, str] = {}
         self.admin_file: Path | None = None
@@ -224,7 +227,10 @@ class Stack:
         if not nats_url:
             port = choose_port(self.home, "nats", DEFAULT_NATS_PORT)
             self.say(f"starting embedded NATS (JetStream) on port {port}, data in {self.home / 'nats'}")
-            self.nats = EmbeddedNats(self.home / "nats", port)
+            # One identity per service with its subject permissions; anonymous clients are refused.
+            self.nats_creds = NatsCredentials.ensure(self.home)
+            conf = self.nats_creds.write_server_config(self.home / "nats-auth.conf", Topology(s.zcbot_bus_prefix))
+            self.nats = EmbeddedNats(self.home / "nats", port, extra_args=["-c", str(conf)])
             self.nats.start()
             nats_url = self.nats.url
         db_url = s.zcbot_db_url
@@ -269,7 +275,8 @@ class Stack:
         cmd = self.service_cmd(svc.name)
         svc.proc = subprocess.Popen(
             cmd,
-            env=service_env(svc.name, self.env),
+            env={**service_env(svc.name, self.env),
+                 **(self.nats_creds.service_env(svc.name) if self.nats_creds is not None else {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

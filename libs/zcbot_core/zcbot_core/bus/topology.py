@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
@@ -53,8 +54,13 @@ async def kv_bucket(js: JetStreamContext, bucket: str) -> KeyValue:
     return handle
 
 
-async def connect(url: str, name: str) -> NATS:
-    """Connect with unbounded reconnects so a NATS restart is ridden out, not fatal."""
+async def connect(url: str, name: str, *, user: str | None = None, password: str | None = None,
+                  ca_file: str | None = None) -> NATS:
+    """Connect with unbounded reconnects so a NATS restart is ridden out, not fatal.
+
+    With `user` (a service identity, `bus/access.py`) the replies arrive under that identity's own
+    inbox prefix, the only inbox its permissions let it read. `ca_file` verifies a TLS server.
+    """
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats error: %s", exc.__class__.__name__, extra={"detail": str(exc)})
@@ -76,7 +82,21 @@ async def connect(url: str, name: str) -> NATS:
         disconnected_cb=on_disconnect,
         reconnected_cb=on_reconnect,
         pending_size=64 * 1024 * 1024,
+        **_access_options(user, password, ca_file),
     )
+
+
+def _access_options(user: str | None, password: str | None, ca_file: str | None) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    if user:
+        from zcbot_core.bus.access import inbox_prefix
+
+        opts.update(user=user, password=password or "", inbox_prefix=inbox_prefix(user))
+    if ca_file:
+        import ssl
+
+        opts["tls"] = ssl.create_default_context(cafile=ca_file)
+    return opts
 
 
 def max_deliveries_advisory(topo: Topology) -> str:

@@ -1,0 +1,109 @@
+"""Who may publish and subscribe to what on the bus: one NATS user per service (docs/security.md, NATS).
+
+Mechanism: user/password with permissions in the server configuration (docs/decisions.md). The
+server holds only bcrypt hashes; each service gets its password through `ZCBOT_NATS_PASSWORD`
+(a Secret in deploy/). Every identity has its own inbox prefix (`_INBOX_<service>`) so that a
+subscription on `_INBOX.>` (which any requester needs) cannot read another service's replies -
+tool results above all.
+
+Subjects are built from a known bus prefix. JetStream management (`ensure_topology` runs in every
+service) is allowed only on this prefix's streams and buckets.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from zcbot_core.bus.subjects import Topology
+
+SERVICES = ("gateway", "runner", "executor", "scheduler", "channels")
+
+
+def inbox_prefix(service: str) -> str:
+    """The inbox prefix a service connects with (its replies arrive below it)."""
+    return f"_INBOX_{service}"
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    # Serving requests (executor calls, probes, pushes): may answer on the requester's reply subject.
+    responds: bool = False
+
+    def as_config(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "publish": {"allow": list(self.publish)},
+            "subscribe": {"allow": list(self.subscribe)},
+        }
+        if self.responds:
+            out["allow_responses"] = True
+        return out
+
+
+def _streams(topo: Topology) -> list[str]:
+    buckets = (topo.cancel_bucket, topo.sandbox_leases_bucket, topo.leases_bucket)
+    return [topo.runs_stream, topo.events_stream, topo.channel_inbound_stream, *(f"KV_{b}" for b in buckets)]
+
+
+def _jetstream(topo: Topology) -> list[str]:
+    """The JetStream API on this prefix's streams: every service declares the topology at start."""
+    out = ["$JS.API.INFO"]
+    for s in _streams(topo):
+        out += [f"$JS.API.STREAM.INFO.{s}", f"$JS.API.STREAM.CREATE.{s}", f"$JS.API.STREAM.UPDATE.{s}",
+                f"$JS.API.STREAM.MSG.GET.{s}", f"$JS.API.STREAM.MSG.DELETE.{s}",
+                f"$JS.API.DIRECT.GET.{s}", f"$JS.API.DIRECT.GET.{s}.>",
+                f"$JS.API.CONSUMER.*.{s}", f"$JS.API.CONSUMER.*.{s}.>", f"$JS.API.CONSUMER.*.*.{s}.>",
+                f"$JS.ACK.{s}.>"]
+    return out
+
+
+def _kv(bucket: str) -> str:
+    return f"$KV.{bucket}.>"
+
+
+def service_permissions(service: str, topo: Topology) -> Permissions:
+    p = topo.prefix
+    own_inbox = f"{inbox_prefix(service)}.>"
+    js = _jetstream(topo)
+    leases = _kv(topo.leases_bucket)
+    submit = [f"{p}.runs.*", f"{p}.cancel.*", _kv(topo.cancel_bucket)]  # runstate.submit / transitions.cancel
+    if service == "gateway":
+        return Permissions(publish=(*js, *submit, f"{p}.chin.*", f"{p}.push.*"),
+                           subscribe=(own_inbox,))  # events arrive through a JetStream consumer's inbox
+    if service == "runner":
+        return Permissions(
+            publish=(*js, *submit, f"{p}.ev.*", f"{p}.exec.*.call", f"{p}.exec.*.cancel", f"{p}.exec.bgstop",
+                     leases),
+            subscribe=(own_inbox, f"{p}.cancel.*",
+                       f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{topo.runs_stream}.{topo.runners_consumer}"))
+    if service == "executor":
+        return Permissions(
+            publish=(*js, _kv(topo.sandbox_leases_bucket), "$SRV.>"),
+            subscribe=(own_inbox, f"{p}.exec.*.call", f"{p}.exec.*.cancel", f"{p}.exec.bgstop", "$SRV.>"),
+            responds=True)
+    if service == "scheduler":
+        return Permissions(publish=(*js, *submit, f"{p}.push.*", leases),
+                           subscribe=(own_inbox, f"{p}.ev.*"))
+    if service == "channels":
+        return Permissions(publish=(*js, *submit, f"{p}.push.*", leases),
+                           subscribe=(own_inbox, f"{p}.push.*", f"{p}.ev.*"), responds=True)
+    raise ValueError(f"unknown service: {service!r}")
+
+
+def server_auth_config(topo: Topology, password_hashes: dict[str, str],
+                       admin: tuple[str, str] | None = None) -> str:
+    """The `authorization` block of nats-server's configuration (JSON is valid NATS config syntax).
+
+    `password_hashes` maps a service to the bcrypt hash of its password; `admin` (user, hash) is an
+    unrestricted identity for the operator's tools and the tests. No user means no anonymous access:
+    a server with an `authorization.users` list refuses connections without credentials.
+    """
+    users: list[dict[str, object]] = []
+    for service, hashed in sorted(password_hashes.items()):
+        users.append({"user": service, "password": hashed,
+                      "permissions": service_permissions(service, topo).as_config()})
+    if admin is not None:
+        users.append({"user": admin[0], "password": admin[1]})
+    return json.dumps({"authorization": {"users": users}}, indent=2)

@@ -1,0 +1,148 @@
+"""NATS identities and subject permissions (issue 22): an authenticated server configured as `zcbot up`
+configures its embedded one, the five real services on it with their own credentials, and what an
+anonymous client or a client holding one service's credentials cannot do."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+import pytest
+from nats.errors import Error as NatsError
+
+from tests.e2e.conftest import FAKE_KEY_ENV, Stack, write_fake_profile
+from tests.security.conftest import scripted_run
+from zcbot_core.bus import Topology
+from zcbot_core.bus.codec import encode
+from zcbot_core.bus.messages import ToolCallRequest
+from zcbot_core.bus.topology import connect
+from zcbot_core.config import Settings
+from zcbot_devstack.embedded import EmbeddedNats
+from zcbot_devstack.embedded.nats_auth import NatsCredentials
+
+SERVICES = ("executor", "runner", "gateway", "scheduler", "channels")
+
+
+@dataclass
+class AuthNats:
+    url: str
+    topo: Topology
+    creds: NatsCredentials
+
+    async def client(self, service: str | None) -> nats.NATS:
+        if service is None:
+            return await nats.connect(self.url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+        env = self.creds.service_env(service)
+        return await connect(self.url, f"as-{service}", user=env["ZCBOT_NATS_USER"], password=env["ZCBOT_NATS_PASSWORD"])
+
+
+@pytest.fixture(scope="module")
+def auth_nats() -> Iterator[AuthNats]:
+    """Its own server (also when ZCBOT_TEST_NATS_URL names an unauthenticated one): one known prefix."""
+    import tempfile
+
+    data = Path(tempfile.mkdtemp(prefix="zcbot-test-natsauth-"))
+    topo = Topology(f"s{secrets.token_hex(3)}")
+    creds = NatsCredentials.generate()
+    config = creds.write_server_config(data / "auth.conf", topo)
+    server = EmbeddedNats(data, extra_args=["-c", str(config)]).start()
+    try:
+        yield AuthNats(server.url, topo, creds)
+    finally:
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+async def test_anonymous_and_wrong_password_are_refused(auth_nats: AuthNats, nats_server_url: str) -> None:
+    with pytest.raises(NatsError):
+        await auth_nats.client(None)
+    with pytest.raises(NatsError):
+        await nats.connect(auth_nats.url.replace("nats://", "nats://runner:wrong@"), connect_timeout=3,
+                           max_reconnect_attempts=0, allow_reconnect=False)
+    if "@" in nats_server_url:  # the fixtures' embedded server (not an external ZCBOT_TEST_NATS_URL)
+        with pytest.raises(NatsError):
+            await nats.connect(nats_server_url.split("://")[0] + "://" + nats_server_url.split("@", 1)[1],
+                               connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+
+
+async def _violation(nc: nats.NATS, subject: str, publish: bool) -> bool:
+    """True when the server answers the subscription (or the publish) with a permissions violation."""
+    errors: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc))
+
+    nc._error_cb = on_error  # type: ignore[assignment]
+    if publish:
+        await nc.publish(subject, b"x")
+    else:
+        await nc.subscribe(subject)
+    await nc.flush()
+    for _ in range(50):
+        if any("permissions violation" in e.lower() for e in errors):
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def _denied_subscribe(nc: nats.NATS, subject: str) -> bool:
+    return await _violation(nc, subject, publish=False)
+
+
+def _call(topo: Topology, user: str) -> bytes:
+    return encode(ToolCallRequest(call_id=secrets.token_hex(4), user_id=user, task_id="t1", run_id="r1",
+                                  tool="shell", args={"command": "id"}, cwd="", timeout=5))
+
+
+@pytest.mark.parametrize("service", ["gateway", "scheduler", "channels"])
+async def test_non_runner_identities_cannot_call_or_read_tools(auth_nats: AuthNats, service: str) -> None:
+    topo = auth_nats.topo
+    nc = await auth_nats.client(service)
+    try:
+        # Publishing a call is refused by the server: the request never reaches an executor.
+        assert await _violation(nc, topo.exec_any_subject(), publish=True)
+        assert await _violation(nc, topo.exec_call_subject("h1"), publish=True)
+        with pytest.raises(NatsError):
+            await nc.request(topo.exec_any_subject(), _call(topo, "victim"), timeout=1)
+        for subject in (topo.exec_any_subject(), topo.exec_call_subject("h1"), "_INBOX_runner.>", "_INBOX.>",
+                        topo.cancel_wildcard() if service != "gateway" else "_INBOX_executor.>"):
+            assert await _denied_subscribe(nc, subject), subject
+    finally:
+        await nc.close()
+
+
+async def test_runner_cannot_serve_the_executor_subjects(auth_nats: AuthNats) -> None:
+    nc = await auth_nats.client("runner")
+    try:
+        assert not await _violation(nc, auth_nats.topo.exec_any_subject(), publish=True)  # what it does
+        for subject in (auth_nats.topo.exec_any_subject(), "_INBOX_gateway.>", auth_nats.topo.push_wildcard()):
+            assert await _denied_subscribe(nc, subject), subject
+    finally:
+        await nc.close()
+
+
+async def test_the_services_run_a_tool_call_with_their_own_identities(
+        auth_nats: AuthNats, start_service, settings_env: dict[str, str], fake_llm, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    write_fake_profile(models, fake_llm.base_url)
+    base = {"ZCBOT_NATS_URL": auth_nats.url, "ZCBOT_BUS_PREFIX": auth_nats.topo.prefix,
+            "ZCBOT_MODELS_DIR": str(models), "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake"}
+    procs = [start_service(name, {**base, **auth_nats.creds.service_env(name)}, wait=False) for name in SERVICES]
+    for proc in procs:
+        await proc.wait_healthy_async(timeout=90)
+    settings = Settings(**{k: v for k, v in {**settings_env, **base}.items()})  # type: ignore[arg-type]
+    stack = Stack(settings=settings, base_url=f"http://127.0.0.1:{settings_env['ZCBOT_HTTP_PORT']}", fake=fake_llm)
+    _, events = await scripted_run(stack, "alice", "KEY-natsauth", [
+        {"text": "Running.", "tool_calls": [{"name": "shell", "arguments": {"command": "echo hi-from-sandbox"}}]},
+        {"text": "Done."},
+    ])
+    assert events[-1]["event"] == "done" and events[-1]["data"]["status"] == "ok", events
+    tool_results = [e for e in events if e["event"] == "tool_result"]
+    assert tool_results and "hi-from-sandbox" in str(tool_results[0]["data"]), events
+    for proc in procs:
+        assert "Permissions Violation" not in proc.log_tail(), proc.log_tail()
