@@ -58,18 +58,21 @@ class Runtime:
     def require_db(self) -> None:
         """Called by a service that cannot work without the database, at start-up."""
         if not self.has_db:
-            raise ConfigError(f"the {self.name} service needs the database (ZCBOT_DB_URL)")
+            raise self._no_db()
+
+    def _no_db(self) -> ConfigError:
+        return ConfigError(f"the {self.name} service needs the database (ZCBOT_DB_URL)")
 
     @property
     def engine(self) -> AsyncEngine:
-        self.require_db()
-        assert self._engine is not None
+        if self._engine is None:
+            raise self._no_db()
         return self._engine
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:
-        self.require_db()
-        assert self._sessions is not None
+        if self._sessions is None:
+            raise self._no_db()
         return self._sessions
 
     @property

@@ -62,7 +62,6 @@ class FireResult:
 
 async def schedule_unscheduled(rt: Runtime, now: datetime) -> int:
     """Give enabled jobs without a next run (e.g. inserted by hand) their next fire time."""
-    assert rt.sessions is not None
     count = 0
     async with rt.sessions() as session, session.begin():
         jobs = (await session.execute(
@@ -81,7 +80,6 @@ async def schedule_unscheduled(rt: Runtime, now: datetime) -> int:
 
 
 async def _create_run_task(rt: Runtime, job: ScheduledJob, slot: datetime) -> str:
-    assert rt.sessions is not None
     async with rt.sessions() as session, session.begin():
         try:
             task = await create_task(
@@ -98,7 +96,6 @@ async def _create_run_task(rt: Runtime, job: ScheduledJob, slot: datetime) -> st
 
 
 async def _drop_empty_task(rt: Runtime, task_id: str) -> None:
-    assert rt.sessions is not None
     async with rt.sessions() as session, session.begin():
         await session.execute(delete(Task).where(Task.task_id == task_id, Task.run_id.is_(None)))
 
@@ -158,7 +155,6 @@ async def _start(rt: Runtime, cfg: SchedulerConfig, limits: submit.RunLimits, se
 async def fire_next(rt: Runtime, cfg: SchedulerConfig, limits: submit.RunLimits, now: datetime,
                     on_started: Callable[[str, str], None]) -> FireResult | None:
     """Handle the earliest due job nobody else holds; None when no job is due."""
-    assert rt.sessions is not None
     async with rt.sessions() as session, session.begin():
         job = (await session.execute(
             select(ScheduledJob)

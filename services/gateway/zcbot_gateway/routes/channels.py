@@ -147,7 +147,6 @@ def _sealing_key(settings: Any) -> bytes:
 
 @router.get("")
 async def list_bindings(user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
-    assert rt.sessions is not None
     rows = await bindings.bindings_of(rt.sessions, user_id)
     return {"channels": [bindings.public_view(b) for b in rows]}
 
@@ -183,7 +182,6 @@ async def bind_wecom(body: WeComBindIn, user_id: CurrentUser, session: SessionDe
 async def ilink_login_start(request: Request, user_id: CurrentUser, rt: RuntimeDep, settings: SettingsDep) -> dict[str, Any]:
     key = _sealing_key(settings)
     state = _state(request.app)
-    assert rt.sessions is not None
     try:
         return await start_login(rt.sessions, key, state.ilink, user_id)
     except ILinkError as exc:
@@ -198,7 +196,6 @@ async def ilink_login_poll(
 ) -> dict[str, Any]:
     key = _sealing_key(settings)
     state = _state(request.app)
-    assert rt.sessions is not None
     try:  # a LoginError (expired, wrong code, ...) carries its own status, mapped at the edge
         return await poll_login(rt.sessions, key, state.ilink, user_id, wait=wait, verify_code=verify_code)
     except ILinkError as exc:

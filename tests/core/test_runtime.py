@@ -1,0 +1,32 @@
+"""Runtime without the database: one error, naming the service, wherever the database is reached."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from zcbot_core.config import ConfigError, Settings
+from zcbot_core.service import Runtime
+
+
+def _runtime(settings: Settings, **db: Any) -> Runtime:
+    return Runtime(name="executor", settings=settings, topo=None, nc=None, js=None,  # type: ignore[arg-type]
+                   engine=db.get("engine"), sessions=db.get("sessions"))
+
+
+@pytest.mark.parametrize("reach", ["engine", "sessions", "autocommit", "require_db"])
+def test_a_service_opened_without_the_database_says_so(settings: Settings, reach: str) -> None:
+    rt = _runtime(settings)
+    assert rt.has_db is False
+    with pytest.raises(ConfigError, match="the executor service needs the database"):
+        value = getattr(rt, reach)
+        if callable(value):
+            value()
+
+
+def test_with_the_database_it_is_there(settings: Settings) -> None:
+    engine, sessions = object(), object()
+    rt = _runtime(settings, engine=engine, sessions=sessions)
+    assert rt.has_db and rt.engine is engine and rt.sessions is sessions
+    rt.require_db()
