@@ -69,7 +69,8 @@ def test_postgres_restart_keeps_data_and_handles_stale_pid(os_tmp_dir: Path) -> 
     data = os_tmp_dir / "pg"
     server = EmbeddedPostgres(data, fast=True).start()
     try:
-        assert server.url == f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
+        password = server.password_file.read_text().strip()
+        assert server.url == f"postgresql://postgres:{password}@127.0.0.1:{server.port}/postgres"
         with psycopg.connect(server.url, autocommit=True) as conn:
             conn.execute("create table kept (v text)")
             conn.execute("insert into kept values ('one')")
@@ -105,6 +106,52 @@ def test_postgres_restart_keeps_data_and_handles_stale_pid(os_tmp_dir: Path) -> 
         with psycopg.connect(server.url) as conn:
             assert conn.execute("select count(*) from kept").fetchone() == (2,)
     assert (data / "postgres.log").exists()
+
+
+def _refused_without_password(server: EmbeddedPostgres) -> None:
+    """Over TCP and over the unix socket, no password or a wrong one is refused."""
+    socket_dir = server._socket_dir
+    assert socket_dir is not None
+    for conninfo in (f"host=127.0.0.1 port={server.port} user=postgres dbname=postgres",
+                     f"host={socket_dir} port={server.port} user=postgres dbname=postgres"):
+        for password in (None, "wrong-password"):
+            with pytest.raises(psycopg.OperationalError, match="password"):
+                psycopg.connect(conninfo, password=password, connect_timeout=5).close()
+
+
+def test_postgres_requires_its_generated_password(os_tmp_dir: Path) -> None:
+    """Issue 22: no `trust` for local users; the superuser's password is generated and readable only
+    by the owner of the data."""
+    data = os_tmp_dir / "pg"
+    with EmbeddedPostgres(data, fast=True) as server:
+        _refused_without_password(server)
+        with psycopg.connect(server.url) as conn:
+            assert conn.execute("select current_user").fetchone() == ("postgres",)
+        assert (data.stat().st_mode & 0o777) == 0o700
+        assert (server.password_file.stat().st_mode & 0o777) == 0o600
+        hba = [line for line in (data / "pg_hba.conf").read_text().splitlines() if line and not line.startswith("#")]
+        assert hba and all(line.split()[-1] == "scram-sha-256" for line in hba)
+        first_url = server.url
+    with EmbeddedPostgres(data, fast=True) as server:  # the password is kept across restarts
+        assert server.url.split("@")[0] == first_url.split("@")[0]
+
+
+def test_postgres_data_from_before_passwords_gets_one(os_tmp_dir: Path) -> None:
+    """A data dir made when the embedded server trusted local users: the next start sets a password
+    (single-user mode, before the server listens) and rewrites pg_hba.conf; the data stays."""
+    data = os_tmp_dir / "pg"
+    with EmbeddedPostgres(data, fast=True) as server:
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            conn.execute("create table kept (v text)")
+            conn.execute("alter role postgres password null")
+    # As the earlier versions left it: trust for everyone, no password anywhere.
+    (data / "pg_hba.conf").write_text("local all all trust\nhost all all 127.0.0.1/32 trust\n")
+    server.password_file.unlink()
+    with EmbeddedPostgres(data, fast=True) as server:
+        assert server.password_file.exists()
+        _refused_without_password(server)
+        with psycopg.connect(server.url) as conn:
+            assert conn.execute("select count(*) from kept").fetchone() == (0,)
 
 
 _CHILD = """

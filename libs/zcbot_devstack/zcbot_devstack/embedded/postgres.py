@@ -1,12 +1,19 @@
 """Embedded PostgreSQL: the `postgres` binary of the `pgserver` package run DIRECTLY (not through
-pg_ctl), so the postmaster is our child and we own its lifetime. `initdb` runs once (trust auth,
-UTF-8, superuser `postgres`); later starts reuse the data. PostgreSQL refuses to run as root, so
-when we are root it runs as the system user `pgserver` (created on demand, as pgserver does)."""
+pg_ctl), so the postmaster is our child and we own its lifetime. `initdb` runs once (UTF-8,
+superuser `postgres`); later starts reuse the data. PostgreSQL refuses to run as root, so when we
+are root it runs as the system user `pgserver` (created on demand, as pgserver does).
+
+Authentication (issue 22): the superuser has a generated password (`PASSWORD_FILE` in the data
+directory, which is 0700 and the file 0600: only the owner of the data reads it) and every
+connection, TCP or unix socket, must give it (scram-sha-256; `pg_hba.conf` is rewritten at each
+start, so no `trust` line survives). A data directory made before this (trust for any local user)
+gets a password at its next start, set in single-user mode before the server listens."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -29,6 +36,15 @@ from zcbot_devstack.embedded.process import (
 
 PG_SYSTEM_USER = "pgserver"
 _pg_permissions_done = False
+SUPERUSER = "postgres"
+PASSWORD_FILE = "zcbot-superuser.password"
+# Every connection authenticates; nothing is trusted by being local.
+PG_HBA = (
+    "# written by zcbot at each start: every connection gives the password (scram-sha-256)\n"
+    "local all all scram-sha-256\n"
+    "host all all 127.0.0.1/32 scram-sha-256\n"
+    "host all all ::1/128 scram-sha-256\n"
+)
 
 
 def postgres_bin_dir() -> Path:
@@ -120,6 +136,7 @@ class EmbeddedPostgres(EmbeddedServer):
         self.start_timeout = start_timeout
         self._socket_dir: Path | None = None
         self._own_socket_dir = False
+        self._password: str | None = None
 
     # ---- public --------------------------------------------------------------------------
     @property
@@ -127,9 +144,13 @@ class EmbeddedPostgres(EmbeddedServer):
         return self.url_for("postgres")
 
     def url_for(self, database: str) -> str:
-        if not self.port:
+        if not self.port or self._password is None:
             raise EmbeddedServerError("EmbeddedPostgres has no port yet: call start() first")
-        return f"postgresql://postgres@{LOOPBACK}:{self.port}/{database}"
+        return f"postgresql://{SUPERUSER}:{self._password}@{LOOPBACK}:{self.port}/{database}"
+
+    @property
+    def password_file(self) -> Path:
+        return self.data_dir / PASSWORD_FILE
 
     @property
     def log_path(self) -> Path:
@@ -149,6 +170,8 @@ class EmbeddedPostgres(EmbeddedServer):
         user = _pg_system_user()
         self._prepare_data_dir(user)
         self._clear_stale_pid_file()
+        self._password = self._ensure_password(user)
+        self._write_hba()
         last_error = ""
         for port in self._candidate_ports(3):
             if not self.requested_port and not port_is_free(port):
@@ -194,26 +217,66 @@ class EmbeddedPostgres(EmbeddedServer):
             if user:
                 _chown_tree(self.data_dir, user)
             self.data_dir.chmod(0o700)
-            cmd = [
-                str(postgres_bin_dir() / "initdb"),
-                "-D", str(self.data_dir),
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--no-locale",
-                "-U", "postgres",
-            ]  # fmt: skip
-            if self.fast:
-                cmd.append("--no-sync")
-            result = subprocess.run(cmd, capture_output=True, cwd=self.data_dir, env=self._env(), **self._run_as(user))  # type: ignore[call-overload]
+            password = secrets.token_hex(24)  # URL-safe: it goes into the database URL as is
+            # initdb wants an empty data dir, so the password file it reads lives elsewhere meanwhile.
+            pw_dir = Path(tempfile.mkdtemp(prefix="zcpg-init-"))
+            try:
+                pw_tmp = pw_dir / "pw"
+                pw_tmp.write_text(password + "\n")
+                if user:
+                    _chown_tree(pw_dir, user)
+                cmd = [
+                    str(postgres_bin_dir() / "initdb"),
+                    "-D", str(self.data_dir),
+                    "--auth=scram-sha-256",
+                    f"--pwfile={pw_tmp}",
+                    "--encoding=UTF8",
+                    "--no-locale",
+                    "-U", SUPERUSER,
+                ]  # fmt: skip
+                if self.fast:
+                    cmd.append("--no-sync")
+                result = subprocess.run(cmd, capture_output=True, cwd=self.data_dir, env=self._env(), **self._run_as(user))  # type: ignore[call-overload]
+            finally:
+                shutil.rmtree(pw_dir, ignore_errors=True)
             (self.data_dir / "initdb.log").write_bytes(result.stdout + result.stderr)
             if result.returncode != 0:
                 raise EmbeddedServerError(f"initdb failed:\n{(result.stdout + result.stderr).decode(errors='replace')[-4000:]}")
+            self._store_password(password)
         elif user:
             # Data created by an earlier run must stay owned by the server user.
             import pwd
 
             if self.data_dir.stat().st_uid != pwd.getpwnam(user).pw_uid:
                 _chown_tree(self.data_dir, user)
+
+    def _store_password(self, password: str) -> None:
+        fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(password + "\n")
+
+    def _ensure_password(self, user: str | None) -> str:
+        """The superuser's password; a data dir from before passwords gets one now, set in
+        single-user mode (no server listens, so no connection ever ran without it)."""
+        try:
+            return self.password_file.read_text().strip()
+        except FileNotFoundError:
+            pass
+        password = secrets.token_hex(24)
+        cmd = [str(postgres_bin_dir() / "postgres"), "--single", "-D", str(self.data_dir), "-j", SUPERUSER]
+        result = subprocess.run(  # type: ignore[call-overload]
+            cmd, input=f"ALTER ROLE {SUPERUSER} PASSWORD '{password}';\n\n".encode(), capture_output=True,
+            cwd=self.data_dir, env=self._env(), **self._run_as(user))
+        if result.returncode != 0:
+            raise EmbeddedServerError(
+                f"could not set the postgres password:\n{(result.stdout + result.stderr).decode(errors='replace')[-4000:]}")
+        self._store_password(password)
+        return password
+
+    def _write_hba(self) -> None:
+        # Truncating the existing file keeps its owner (the server user when we are root).
+        with (self.data_dir / "pg_hba.conf").open("w") as fh:
+            fh.write(PG_HBA)
 
     def _clear_stale_pid_file(self) -> None:
         """A postmaster.pid left by a killed run blocks a start; remove it when its pid is dead."""
@@ -289,13 +352,13 @@ class EmbeddedPostgres(EmbeddedServer):
         import psycopg
 
         deadline = time.monotonic() + self.start_timeout
-        conninfo = f"host={LOOPBACK} port={port} user=postgres dbname=postgres connect_timeout=2"
+        conninfo = f"host={LOOPBACK} port={port} user={SUPERUSER} dbname=postgres connect_timeout=2"
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return False
             if tcp_open(port):
                 try:
-                    with psycopg.connect(conninfo) as conn:
+                    with psycopg.connect(conninfo, password=self._password) as conn:
                         row = conn.execute("show data_directory").fetchone()
                     # Make sure we reached OUR server, not another one that won the port race.
                     return row is not None and Path(row[0]).resolve() == self.data_dir
