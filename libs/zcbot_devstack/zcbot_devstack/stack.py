@@ -45,7 +45,6 @@ from zcbot_devstack.bootstrap import (
     DEFAULT_NATS_PORT,
     DEFAULT_PG_PORT,
     choose_port,
-    ensure_admin,
     ensure_database,
     service_env,
 )
@@ -54,6 +53,7 @@ from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServ
 from zcbot_devstack.embedded.nats_auth import NatsCredentials
 from zcbot_devstack.groups import group_leftovers, signal_group
 from zcbot_devstack.output import Printer, render_line
+from zcbot_devstack.prepare_db import prepare as prepare_database
 from zcbot_devstack.preflight import PortInUse, check_ports, model_word
 from zcbot_devstack.readiness import FOREIGN, health_host, readiness
 from zcbot_devstack.services import BY_NAME, NAMES, SERVICES
@@ -243,12 +243,9 @@ class Stack:
             self.pg.start()
             ensure_database(self.pg.url, DB_NAME)
             db_url = self.pg.url_for(DB_NAME)
-        from zcbot_core.db.migrate import upgrade
-
         self.say("applying database migrations")
-        upgrade(db_url)
+        self.admin_file = prepare_database(db_url, self.home)
         secret_env = ensure_local_secrets(self.home)
-        self.admin_file = ensure_admin(db_url, self.home)
         env = dict(os.environ)
         if self.pg is not None:
             env.update({k: v for k, v in EMBEDDED_POOL.items() if k not in os.environ})
