@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
-from zcbot_core.agent.guards import CONTINUE_HINT, MUTATING_TOOLS, RepeatGuard, StallGuard
+from zcbot_core.agent.guards import MUTATING_TOOLS, RepeatGuard, StallGuard
+from zcbot_core.agent.lang import Lang, stop_text, user_language
 from zcbot_core.agent.tool_args import parse_args
 from zcbot_core.bus import events as ev
 from zcbot_core.llm.client import LlmCallError, LlmResult, Usage, stream_chat
@@ -141,6 +142,7 @@ class AgentLoop:
         self.truncated_steps = 0
         self.repeat = RepeatGuard()
         self.stall = StallGuard()
+        self.lang: Lang = "zh"  # set from the window at the start of each run
 
     async def emit(self, event: ev.RunEvent) -> None:
         await self.sink.emit(event)
@@ -148,6 +150,7 @@ class AgentLoop:
     async def run(self, history: list[dict[str, Any]]) -> LoopResult:
         """`history` is the task's window as stored (LiteLLM messages), ending in the user turn."""
         messages = list(history)
+        self.lang = self.repeat.lang = self.stall.lang = user_language(messages)
         try:
             for repaired in repair_interrupted(messages):
                 await self.store.append(repaired)
@@ -173,9 +176,7 @@ class AgentLoop:
                 stop = await self._tool_step(messages, tool_calls)
                 if stop:
                     return await self._stop(stop)
-            return await self._stop(
-                f"stopped: reached the safety limit of {self.profile.max_iterations} steps. " + CONTINUE_HINT
-            )
+            return await self._stop(stop_text("max_steps_stop", self.lang, steps=self.profile.max_iterations))
         except RunCancelled as exc:
             await self.emit(ev.Cancelled(run_id=self.run_id, reason=exc.reason))
             return self._result("cancelled", error=None)
@@ -206,8 +207,7 @@ class AgentLoop:
                 for call in tool_calls:
                     await self._record_tool(messages, call, TRUNCATED_CALL_RESULT.format(limit=limit), ok=False)
                 if self.truncated_steps >= MAX_TRUNCATED_STEPS:
-                    return (f"stopped: {self.truncated_steps} replies in a row hit the output limit ({limit} tokens) "
-                            "inside tool-call arguments. " + CONTINUE_HINT)
+                    return stop_text("truncated_stop", self.lang, count=self.truncated_steps, limit=limit)
                 await self.emit(ev.Warn(run_id=self.run_id, msg=f"the model's tool call was cut off at the output "
                                                                f"limit ({limit} tokens); it was not run and the model "
                                                                "was asked to split it"))

@@ -1,0 +1,78 @@
+"""The user's language for the text the agent loop writes itself (seed 003 §3.1: a stop tells the
+user to reply 继续 — in their language). Chinese by default (the product's users); English when the
+user's latest message is written in English (Latin letters and no CJK character).
+
+One catalogue for every stop and backstop message, so a new one cannot be added in one language only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+Lang = Literal["zh", "en"]
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_LATIN = re.compile(r"[A-Za-z]")
+
+CONTINUE_WORD: dict[Lang, str] = {"zh": "继续", "en": "continue"}
+
+_TEXTS: dict[str, dict[Lang, str]] = {
+    "continue_hint": {"zh": "回复“继续”即可接着做。", "en": 'Reply "continue" to resume.'},
+    "repeat_stop": {
+        "zh": "已停止：`{name}` 以相同参数调用了 {count} 次，没有新的结果。",
+        "en": "stopped: `{name}` was called {count} times with the same arguments without new results.",
+    },
+    "repeat_note": {
+        "zh": "[提示：这个 `{name}` 调用已经 {count} 次返回相同结果；请换一种做法，不要重复]",
+        "en": "[note: this exact `{name}` call has now returned the same result {count} times; "
+              "change approach instead of repeating it]",
+    },
+    "stall_stop": {
+        "zh": "已停止：连续 {steps} 步没有进展（没有新结果，也没有文件改动）。",
+        "en": "stopped: {steps} steps in a row made no progress (no new results or file changes).",
+    },
+    "max_steps_stop": {
+        "zh": "已停止：达到 {steps} 步的安全上限。",
+        "en": "stopped: reached the safety limit of {steps} steps.",
+    },
+    "truncated_stop": {
+        "zh": "已停止：连续 {count} 次回复在工具调用参数中达到输出上限（{limit} tokens）。",
+        "en": "stopped: {count} replies in a row hit the output limit ({limit} tokens) inside tool-call arguments.",
+    },
+    "wall_clock_stop": {
+        "zh": "已停止：本次运行超过了 {seconds} 秒的总时长上限（进展正常的运行也会在这里暂停）。",
+        "en": "stopped: the run exceeded its wall-clock limit of {seconds} s (a backstop; the run was still working).",
+    },
+}
+
+
+def detect(text: str) -> Lang:
+    """English only when the text has Latin letters and no CJK character; otherwise Chinese."""
+    if _CJK.search(text):
+        return "zh"
+    return "en" if _LATIN.search(text) else "zh"
+
+
+def user_language(messages: list[dict[str, Any]]) -> Lang:
+    """The language of the latest user message with text (a window of LiteLLM messages)."""
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # multimodal parts: the text ones
+            content = " ".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+        text = str(content or "").strip()
+        if text:
+            return detect(text)
+    return "zh"
+
+
+def say(key: str, lang: Lang, **values: object) -> str:
+    return _TEXTS[key][lang].format(**values)
+
+
+def stop_text(key: str, lang: Lang, **values: object) -> str:
+    """A stop message followed by how to continue."""
+    sep = "" if lang == "zh" else " "
+    return say(key, lang, **values) + sep + say("continue_hint", lang)
