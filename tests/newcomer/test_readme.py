@@ -25,6 +25,7 @@ import httpx
 import psutil
 import pytest
 
+from bench.startup import wait_line
 from tests.e2e.conftest import FAKE_KEY_ENV, write_fake_profile
 from tests.helpers.sse import sse_events
 from zcbot_devstack.embedded import free_port
@@ -46,17 +47,6 @@ def _readme_setup_command() -> str:
 def _sh(cmd: str, cwd: Path, env: dict[str, str], timeout: float) -> None:
     done = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, (cmd, done.stdout[-2000:], done.stderr[-2000:])
-
-
-def _wait_for(path: Path, needle: str, proc: subprocess.Popen[bytes], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = path.read_text(errors="replace")
-        if needle in text:
-            return text
-        assert proc.poll() is None, text[-4000:]
-        time.sleep(0.2)
-    raise AssertionError(f"{needle!r} not seen:\n{path.read_text(errors='replace')[-4000:]}")
 
 
 async def _one_run(base: str, email: str, password: str) -> list[dict[str, object]]:
@@ -96,7 +86,7 @@ def test_the_readme_set_up_works_for_a_newcomer(os_tmp_dir: Path) -> None:
     up_out = os_tmp_dir / "up.out"
     up = None
     try:
-        ready = _wait_for(fake_out, "READY ", fake, 30)
+        ready = wait_line(fake_out, "READY ", fake, 30)
         fake_port = int(ready.split()[1])
         write_fake_profile(os_tmp_dir / "models", f"http://127.0.0.1:{fake_port}/v1")
         ports = {name: free_port() for name in SERVICE_PORT_ENV}
@@ -106,7 +96,7 @@ def test_the_readme_set_up_works_for_a_newcomer(os_tmp_dir: Path) -> None:
         started = time.monotonic()
         up = subprocess.Popen(["bash", "-c", f"exec {up_cmd}"], cwd=clone, env=stack_env,
                               stdout=up_out.open("wb"), stderr=subprocess.STDOUT)
-        text = _wait_for(up_out, "zcbot is up", up, 120)
+        text = wait_line(up_out, "zcbot is up", up, 120)
         print(f"newcomer: launch to ready {time.monotonic() - started:.1f}s")
         assert "default model profile: fake" in text and f"{FAKE_KEY_ENV} is set" in text
         assert f"http://127.0.0.1:{ports['gateway']}" in text

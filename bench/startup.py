@@ -1,0 +1,177 @@
+"""`python -m bench.startup [--starts 10] [--runs 200]`: what a newcomer's `zcbot up` costs (issue 28).
+
+Each start is a fresh `ZCBOT_HOME` and the real `zcbot up` (embedded NATS and PostgreSQL, all five
+services), with the fake model behind a profile file. Per start: launch -> "zcbot is up"; the first
+message's POST -> its first SSE event, and the same for a second message. On the last start also:
+PSS of the whole process tree at idle, then PostgreSQL backends after `--runs` runs. One JSON document.
+
+Measured 2026-12-01 on the 2-core shared development machine (bench/startup_result.json), 10 fresh
+starts: launch -> ready p50 13.1 s (7.5-19.4); first message POST -> first event p50 46 ms, the
+second 18 ms (before `zcbot up` waited for /readyz the first waited 433-708 ms in the queue); idle PSS
+749 MiB in 18 processes (the runner ~300 MiB with LiteLLM; target 350 MiB not met); PostgreSQL
+backends after 200 runs: 12 client backends, 17 in all (target <= 20 met).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import psycopg
+
+from zcbot_devstack.embedded import free_port
+from zcbot_devstack.services import SERVICE_PORT_ENV
+
+FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"
+PROFILE = ("model: openai/fake-model\napi_base: {base}\napi_key_env: " + FAKE_KEY_ENV +
+           "\nmax_context: 64000\nreliable_context: 32000\nmax_output: 2048\n")
+
+
+def wait_line(path: Path, needle: str, proc: subprocess.Popen[bytes], timeout: float) -> str:
+    """The text of `path` once it holds `needle` (RuntimeError if `proc` exits or time runs out)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace")
+        if needle in text:
+            return text
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise RuntimeError(f"{needle!r} not seen:\n{path.read_text(errors='replace')[-3000:]}")
+
+
+async def _first_event_ms(c: httpx.AsyncClient, task_id: str, text: str) -> float:
+    """POST a message, open its event stream, time to the first event; then read the run to its end."""
+    t0 = time.perf_counter()
+    posted = await c.post(f"/v1/tasks/{task_id}/messages", json={"content": text})
+    posted.raise_for_status()
+    first = None
+    async with c.stream("GET", posted.json()["events_url"]) as r:
+        async for line in r.aiter_lines():
+            if line.startswith("event: "):
+                if first is None:
+                    first = (time.perf_counter() - t0) * 1000
+                if line == "event: done":
+                    break
+    assert first is not None
+    return first
+
+
+async def _login(c: httpx.AsyncClient, platform_key: str, user: str) -> dict[str, str]:
+    r = await c.post("/v1/auth/login", json={"user_id": user, "platform_key": platform_key})
+    r.raise_for_status()
+    return {"Authorization": f"Bearer {r.json()['token']}"}
+
+
+async def _messages(base: str, platform_key: str) -> tuple[float, float]:
+    async with httpx.AsyncClient(base_url=base, timeout=60) as c:
+        c.headers.update(await _login(c, platform_key, "bench-user"))
+        task = (await c.post("/v1/tasks", json={"name": "first"})).json()["task_id"]
+        return await _first_event_ms(c, task, "hello"), await _first_event_ms(c, task, "hello again")
+
+
+async def _many_runs(base: str, platform_key: str, runs: int) -> None:
+    """`runs` runs over 10 users x 1 task each, 10 at a time (the per-user limit is 3 active runs)."""
+    async with httpx.AsyncClient(base_url=base, timeout=60) as c:
+        async def user_loop(i: int, n: int) -> None:
+            headers = await _login(c, platform_key, f"load-{i}")
+            task = (await c.post("/v1/tasks", json={"name": "load"}, headers=headers)).json()["task_id"]
+            for _ in range(n):
+                posted = await c.post(f"/v1/tasks/{task}/messages", json={"content": "go"}, headers=headers)
+                posted.raise_for_status()
+                async with c.stream("GET", posted.json()["events_url"], headers=headers) as r:
+                    async for line in r.aiter_lines():
+                        if line == "event: done":
+                            break
+
+        await asyncio.gather(*(user_loop(i, runs // 10) for i in range(10)))
+
+
+def _pss_mib(root: int) -> tuple[float, int]:
+    procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_full_info().pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total / 2**20, len(procs)
+
+
+def _backends(db_url: str) -> dict[str, int]:
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("select coalesce(backend_type, '?'), count(*) from pg_stat_activity group by 1").fetchall()
+    counts = {kind: int(n) for kind, n in rows}
+    return {"client": counts.get("client backend", 0), "all": sum(counts.values())}
+
+
+def one_start(work: Path, fake_base: str, measure_load: int) -> dict[str, Any]:
+    home = work / f"home-{time.monotonic_ns()}"
+    ports = {name: free_port() for name in SERVICE_PORT_ENV}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZCBOT_", "JWT_SECRET", "PLATFORM_KEY"))}
+    env.update({"ZCBOT_HOME": str(home), "ZCBOT_MODELS_DIR": str(work / "models"), "ZCBOT_DEFAULT_MODEL": "fake",
+                FAKE_KEY_ENV: "sk-fake", **{SERVICE_PORT_ENV[n]: str(p) for n, p in ports.items()}})
+    out = work / f"up-{home.name}.out"
+    t0 = time.perf_counter()
+    up = subprocess.Popen([sys.executable, "-m", "zcbot_devstack.cli", "up"], env=env, stdout=out.open("wb"),
+                          stderr=subprocess.STDOUT)
+    try:
+        wait_line(out, "zcbot is up", up, 180)
+        result: dict[str, Any] = {"launch_to_ready_s": round(time.perf_counter() - t0, 2)}
+        secrets = dict(line.split("=", 1) for line in (home / "secrets.env").read_text().splitlines() if "=" in line)
+        base = f"http://127.0.0.1:{ports['gateway']}"
+        first, second = asyncio.run(_messages(base, secrets["PLATFORM_KEY"]))
+        result.update(first_message_first_event_ms=round(first, 1), second_message_first_event_ms=round(second, 1))
+        if measure_load:
+            time.sleep(5.0)  # idle: start-up work settled
+            pss, count = _pss_mib(up.pid)
+            result.update(idle_pss_mib=round(pss, 1), processes=count)
+            asyncio.run(_many_runs(base, secrets["PLATFORM_KEY"], measure_load))
+            state = json.loads((home / "stack.json").read_text())
+            result.update(runs=measure_load, pg_backends_after_runs=_backends(state["db_url"]))
+        return result
+    finally:
+        up.send_signal(signal.SIGINT)
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
+    parser.add_argument("--starts", type=int, default=10, help="fresh `zcbot up` starts")
+    parser.add_argument("--runs", type=int, default=200, help="runs before counting PostgreSQL backends")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="zcbot-bench-startup-") as tmp:
+        work = Path(tmp)
+        fake_out = work / "fake.out"
+        fake = subprocess.Popen([sys.executable, "-m", "zcbot_fakellm"], stdout=fake_out.open("wb"))
+        try:
+            port = int(wait_line(fake_out, "READY ", fake, 30).split()[1])
+            (work / "models").mkdir()
+            (work / "models" / "fake.yaml").write_text(PROFILE.format(base=f"http://127.0.0.1:{port}/v1"))
+            starts = [one_start(work, "", args.runs if i == args.starts - 1 else 0) for i in range(args.starts)]
+        finally:
+            fake.terminate()
+            fake.wait(10)
+    p50 = lambda key: round(statistics.median(s[key] for s in starts), 2)  # noqa: E731
+    report = {"starts": starts, "p50": {k: p50(k) for k in ("launch_to_ready_s", "first_message_first_event_ms",
+                                                             "second_message_first_event_ms")}}
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
