@@ -6,12 +6,15 @@ router, in-process channels-service replicas and a runner whose agent can write 
   `chan.gateway_url` (a second gateway, created after that env is set: create_app + channels router), `await chan.start_channels()` (a replica;
   several may run), `await chan.stop_channels(svc)`, `chan.user_headers(user_id)`, and a runner
   with the host tool `make_file {name, content}` (writes into the task folder) and `wechat_push`.
+- `bind_wecom(client, fake, userid)`: link WeCom as a user does: the code the fake WeCom delivered
+  to `userid`, typed back (`PUT /v1/channels/wecom`, then `POST /v1/channels/wecom/verify`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,21 @@ from zcbot_devstack.embedded import free_port
 from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.results import ToolOutcome
+
+def sent_code(fake: FakeWeCom, userid: str) -> str:
+    """The one-time code in the last text the app sent to `userid`."""
+    found = re.search(r"\d{6}", fake.texts_to(userid)[-1])
+    assert found, fake.texts_to(userid)
+    return found.group()
+
+
+async def bind_wecom(client: httpx.AsyncClient, fake: FakeWeCom, userid: str) -> dict[str, Any]:
+    r = await client.put("/v1/channels/wecom", json={"userid": userid})
+    assert r.status_code == 202, r.text
+    r = await client.post("/v1/channels/wecom/verify", json={"code": sent_code(fake, userid)})
+    assert r.status_code == 200, r.text
+    return r.json()
+
 
 MAKE_FILE_SCHEMA = {
     "type": "function",

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.channels.conftest import ChannelStack, assert_no_secrets
+from tests.channels.conftest import ChannelStack, assert_no_secrets, bind_wecom
 from zcbot_core.bus import Topology
 from zcbot_core.push import send_to_user
 from tests.helpers.db import db_rows, db_exec
@@ -102,7 +102,7 @@ async def test_session_expiry_pause_recovery_and_push_to_both_channels(
     headers, bot = await login(chan, "carol", "wx_carol@im.wechat")
     wecom.members.add("carol_w")
     async with chan.client(headers) as c:
-        assert (await c.put("/v1/channels/wecom", json={"userid": "carol_w"})).status_code == 200
+        await bind_wecom(c, wecom, "carol_w")
     svc = await chan.start_channels()
     await wait_for(lambda: len(svc.pollers) == 1, what="poll loop")
     rt = chan.stack.runners[0][1]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.channels.conftest import ChannelStack, assert_no_secrets
+from tests.channels.conftest import ChannelStack, assert_no_secrets, bind_wecom
 from zcbot_core.push import send_to_user
 from tests.helpers.db import db_rows
 
@@ -35,9 +35,8 @@ async def test_wecom_message_runs_and_replies_with_text_and_file(chan: ChannelSt
     headers = await chan.user_headers("alice")
     await chan.start_channels()  # it handles the callbacks the gateway queues
     async with chan.client(headers) as c:
-        r = await c.put("/v1/channels/wecom", json={"userid": "alice_w"})
-        assert r.status_code == 200, r.text
-        assert r.json()["userid"] == "alice_w" and r.json()["status"] == "active"
+        linked = await bind_wecom(c, fake, "alice_w")  # proof of ownership: tests/channels/test_wecom_binding.py
+        assert linked["userid"] == "alice_w" and linked["status"] == "active"
         # Another zcbot user cannot claim the same WeCom member.
         other = await chan.user_headers("mallory")
         r = await c.put("/v1/channels/wecom", json={"userid": "alice_w"}, headers=other)
@@ -64,7 +63,7 @@ async def test_wecom_message_runs_and_replies_with_text_and_file(chan: ChannelSt
         assert r.status_code == 403
 
         await fake.wait_sent(lambda: fake.files_to("alice_w"))
-        assert fake.texts_to("alice_w") == ["Here is your report."]
+        assert fake.texts_to("alice_w")[1:] == ["Here is your report."]  # after the binding code
         [sent_file] = fake.files_to("alice_w")
         assert sent_file.filename == "report.txt" and sent_file.data == REPORT.encode()
 
@@ -112,7 +111,7 @@ async def test_wecom_reply_survives_a_channels_replica_stopping_mid_run(chan: Ch
     headers = await chan.user_headers("bea")
     first = await chan.start_channels()
     async with chan.client(headers) as c:
-        assert (await c.put("/v1/channels/wecom", json={"userid": "bea_w"})).status_code == 200
+        await bind_wecom(c, fake, "bea_w")
         query, body = fake.text_callback("bea_w", "KEY-wecom-handover take your time", 2001)
         assert (await c.post("/v1/channels/wecom/callback", params=query, content=body)).status_code == 200
     await wait_until_run_active(chan.settings.zcbot_db_url, "bea")

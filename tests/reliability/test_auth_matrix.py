@@ -83,6 +83,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("DELETE", "/v1/schedules/{job_id}"): Route(owned=True),
     ("GET", "/v1/channels"): Route(),
     ("PUT", "/v1/channels/wecom"): Route(json={"userid": "someone"}),
+    ("POST", "/v1/channels/wecom/verify"): Route(json={"code": "123456"}),
     ("POST", "/v1/channels/ilink/login"): Route(),
     ("GET", "/v1/channels/ilink/login"): Route(query={"wait": 0}),
     ("DELETE", "/v1/channels/{channel}"): Route(owned=True),
@@ -117,6 +118,7 @@ async def _world(client: httpx.AsyncClient, settings: Settings) -> World:
     tokens = {u: await _login(client, settings, u) for u in (OWNER, OTHER, ADMIN)}
     db = settings.zcbot_db_url
     await db_exec(db, "update users set role = 'admin' where user_id = %s", ADMIN)
+    tokens[ADMIN] = await _login(client, settings, ADMIN)  # the role change revoked the first one
     owner = bearer(tokens[OWNER])
     r = await client.post("/v1/tasks", json={"name": "proj"}, headers=owner)
     assert r.status_code == 201, r.text
@@ -124,8 +126,9 @@ async def _world(client: httpx.AsyncClient, settings: Settings) -> World:
     r = await client.post("/v1/files/upload", params={"path": "proj"}, headers=owner,
                           files={"file": ("report.txt", b"alice's private report")})
     assert r.status_code == 201, r.text
-    r = await client.put("/v1/channels/wecom", json={"userid": "alice-wecom"}, headers=owner)
-    assert r.status_code == 200, r.text
+    # A proven WeCom binding (the code flow itself: tests/channels/test_wecom_binding.py).
+    await db_exec(db, "insert into channel_bindings (user_id, channel, status, config) values "
+                      "(%s, 'wecom', 'active', '{\"userid\": \"alice-wecom\", \"verified_at\": 1}')", OWNER)
     job_id = await seed_schedule(db, OWNER, "daily", "brief me")
     seed_extended_memory(settings.storage_root, OWNER, "diary.md", "private", "alice's secret diary")
     params = {"task_id": task_id, "job_id": job_id, "filename": "diary.md", "channel": "wecom", "email": MEMBER}
@@ -164,12 +167,12 @@ def _bad_credentials(settings: Settings, good_token: str) -> dict[str, dict[str,
         "empty bearer": {"Authorization": "Bearer "},
         "wrong scheme": {"Authorization": f"Basic {good_token}"},
         "malformed": {"Authorization": "Bearer not.a.jwt"},
-        "bad signature": bearer(auth.issue_token(OWNER, "another-secret-" + "x" * 32, 3600)),
-        "expired": bearer(auth.issue_token(OWNER, secret, -60)),
+        "bad signature": bearer(auth.issue_token(OWNER, "another-secret-" + "x" * 32, 3600, 0)),
+        "expired": bearer(auth.issue_token(OWNER, secret, -60, 0)),
         "alg none": bearer(f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{unsigned}."),
         "tampered claims": bearer(f"{header}.{tampered}.{sig}"),
         "missing exp": bearer(jwt.encode({"sub": OWNER, "iat": now}, secret, algorithm="HS256")),
-        "unknown user": bearer(auth.issue_token("ghost-user", secret, 3600)),
+        "unknown user": bearer(auth.issue_token("ghost-user", secret, 3600, 0)),
     }
 
 
@@ -256,9 +259,13 @@ async def test_admin_routes_need_the_admin_role(world: World) -> None:
     for (method, path), route in admin_routes.items():
         r = await _call(world, method, path, route, bearer(world.tokens[ADMIN]))
         assert r.status_code == (201 if (method, path) == ("POST", "/v1/admin/users") else 200), (path, r.text)
-    # The role is read per request: demote the admin, the same token is refused at once.
+    # The role is read per request, and a role change revokes the tokens issued before it: demote
+    # the admin, the same token is refused at once (401), and a new one is not an admin's (403).
     await db_exec(world.settings.zcbot_db_url, "update users set role = 'user' where user_id = %s", ADMIN)
     r = await world.client.get("/v1/admin/overview", headers=bearer(world.tokens[ADMIN]))
+    assert r.status_code == 401
+    fresh = await world.client.post("/v1/auth/login", json={"user_id": ADMIN, "platform_key": world.settings.platform_key})
+    r = await world.client.get("/v1/admin/overview", headers=bearer(fresh.json()["token"]))
     assert r.status_code == 403
 
 
@@ -292,7 +299,8 @@ async def test_login_failures_are_uniform(world: World) -> None:
 async def test_password_change_rules(world: World) -> None:
     c = world.client
     await _set_password(world.settings, OWNER, "alice@example.com", "old-password-1")
-    token = bearer(world.tokens[OWNER])
+    signed_in = await c.post("/v1/auth/login_password", json={"email": "alice@example.com", "password": "old-password-1"})
+    token = bearer(signed_in.json()["token"])  # setting the password revoked world.tokens[OWNER]
 
     async def change(old: str, new: str) -> httpx.Response:
         return await c.post("/v1/auth/change_password", json={"old_password": old, "new_password": new},

@@ -18,7 +18,8 @@ from zcbot_runner.toolbox import RunnerToolBox
 
 BINDINGS = [
     pytest.param([], False, id="no-binding"),
-    pytest.param([("wecom", "active", {"userid": "zhang"})], True, id="wecom"),
+    pytest.param([("wecom", "active", {"userid": "zhang", "verified_at": 1.0})], True, id="wecom"),
+    pytest.param([("wecom", "active", {"userid": "zhang"})], False, id="wecom-unproven"),
     pytest.param([("ilink", "active", {"secrets": {"bot_token": "ciphertext"}})], True, id="ilink"),
     pytest.param([("wecom", "disabled", {"userid": "zhang"})], False, id="disabled"),
     pytest.param([("wecom", "active", {})], False, id="active-but-unconfigured"),

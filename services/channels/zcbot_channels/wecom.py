@@ -128,5 +128,6 @@ class WeComConversations:
         log.info("wecom message from an unbound member")
         await replier.send_text(
             f"Your WeCom account is not linked to zcbot yet. In the zcbot web app, link WeCom with the "
-            f"user ID {sender} (PUT /v1/channels/wecom)."
+            f"user ID {sender} and type back the code this app then sends you (PUT /v1/channels/wecom, "
+            f"then POST /v1/channels/wecom/verify)."
         )

@@ -3,7 +3,9 @@
 Config layout (non-secret values in the clear, secrets sealed with `channels_crypto` under
 `secrets`):
 
-- wecom: `{"userid": "<WeCom member UserID>"}` (the app's corp secret lives in the environment).
+- wecom: `{"userid": "<WeCom member UserID>", "verified_at": epoch}` (the app's corp secret lives in
+  the environment); while a proof of ownership is under way also `"pending": {...}` (the code's
+  salted hash, see `wecom_binding.py`). A binding without `verified_at` carries nothing.
 - ilink: `{"ilink_bot_id", "ilink_user_id", "baseurl", "cursor" (get_updates_buf),
   "context_token_at" (epoch s), "session" ("ok" | "expired"), "paused_until",
   "secrets": {"bot_token", "context_token", "qrcode" (while a login is pending)},
@@ -65,7 +67,7 @@ def usable(binding: Any) -> bool:
         return False
     cfg = binding.config or {}
     if binding.channel == WECOM:
-        return bool(cfg.get("userid"))
+        return bool(cfg.get("userid") and cfg.get("verified_at"))  # proven by a code (wecom_binding.py)
     if binding.channel == ILINK:
         return bool((cfg.get("secrets") or {}).get("bot_token"))
     return False
@@ -94,6 +96,8 @@ def public_view(binding: ChannelBinding, now: float | None = None) -> dict[str, 
         out["push_window_open"] = bool(at and (now or time.time()) - float(at) < 23 * 3600
                                        and (cfg.get("secrets") or {}).get("context_token"))
         out["login_pending"] = bool(cfg.get("login"))
+    if binding.channel == WECOM:
+        out["code_pending"] = bool(cfg.get("pending"))
     return out
 
 
@@ -134,7 +138,8 @@ async def find_wecom_binding(sessions: Sessions, wecom_userid: str) -> ChannelBi
     async with sessions() as session:
         return (await session.scalars(
             select(ChannelBinding).where(ChannelBinding.channel == WECOM, ChannelBinding.status == ACTIVE,
-                                         ChannelBinding.config["userid"].astext == wecom_userid)
+                                         ChannelBinding.config["userid"].astext == wecom_userid,
+                                         ChannelBinding.config.has_key("verified_at"))
             .order_by(ChannelBinding.id).limit(1)
         )).first()
 

@@ -7,13 +7,16 @@ Callback (no bearer auth; WeCom signs every request):
   de-duplicated at once, answered with an empty 200 (WeCom retries after 5 s); the run and the
   reply (message/send) happen in the channels service, which consumes the message from JetStream
   (`zcbot_core.channels.wecom_callback` here, `zcbot_channels.wecom` there), so a gateway restart
-  loses nothing; the gateway holds no WeCom client and no conversation.
+  loses nothing; the gateway holds no conversation (its one WeCom client only sends binding codes).
   Bad signature/ciphertext -> 403; WeCom not configured -> 503.
 
 Bindings (bearer auth; secrets never appear in responses):
 - `GET    /v1/channels`: the user's bindings.
-- `PUT    /v1/channels/wecom {"userid"}`: link WeCom by the member's UserID (409 if another
-  zcbot user has it).
+- `PUT    /v1/channels/wecom {"userid"}`: start linking WeCom: a one-time code goes to that member
+  through the app (202; 409 if another zcbot user has proven it, 429 + Retry-After within a
+  minute of the last code, 400 if WeCom knows no such member).
+- `POST   /v1/channels/wecom/verify {"code"}`: the code typed back -> the binding is active
+  (`zcbot_core.channels.wecom_binding`; wrong/expired -> 400). Unproven bindings carry nothing.
 - `POST   /v1/channels/ilink/login`: start a personal-WeChat QR login -> `{qrcode_img_content}`.
 - `GET    /v1/channels/ilink/login?wait=25[&verify_code=]`: one long-poll of the login status
   (`wait | scaned | confirmed | expired | need_verifycode | ...`); `confirmed` activates it.
@@ -39,6 +42,8 @@ from zcbot_core.channels import bindings
 from zcbot_core.channels.ilink_api import ILinkClient, ILinkError
 from zcbot_core.channels.ilink_login import poll_login, start_login
 from zcbot_core.channels.settings import ChannelSettings
+from zcbot_core.channels.wecom_api import WeComClient
+from zcbot_core.channels.wecom_binding import confirm_binding, start_binding
 from zcbot_core.channels.wecom_callback import WeComCallback
 from zcbot_core.channels.wecom_crypto import WeComCryptoError
 from zcbot_core.channels_crypto import key_from_settings
@@ -63,6 +68,8 @@ class ChannelsState:
     ilink: ILinkClient
     wecom: WeComCallback | None = None
     wecom_error: str | None = None
+    # Sends the binding codes only (the conversation's messages go out from the channels service).
+    wecom_sender: WeComClient | None = None
 
 
 def _state(app: FastAPI) -> ChannelsState:
@@ -72,7 +79,7 @@ def _state(app: FastAPI) -> ChannelsState:
             cs = ChannelSettings.from_env()
         except ConfigError as exc:
             raise ServiceUnavailable(f"channels are misconfigured: {exc}") from None
-        state = ChannelsState(cs=cs, ilink=ILinkClient(cs))
+        state = ChannelsState(cs=cs, ilink=ILinkClient(cs), wecom_sender=WeComClient(cs) if cs.wecom_send_enabled else None)
         if cs.wecom_callback_enabled:
             try:
                 state.wecom = WeComCallback(cs)
@@ -90,6 +97,8 @@ async def _shutdown(app: FastAPI) -> None:
     if state is None:
         return
     await state.ilink.aclose()
+    if state.wecom_sender is not None:
+        await state.wecom_sender.aclose()
     app.state.channels = None
 
 
@@ -138,6 +147,10 @@ class WeComBindIn(BaseModel):
     userid: str = Field(min_length=1, max_length=64, description="The member's WeCom UserID")
 
 
+class WeComVerifyIn(BaseModel):
+    code: str = Field(min_length=1, max_length=16, description="The code WeCom delivered to the member")
+
+
 def _sealing_key(settings: Any) -> bytes:
     try:
         return key_from_settings(settings)
@@ -151,31 +164,24 @@ async def list_bindings(user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
     return {"channels": [bindings.public_view(b) for b in rows]}
 
 
-@router.put("/wecom")
-async def bind_wecom(body: WeComBindIn, user_id: CurrentUser, session: SessionDep) -> dict[str, Any]:
+@router.put("/wecom", status_code=status.HTTP_202_ACCEPTED)
+async def bind_wecom(request: Request, body: WeComBindIn, user_id: CurrentUser, session: SessionDep) -> dict[str, Any]:
+    """Send a one-time code to the WeCom member; the binding is made by `POST /wecom/verify`."""
     userid = body.userid.strip()
     if not WECOM_USERID.match(userid):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             detail="userid must be 1-64 characters of letters, digits, '_', '.', '@' or '-'")
-    taken = (await session.scalars(
-        select(ChannelBinding).where(ChannelBinding.channel == bindings.WECOM, ChannelBinding.user_id != user_id,
-                                     ChannelBinding.config["userid"].astext == userid)
-    )).first()
-    if taken is not None:
-        raise HTTPException(status.HTTP_409_CONFLICT, detail="this WeCom user ID is linked to another zcbot account")
-    row = (await session.scalars(
-        select(ChannelBinding).where(ChannelBinding.user_id == user_id, ChannelBinding.channel == bindings.WECOM)
-        .with_for_update()
-    )).first()
-    if row is None:
-        row = ChannelBinding(user_id=user_id, channel=bindings.WECOM, status=bindings.ACTIVE, config={"userid": userid})
-        session.add(row)
-    else:
-        row.config = {**(row.config or {}), "userid": userid}
-        row.status = bindings.ACTIVE
-    await session.commit()
-    await session.refresh(row)
-    return bindings.public_view(row)
+    sender = _state(request.app).wecom_sender
+    if sender is None:
+        raise ServiceUnavailable("WeCom is not configured (ZCBOT_WECOM_CORP_ID, ZCBOT_WECOM_AGENT_ID, ZCBOT_WECOM_SECRET)")
+    # WeComUserTaken 409, CodeRecentlySent 429, BindingRefused 400, WeComError 502: mapped at the edge
+    return await start_binding(session, sender, user_id, userid)
+
+
+@router.post("/wecom/verify")
+async def verify_wecom(body: WeComVerifyIn, user_id: CurrentUser, session: SessionDep) -> dict[str, Any]:
+    """The code typed back: the binding becomes active (wrong, expired or used up: 400)."""
+    return bindings.public_view(await confirm_binding(session, user_id, body.code))
 
 
 @router.post("/ilink/login")
