@@ -14,6 +14,7 @@ from bench.harness import BenchStack, Client, summarize
 from zcbot_core.agent.cancel import CancelToken
 from zcbot_core.agent.loop import AgentLoop
 from zcbot_core.bus import ToolCallRequest, Topology
+from zcbot_core.bus import grants
 from zcbot_core.bus.topology import connect
 from zcbot_core.llm.profiles import load_profiles_from
 from zcbot_fakellm import push_script
@@ -161,11 +162,12 @@ async def tool_round_trip(stack: BenchStack, iters: int) -> dict[str, Any]:
     client = ExecutorClient(nc, Topology(stack.env["ZCBOT_BUS_PREFIX"]))
     user = f"u{uuid.uuid4().hex[:8]}"
     (Path(stack.env["ZCBOT_STORAGE_ROOT"]) / user / "proj").mkdir(parents=True, exist_ok=True)
+    grant = grants.issue(stack.env["ZCBOT_RUN_GRANT_KEY"], "r", user, "t")  # as the gateway makes it
 
     async def call(tool: str, args: dict[str, Any]) -> float:
         t0 = time.perf_counter()
         reply = await client.call(ToolCallRequest(call_id=uuid.uuid4().hex, user_id=user, task_id="t", run_id="r",
-                                                  tool=tool, args=args, cwd="proj", timeout=30))
+                                                  tool=tool, args=args, cwd="proj", timeout=30, grant=grant))
         elapsed = time.perf_counter() - t0
         if not reply.ok:
             raise RuntimeError(f"{tool} failed: {reply.error}")

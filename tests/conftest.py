@@ -203,6 +203,7 @@ def settings_env(nats_server_url: str, db_url: str, bus_prefix: str, tmp_path: P
         "JWT_SECRET": secrets.token_hex(32),
         "PLATFORM_KEY": secrets.token_hex(32),
         "ZCBOT_CHANNEL_SECRET_KEY": secrets.token_hex(32),
+        "ZCBOT_RUN_GRANT_KEY": secrets.token_hex(32),
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "ZCBOT_LOG_LEVEL": "INFO",
         "ZCBOT_EXECUTOR_HOST": f"h{secrets.token_hex(4)}",

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from nats.js.api import KeyValueConfig, StorageType
 
-from zcbot_core.bus import ToolCallReply, ToolCallRequest, Topology
+from zcbot_core.bus import ToolCallReply, ToolCallRequest, Topology, grants
 from zcbot_core.bus.topology import ensure_topology
 from zcbot_core.config import Settings
 from zcbot_core.service import Runtime
@@ -31,11 +31,20 @@ from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.service import ExecutorService
 
 SANDBOX_UID = 10001
+# The executors' ZCBOT_RUN_GRANT_KEY in these tests: a constant, because this module may be imported twice
+# (as a conftest and as `tests.executor.conftest`) and both must agree.
+GRANT_KEY = "tests-executor-run-grant-key-" + "0" * 35
+
+
+def granted(req: ToolCallRequest, key: str = GRANT_KEY) -> ToolCallRequest:
+    """`req` with the grant of its run, as the accepting service would have made it."""
+    req.grant = grants.issue(key, req.run_id, req.user_id, req.task_id)
+    return req
 
 
 def make_settings(home: Path, storage: Path, host: str, **extra: str) -> Settings:
     return Settings(**{"ZCBOT_HOME": str(home), "ZCBOT_STORAGE_ROOT": str(storage), "ZCBOT_EXECUTOR_HOST": host,
-                       "ZCBOT_SANDBOX": "bwrap", **extra})
+                       "ZCBOT_SANDBOX": "bwrap", "ZCBOT_RUN_GRANT_KEY": GRANT_KEY, **extra})
 
 
 class Stack:
@@ -103,7 +112,7 @@ class Stack:
         req = ToolCallRequest(call_id=call_id or secrets.token_hex(6), user_id=user, task_id="t1", run_id="r1",
                               tool=tool, args=args, cwd=cwd, timeout=timeout)
         assert self.client is not None
-        return await self.client.call(req)
+        return await self.client.call(granted(req))
 
     async def shell(self, command: str, **kw: Any) -> ToolCallReply:
         return await self.call("shell", {"command": command}, **kw)
@@ -188,6 +197,7 @@ class ExecutorProcess:
             "ZCBOT_BUS_PREFIX": topo.prefix, "ZCBOT_HOME": str(root / "home"), "ZCBOT_STORAGE_ROOT": str(root / "users"),
             "ZCBOT_EXECUTOR_HOST": host, "ZCBOT_EXECUTOR_PORT": str(free_port()), "ZCBOT_SANDBOX": "bwrap",
             "PYTHONUNBUFFERED": "1",  # no JWT_SECRET / PLATFORM_KEY: the executor starts without them
+            "ZCBOT_RUN_GRANT_KEY": GRANT_KEY,
             **extra_env,
         })
         self.env = env

@@ -16,7 +16,7 @@ from nats.js.errors import KeyNotFoundError
 from zcbot_core.bus import ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
 from zcbot_core.tools.executor_client import NO_RESPONDERS_GRACE_SECONDS, ExecutorClient, probe_host
 
-from tests.executor.conftest import ExecutorProcess, Stack, drain, wait_no_processes, wait_processes
+from tests.executor.conftest import ExecutorProcess, Stack, drain, granted, wait_no_processes, wait_processes
 
 
 async def test_cancel_kills_the_call_process_group(one: Stack) -> None:
@@ -76,7 +76,7 @@ async def test_lease_affinity_and_failover(stack: Stack) -> None:
     for i in range(8):
         req = ToolCallRequest(call_id=f"any{i}", user_id="u7", task_id="t", run_id="r", tool="glob",
                               args={"pattern": "*"}, cwd="task", timeout=5)
-        msg = await stack.request(stack.topo.exec_any_subject(), encode(req), timeout=10)
+        msg = await stack.request(stack.topo.exec_any_subject(), encode(granted(req)), timeout=10)
         hosts.add(decode(msg.data, ToolCallReply).host)
     assert (await kv.get("u7")).value == b"hA"
     await asyncio.sleep(2.5)  # longer than the TTL: refreshes keep the lease
@@ -202,7 +202,7 @@ async def test_client_timeout_and_metrics(one: Stack) -> None:
     client = ExecutorClient(one.nc, one.topo, margin=0.5, probe_interval=0.3)
     req = ToolCallRequest(call_id="slow", user_id="u1", task_id="t", run_id="r", tool="shell",
                           args={"command": "sleep 3"}, cwd="task", timeout=0.5)
-    r = await client.call(req)
+    r = await client.call(granted(req))
     assert not r.ok and "timed out" in r.error  # the executor's own limit answers first
     from prometheus_client import REGISTRY
 

@@ -33,7 +33,7 @@ import pytest
 
 from tests.e2e.conftest import FAKE_KEY_ENV, Stack, bare_stack, fake_llm, stack  # noqa: F401
 from tests.reliability.conftest_shared import bearer, service_errors, settings_env  # noqa: F401
-from zcbot_core.bus import ToolCallReply, ToolCallRequest, Topology
+from zcbot_core.bus import ToolCallReply, ToolCallRequest, Topology, grants
 
 TMP_MB = 16
 EXTRA_ENV = {"ZCBOT_SANDBOX_TMP_MB": str(TMP_MB)}
@@ -133,6 +133,7 @@ async def direct_call(stack: Stack, tool: str, args: dict[str, Any], *, user: st
         client = ExecutorClient(nc, Topology(stack.settings.zcbot_bus_prefix))
         req = ToolCallRequest(call_id=secrets.token_hex(6), user_id=user, task_id="direct", run_id="direct",
                               tool=tool, args=args, cwd=cwd, timeout=timeout)
+        req.grant = grants.issue(stack.settings.zcbot_run_grant_key, req.run_id, req.user_id, req.task_id)
         return await client.call(req)
     finally:
         await nc.close()

@@ -17,7 +17,7 @@ from nats.errors import Error as NatsError
 
 from tests.e2e.conftest import FAKE_KEY_ENV, Stack, write_fake_profile
 from tests.security.conftest import scripted_run
-from zcbot_core.bus import Topology
+from zcbot_core.bus import Topology, grants
 from zcbot_core.bus.codec import encode
 from zcbot_core.bus.messages import ToolCallRequest
 from zcbot_core.bus.topology import connect
@@ -132,12 +132,15 @@ async def test_the_services_run_a_tool_call_with_their_own_identities(
     write_fake_profile(models, fake_llm.base_url)
     base = {"ZCBOT_NATS_URL": auth_nats.url, "ZCBOT_BUS_PREFIX": auth_nats.topo.prefix,
             "ZCBOT_MODELS_DIR": str(models), "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake"}
-    procs = [start_service(name, {**base, **auth_nats.creds.service_env(name)}, wait=False) for name in SERVICES]
+    # The runner holds no grant key (as under `zcbot up`): its calls carry the grants the gateway made.
+    only = {"runner": {"ZCBOT_RUN_GRANT_KEY": ""}}
+    procs = [start_service(name, {**base, **auth_nats.creds.service_env(name), **only.get(name, {})}, wait=False)
+             for name in SERVICES]
     for proc in procs:
         await proc.wait_healthy_async(timeout=90)
     settings = Settings(**{k: v for k, v in {**settings_env, **base}.items()})  # type: ignore[arg-type]
     stack = Stack(settings=settings, base_url=f"http://127.0.0.1:{settings_env['ZCBOT_HTTP_PORT']}", fake=fake_llm)
-    _, events = await scripted_run(stack, "alice", "KEY-natsauth", [
+    task, events = await scripted_run(stack, "alice", "KEY-natsauth", [
         {"text": "Running.", "tool_calls": [{"name": "shell", "arguments": {"command": "echo hi-from-sandbox"}}]},
         {"text": "Done."},
     ])
@@ -146,3 +149,32 @@ async def test_the_services_run_a_tool_call_with_their_own_identities(
     assert tool_results and "hi-from-sandbox" in str(tool_results[0]["data"]), events
     for proc in procs:
         assert "Permissions Violation" not in proc.log_tail(), proc.log_tail()
+
+    # A client holding the runner's credentials calls the executor with forged requests: refused.
+    from zcbot_core.tools.executor_client import ExecutorClient
+
+    key = settings_env["ZCBOT_RUN_GRANT_KEY"]
+    nc = await auth_nats.client("runner")
+    try:
+        client = ExecutorClient(nc, auth_nats.topo)
+        task_id, cwd = task["task_id"], task.get("working_dir", "")
+        run_id = next(e["data"]["run_id"] for e in events if e["event"] == "run_start")
+        alice_grant = grants.issue(key, run_id, "alice", task_id)
+        forged = {
+            "bare user id": ("mallory", "", run_id),
+            "alice's run named for mallory": ("mallory", alice_grant, run_id),
+            "another run with alice's grant": ("alice", alice_grant, "other-run"),
+            "a grant signed with another key": ("alice", grants.issue("not-the-key", run_id, "alice", task_id), run_id),
+        }
+        for case, (user, grant, rid) in forged.items():
+            reply = await client.call(ToolCallRequest(call_id=secrets.token_hex(4), user_id=user, task_id=task_id,
+                                                      run_id=rid, tool="shell", args={"command": "echo pwned"},
+                                                      cwd=cwd, timeout=5, grant=grant))
+            assert not reply.ok and "refused" in (reply.error or "") and "pwned" not in reply.output, (case, reply)
+        # The same call with the run's own grant is served (the refusals above are the grant's doing).
+        reply = await client.call(ToolCallRequest(call_id=secrets.token_hex(4), user_id="alice", task_id=task_id,
+                                                  run_id=run_id, tool="shell", args={"command": "echo granted"},
+                                                  cwd=cwd, timeout=5, grant=alice_grant))
+        assert reply.ok and "granted" in reply.output, reply
+    finally:
+        await nc.close()

@@ -41,7 +41,8 @@ from zcbot_core.bus import (
     encode,
 )
 from zcbot_core.bus.micro import ConcurrentEndpoints
-from zcbot_core.config import Settings
+from zcbot_core.bus import grants
+from zcbot_core.config import ConfigError, Settings
 from zcbot_core.quota import MB
 from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.service import Runtime
@@ -85,6 +86,10 @@ class ExecutorService:
 
     # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self, rt: Runtime) -> None:
+        if not self.settings.zcbot_run_grant_key:
+            raise ConfigError("ZCBOT_RUN_GRANT_KEY must be set for the executor (the key of the run grants it "
+                              "checks; `zcbot up` generates it).")
+        self.grant_key = self.settings.zcbot_run_grant_key
         self.rt = rt
         self.nc, self.topo = rt.nc, rt.topo
         self.config.storage_root.mkdir(parents=True, exist_ok=True)
@@ -171,6 +176,14 @@ class ExecutorService:
             return reply.error
         if self.draining:
             reply = self._error(req.call_id, "executor is shutting down; retry the call")
+            await self._respond(request, reply)
+            return reply.error
+        refused = grants.refusal(self.grant_key, req.grant, req.run_id, req.user_id, req.task_id)
+        if refused is not None:  # a bare user id (or another user's run) is no authority to run a tool
+            metrics.TOOL_CALLS.labels(tool="?", outcome="rejected").inc()
+            log.warning("tool call refused", extra={"call_id": req.call_id, "user_id": req.user_id,
+                                                    "run_id": req.run_id, "reason": refused})
+            reply = self._error(req.call_id, f"refused: {refused}")
             await self._respond(request, reply)
             return reply.error
         entry = _Inflight(req.user_id)

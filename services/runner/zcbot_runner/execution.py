@@ -223,7 +223,8 @@ class RunExecutor:
     async def _build_loop(self, req: RunRequest, task: Any, profile: Any, sink: BusEventSink,
                           token: CancelToken) -> AgentLoop:
         toolbox = RunnerToolBox(executor=self.executor_client, sandbox_schemas=self.sandbox_schemas,
-                                user_id=task.user_id, task_id=task.task_id, run_id=req.run_id, cwd=task.working_dir)
+                                user_id=task.user_id, task_id=task.task_id, run_id=req.run_id, cwd=task.working_dir,
+                                grant=req.grant)
         prompt_ctx = PromptContext(working_dir=task.working_dir, task_name=task.name)
         switcher = ModelSwitcher(self.rt, task.task_id, req.run_id, sink.emit)
         if self.extend_toolbox is not None:

@@ -26,7 +26,7 @@ class HostTool:
 
 class RunnerToolBox:
     def __init__(self, *, executor: Any, sandbox_schemas: list[dict[str, Any]], user_id: str, task_id: str,
-                 run_id: str, cwd: str) -> None:
+                 run_id: str, cwd: str, grant: str = "") -> None:
         self.executor = executor
         self.sandbox_schemas = sandbox_schemas
         self.sandbox_names = {s["function"]["name"] for s in sandbox_schemas}
@@ -35,6 +35,7 @@ class RunnerToolBox:
         self.task_id = task_id
         self.run_id = run_id
         self.cwd = cwd
+        self.grant = grant  # the run's grant: the executor refuses calls without it (bus/grants.py)
         self.after_hooks: list[Callable[[str, dict[str, Any], ToolOutcome, float], Awaitable[ToolOutcome]]] = []
 
     def add_host_tool(self, tool: HostTool) -> None:
@@ -59,7 +60,7 @@ class RunnerToolBox:
             rpc_started = time.monotonic()
             reply = await self.executor.call(ToolCallRequest(
                 call_id=call_id or uuid.uuid4().hex, user_id=self.user_id, task_id=self.task_id, run_id=self.run_id,
-                tool=name, args=args, cwd=self.cwd, timeout=self.timeout_for(name, args),
+                tool=name, args=args, cwd=self.cwd, timeout=self.timeout_for(name, args), grant=self.grant,
             ))
             metrics.TOOL_RPC_SECONDS.labels(tool=name).observe(time.monotonic() - rpc_started)
             text = reply.output if reply.ok else f"ERROR: {reply.error or reply.output}"

@@ -125,7 +125,7 @@ async def _start(rt: Runtime, cfg: SchedulerConfig, limits: submit.RunLimits, se
         result = await submit.submit_message(
             rt.sessions, rt.js, rt.nc, rt.topo, user_id=job.user_id, task_id=task_id,
             content=schedules.firing_prompt(job, slot), multitask="reject", limits=limits,
-            origin="scheduler", scheduled_job_id=job.job_id,
+            origin="scheduler", scheduled_job_id=job.job_id, grant_key=rt.settings.zcbot_run_grant_key,
         )
     except runs.RunConflict:
         return _skip(job, slot, "its task was busy with another run")

@@ -19,6 +19,7 @@ class RunRequest:
     enqueued_at: float
     origin: str = "web"  # web | scheduler | channel:<name>
     scheduled_job_id: str | None = None
+    grant: str = ""  # bus/grants.py: the executor's proof that this run is this user's
 
 
 @message("cancel")
@@ -42,6 +43,7 @@ class ToolCallRequest:
     args: dict[str, Any]
     cwd: str
     timeout: float
+    grant: str = ""  # the run's grant (bus/grants.py), copied from its RunRequest
 
 
 @message("tool_reply")

@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core import shortcuts
-from zcbot_core.bus import RunRequest, Topology
+from zcbot_core.bus import RunRequest, Topology, grants
 from zcbot_core.db.engine import autocommit
 from zcbot_core.runstate import sql
 from zcbot_core.runstate import transitions as runs
@@ -97,8 +97,12 @@ async def submit_message(
     channel: str | None = None,
     events_from: int | None = None,
     storage_root: Path | None = None,
+    grant_key: str | None = None,
 ) -> SubmitResult:
     """Append a user message and start (or enqueue) its run.
+
+    `grant_key` (the caller's `ZCBOT_RUN_GRANT_KEY`) signs the run's grant, the executor's proof that
+    the run's tool calls are this user's (`bus/grants.py`); the runner has no key and only copies it.
 
     `storage_root` (the storage root of every user): when given, a text message that is exactly one
     of the user's shortcut triggers is stored and run as the shortcut's instruction (`shortcuts`).
@@ -114,6 +118,7 @@ async def submit_message(
     if storage_root is not None and isinstance(content, str):
         content = shortcuts.expand(storage_root, user_id, content)
     run_id = new_run_id()
+    grant = grants.issue(grant_key, run_id, user_id, task_id)
     events_tail: asyncio.Future[int | None]
     if events_from is not None:
         events_tail = asyncio.get_running_loop().create_future()
@@ -132,9 +137,9 @@ async def submit_message(
         return await _submit_in_transaction(
             sessions, js, nc, topo, events_tail, user_id=user_id, task_id=task_id, content=content,
             multitask=multitask, limits=limits, origin=origin, scheduled_job_id=scheduled_job_id, channel=channel,
-            run_id=run_id)
+            run_id=run_id, grant=grant)
     req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(), origin=origin,
-                     scheduled_job_id=scheduled_job_id)
+                     scheduled_job_id=scheduled_job_id, grant=grant)
     await _publish_or_fail(sessions, js, topo, req)
     return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
 
@@ -171,7 +176,7 @@ async def _submit_to_idle(
 async def _submit_in_transaction(
     sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, nc: NATS, topo: Topology,
     events_tail: "asyncio.Future[int | None]", *, user_id: str, task_id: str, content: Any, multitask: Multitask,
-    limits: RunLimits, origin: str, scheduled_job_id: str | None, channel: str | None, run_id: str,
+    limits: RunLimits, origin: str, scheduled_job_id: str | None, channel: str | None, run_id: str, grant: str = "",
 ) -> SubmitResult:
     """The submit as one transaction: any task state (an active run's task: reject, or the message waits
     behind it); the reference for `_submit_to_idle`."""
@@ -185,7 +190,10 @@ async def _submit_in_transaction(
             pending = list(task.pending_inputs or [])
             if len(pending) >= MAX_PENDING_INPUTS:
                 raise QuotaExceeded(f"at most {MAX_PENDING_INPUTS} messages can wait behind a run")
-            item = {"run_id": run_id, "content": content, "origin": origin, "queued_at": time.time()}
+            # The grant is made now, by the accepting service: the runner that starts this run later
+            # has no key (bus/grants.py).
+            item = {"run_id": run_id, "content": content, "origin": origin, "queued_at": time.time(),
+                    "grant": grant}
             if multitask == "interrupt":
                 pending.insert(0, item)
             else:
@@ -198,6 +206,7 @@ async def _submit_in_transaction(
         else:
             await _check_quota(session, user_id, limits)
             req, idx = await runs.queue_run(session, events_tail, task_id, user_id, run_id, content)
+            req.grant = grant
             events_from = await runs.events_from(events_tail)
             req.origin = origin
             req.scheduled_job_id = scheduled_job_id

@@ -269,6 +269,7 @@ async def finish_run(
     req, _ = await queue_run(session, events_tail(js, topo, task_id), task_id, ended.user_id, item["run_id"],
                              item["content"], still_pending=pending)
     req.origin = item.get("origin", "web")
+    req.grant = item.get("grant", "")  # made when the message was accepted (bus/grants.py)
     return FinishOutcome(next_request=req)
 
 

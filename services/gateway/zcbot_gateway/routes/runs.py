@@ -118,7 +118,7 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
         rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=body.content,
         multitask=body.multitask, channel="web", storage_root=settings.storage_root,
         limits=submit.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
-        events_from=feed.events_from() if feed is not None else None,
+        events_from=feed.events_from() if feed is not None else None, grant_key=settings.zcbot_run_grant_key,
     )
     events_url = f"/v1/tasks/{task_id}/events?run_id={result.run_id}"
     if hub is not None:
