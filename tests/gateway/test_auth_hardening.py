@@ -115,6 +115,20 @@ async def test_failed_platform_keys_are_throttled(app_client, settings: Settings
             assert resp.status_code == 200
 
 
+async def test_wrong_old_passwords_are_throttled(app_client, make_user, clock: Clock) -> None:
+    """A stolen token is no password oracle: change_password's old-password check is throttled too."""
+    await with_password(app_client, make_user, "rita")
+    headers = _bearer(await password_login(app_client, "rita", PASSWORD))
+    url = "/v1/auth/change_password"
+    for i in range(LIMIT):
+        r = await app_client.post(url, headers=headers, json={"old_password": f"guess {i}", "new_password": "x" * 10})
+        assert r.status_code == 403
+    assert_throttled(await app_client.post(url, headers=headers, json={"old_password": PASSWORD, "new_password": "x" * 10}))
+    clock.now += 61
+    r = await app_client.post(url, headers=headers, json={"old_password": PASSWORD, "new_password": "new password 3"})
+    assert r.status_code == 200
+
+
 async def test_throttle_limit_comes_from_settings(settings: Settings, start_app) -> None:
     """The configured limit, on the app as built (no clock override): the issue's 40 guesses in a few
     seconds now get 429 after the tenth."""

@@ -97,11 +97,16 @@ async def login_password(request: Request, body: PasswordLoginIn, settings: Sett
 
 
 @router.post("/auth/change_password", response_model=OkOut)
-async def change_password(body: ChangePasswordIn, user: CurrentUserRow, session: SessionDep) -> OkOut:
+async def change_password(request: Request, body: ChangePasswordIn, user: CurrentUserRow,
+                          session: SessionDep) -> OkOut:
     """Change your password: the old one must match (403), the new one must be acceptable (400).
     Every token issued before, this one too, stops working: sign in again with the new password."""
+    # A stolen token must not become a way to guess the password: wrong old passwords are throttled.
+    throttle, keys = _throttle(request), ["old-password:" + user.user_id]
+    throttle.check(keys)
     ok = await run_in_threadpool(auth.check_password, body.old_password, user.password_hash)
     if not ok:
+        throttle.failed(keys)
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="old password is incorrect")
     auth.validate_new_password(body.new_password)  # WeakPassword: 400 at the edge
     user.password_hash = await run_in_threadpool(auth.hash_password, body.new_password)
