@@ -14,6 +14,8 @@ from sqlalchemy import update
 
 from zcbot_core.config import Settings
 from zcbot_core.db.models import Task
+from zcbot_core.folders import NestedFolder
+from tests.helpers.seed import legacy_task
 from zcbot_gateway.deps import known_profiles
 
 pytestmark = pytest.mark.asyncio
@@ -73,7 +75,7 @@ async def test_create_task_shape_and_folder(app_client: httpx.AsyncClient, setti
 
 @pytest.mark.parametrize(
     ("given", "stored"),
-    [("proj", "proj"), ("proj/sub", "proj/sub"), ("./a//b/", "a/b"), ("  spaced  ", "spaced"), ("", "NAME"), ("  ", "NAME")],
+    [("proj", "proj"), ("  spaced  ", "spaced"), ("报告 2026", "报告 2026"), ("", "NAME"), ("  ", "NAME")],
 )
 async def test_create_working_dir_normalized(
     app_client: httpx.AsyncClient, settings: Settings, make_user, given: str, stored: str
@@ -131,9 +133,9 @@ async def test_create_rejects_symlink_escape(
     outside = tmp_path / "outside"
     outside.mkdir()
     os.symlink(outside, root / "link")
-    resp = await create(app_client, h, name="ok", working_dir="link/inner")
-    assert resp.status_code == 400 and "symlink" in resp.json()["detail"]
-    assert not (outside / "inner").exists()
+    resp = await create(app_client, h, name="ok", working_dir="link")
+    assert resp.status_code in (400, 409) and "symlink" in resp.json()["detail"], resp.text
+    assert not any(outside.iterdir())
 
 
 async def test_create_file_in_the_way_is_409(app_client: httpx.AsyncClient, settings: Settings, make_user) -> None:
@@ -171,8 +173,17 @@ async def test_create_model_profile(app_client: httpx.AsyncClient, settings: Set
     ],
 )
 async def test_no_subtask_rule(app_client: httpx.AsyncClient, make_user, first: str, second: str, ok: bool) -> None:
+    # Nested folders only exist in rows from before the simple-name rule; the rule still guards them.
     h = await make_user(app_client, "alice")
-    await created(app_client, h, name="one", working_dir=first)
+    await legacy_task(app_client, "alice", name="one", working_dir=first)
+    if "/" in second:
+        try:
+            await legacy_task(app_client, "alice", name="two", working_dir=second)
+            refused = ""
+        except NestedFolder as exc:
+            refused = str(exc)
+        assert ok == (not refused) and (ok or "inside" in refused or "contains" in refused)
+        return
     resp = await create(app_client, h, name="two", working_dir=second)
     if ok:
         assert resp.status_code == 201, resp.text
@@ -181,15 +192,25 @@ async def test_no_subtask_rule(app_client: httpx.AsyncClient, make_user, first: 
         assert "nested" in resp.json()["detail"]
 
 
+@pytest.mark.parametrize("working_dir", ["a/b", "a\\b", "..", ".hidden", "../x", "/abs", " a/b "])
+async def test_create_refuses_a_working_dir_that_is_not_a_simple_name(app_client: httpx.AsyncClient, make_user,
+                                                                      settings: Settings, working_dir: str) -> None:
+    h = await make_user(app_client, "alice")
+    resp = await create(app_client, h, name="t", working_dir=working_dir)
+    assert resp.status_code == 400, resp.text
+    assert "working_dir" in resp.json()["detail"] or "path" in resp.json()["detail"]
+    assert not (user_dir(settings, "alice") / "a").exists()  # no partial write
+
+
 async def test_no_subtask_rule_is_per_user_and_ignores_deleted(app_client: httpx.AsyncClient, make_user) -> None:
     a = await make_user(app_client, "alice")
     b = await make_user(app_client, "bob")
     await created(app_client, a, name="proj")
-    await created(app_client, b, name="inner", working_dir="proj/inner")  # bob is unaffected by alice
+    await legacy_task(app_client, "bob", name="inner", working_dir="proj/inner")  # bob is unaffected by alice
 
     deleted = await created(app_client, a, name="old")
     assert (await app_client.delete(f"/v1/tasks/{deleted['task_id']}", headers=a)).status_code == 204
-    await created(app_client, a, name="new", working_dir="old/new")  # deleted tasks do not block
+    await legacy_task(app_client, "alice", name="new", working_dir="old/new")  # deleted tasks do not block
     restore = await app_client.post(f"/v1/tasks/{deleted['task_id']}/restore", headers=a)
     assert restore.status_code == 409 and "nested" in restore.json()["detail"]
 
@@ -484,7 +505,7 @@ async def test_folders(app_client: httpx.AsyncClient, make_user) -> None:
     assert (await app_client.get("/v1/folders", headers=a)).json() == []
     t1 = await created(app_client, a, name="one", working_dir="proj")
     await created(app_client, a, name="two", working_dir="proj")
-    t3 = await created(app_client, a, name="three", working_dir="other/deep")
+    t3 = await legacy_task(app_client, "alice", name="three", working_dir="other/deep")
     gone = await created(app_client, a, name="gone", working_dir="trash")
     await created(app_client, b, name="bobs", working_dir="proj")
     assert (await app_client.delete(f"/v1/tasks/{gone['task_id']}", headers=a)).status_code == 204

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from extra_helpers import create_task, db, get_task_row, set_task, user_dir
+from tests.helpers.seed import legacy_task
 from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob
 from zcbot_core.safe_fs import resolve as safe_fs_resolve
@@ -220,7 +221,7 @@ async def test_delete(app_client: httpx.AsyncClient, settings: Settings, make_us
     h = await make_user(app_client, "alice")
     root = user_dir(settings, "alice")
     await create_task(app_client, h, name="Deck")  # folder "Deck" (empty, but a task's folder)
-    await create_task(app_client, h, name="Inner", working_dir="outer/inner")
+    await legacy_task(app_client, "alice", name="Inner", working_dir="outer/inner")
     gone = await create_task(app_client, h, name="Old")
     assert (await app_client.delete(f"/v1/tasks/{gone['task_id']}", headers=h)).status_code == 204
     tree(root, {"notes.txt": "n", "full/x.txt": "x", "empty/": None, "outer/other.txt": "o"})
@@ -269,8 +270,8 @@ async def test_rename_task_folder_rewrites_tasks_and_jobs(app_client: httpx.Asyn
     root = user_dir(settings, "alice")
     one = await create_task(app_client, h, name="One", working_dir="proj")
     two = await create_task(app_client, h, name="Two", working_dir="proj")
-    deep = await create_task(app_client, h, name="Deep", working_dir="client/site")
-    trashed = await create_task(app_client, h, name="Trashed", working_dir="client/old")
+    deep = await legacy_task(app_client, "alice", name="Deep", working_dir="client/site")
+    trashed = await legacy_task(app_client, "alice", name="Trashed", working_dir="client/old")
     await app_client.delete(f"/v1/tasks/{trashed['task_id']}", headers=h)
     keep = await create_task(app_client, h, name="Keep", working_dir="clientele")  # a prefix, not a child
     tree(root, {"proj/deck.pptx": "p", "client/site/index.html": "i"})
@@ -310,7 +311,7 @@ async def test_rename_task_folder_rewrites_tasks_and_jobs(app_client: httpx.Asyn
 async def test_rename_refused_while_a_run_is_active(app_client: httpx.AsyncClient, settings: Settings,
                                                     make_user) -> None:
     h = await make_user(app_client, "alice")
-    task = await create_task(app_client, h, name="Busy", working_dir="outer/busy")
+    task = await legacy_task(app_client, "alice", name="Busy", working_dir="outer/busy")
     for run_status in ("queued", "running", "cancelling"):
         await set_task(app_client, task["task_id"], run_status=run_status)
         for path in ("outer/busy", "outer"):
@@ -327,7 +328,7 @@ async def test_rename_refused_while_a_run_is_active(app_client: httpx.AsyncClien
 async def test_rename_refuses_nesting_tasks(app_client: httpx.AsyncClient, settings: Settings, make_user) -> None:
     h = await make_user(app_client, "alice")
     root = user_dir(settings, "alice")
-    await create_task(app_client, h, name="W", working_dir="w/inner")
+    await legacy_task(app_client, "alice", name="W", working_dir="w/inner")
     z = await create_task(app_client, h, name="Z", working_dir="z")
     (root / "w/inner").rmdir()
     (root / "w").rmdir()  # the folder is gone from disk, the task still points into it
@@ -340,7 +341,7 @@ async def test_rename_rolls_back_the_db_when_the_disk_rename_fails(
     app_client: httpx.AsyncClient, settings: Settings, make_user, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h = await make_user(app_client, "alice")
-    task = await create_task(app_client, h, name="T", working_dir="proj/t")
+    task = await legacy_task(app_client, "alice", name="T", working_dir="proj/t")
     real_rename = safe_fs_resolve.renameat2
 
     def failing_rename(sfd: int, src: str, dfd: int, dst: str, flags: int = 0) -> None:

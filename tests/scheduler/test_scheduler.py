@@ -337,3 +337,17 @@ async def test_service_process_ticks_on_its_own_and_drains(harness: Harness, sta
     row = await h.job(job_id)
     assert row.next_run_at.year == datetime.now(timezone.utc).year + 1
     assert await asyncio.to_thread(proc.terminate, 15) == 0, proc.log_tail()
+
+
+async def test_a_job_row_with_a_nested_folder_from_before_the_simple_name_rule_still_fires(harness: Harness) -> None:
+    h = harness
+    svc = await h.scheduler()
+    user = await h.user("legacy")
+    job = await h.create_job(user, working_dir="reports")
+    async with h.rt.sessions() as s, s.begin():  # as stored before issue 26 item 5
+        await s.execute(update(ScheduledJob).where(ScheduledJob.job_id == job.job_id).values(working_dir="reports/2026"))
+    h.clock.set(DUE)
+    [run] = (await svc.tick()).started
+    async with h.rt.sessions() as s:
+        task = await s.get(Task, run.task_id)
+        assert task is not None and task.working_dir == "reports/2026"

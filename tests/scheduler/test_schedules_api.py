@@ -51,9 +51,11 @@ async def test_validation(harness: Harness) -> None:
     await expect_error(h, alice, "task's folder", mode="persistent", task_id=mine.task_id, working_dir="other")
     await h.make_task(alice, "Proj", working_dir="proj/sub")
     await expect_error(h, alice, "cannot be nested", working_dir="proj")
-    job = await create(h, alice, notify="WeCom", working_dir=" briefs/daily ", timezone="Europe/Berlin")
+    for nested in ("briefs/daily", "a\\b", ".briefs", ".."):
+        await expect_error(h, alice, "simple folder name", working_dir=nested)
+    job = await create(h, alice, notify="WeCom", working_dir=" briefs ", timezone="Europe/Berlin")
     assert (job.notify, job.working_dir, job.timezone, job.mode, job.timeout_seconds) == (
-        "wecom", "briefs/daily", "Europe/Berlin", "isolated", 1800)
+        "wecom", "briefs", "Europe/Berlin", "isolated", 1800)
     assert job.next_run_at == datetime(2026, 6, 2, 7, tzinfo=timezone.utc)  # T0 is 08:59:30Z = 10:59 Berlin
     default = await create(h, alice, name="Default folder", timezone=None)
     assert default.working_dir == "Default folder" and default.timezone == "UTC"

@@ -42,6 +42,20 @@ def normalize_working_dir(raw: str) -> str:
     return wd
 
 
+def simple_working_dir(raw: str) -> str:
+    """A new task folder: one simple name (seeds §2/§7.4: no '/', '\\', '..', no leading '.'), then
+    the stored form (`normalize_working_dir`). Rows made before the rule keep their nested paths:
+    only new folders (a task, a job's folder when it changes, a channel's task) pass here."""
+    if not isinstance(raw, str):
+        raise paths.PathRejected("working_dir must be a folder name")
+    name = raw.strip()
+    if "/" in name or "\\" in name:
+        raise paths.PathRejected(f"working_dir must be a simple folder name (no '/' or '\\'): {name[:80]!r}")
+    if name == ".." or name.startswith("."):
+        raise paths.PathRejected(f"working_dir must be a simple folder name (no '..', no leading '.'): {name[:80]!r}")
+    return normalize_working_dir(name)
+
+
 async def lock_user_folders(session: AsyncSession, user_id: str) -> None:
     """Serialize working-dir changes of one user until the transaction ends."""
     key = func.hashtextextended(f"zcbot:folders:{user_id}", 0)

@@ -33,7 +33,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core import paths
-from zcbot_core.folders import NestedFolder, claim_folder, normalize_working_dir
+from zcbot_core.folders import NestedFolder, claim_folder, normalize_working_dir, simple_working_dir
 from zcbot_core.config import get_settings
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.errors import ZcbotError
@@ -167,11 +167,13 @@ def validate_timeout(value: Any) -> int:
     return seconds
 
 
-def validate_working_dir(raw: Any) -> str:
+def validate_working_dir(raw: Any, *, existing: bool = False) -> str:
+    """A job's folder: a simple name when new; `existing`: it names a task's folder as stored (maybe
+    nested, from before the simple-name rule)."""
     if not isinstance(raw, str):
-        raise ScheduleError("working_dir must be a folder path relative to your root")
+        raise ScheduleError("working_dir must be a folder name")
     try:
-        return normalize_working_dir(raw)  # the rule of every task folder
+        return normalize_working_dir(raw) if existing else simple_working_dir(raw)
     except paths.PathRejected as exc:
         message = str(exc)
         raise ScheduleError(message if message.startswith(("working_dir", "folder names")) else f"working_dir: {message}") from None
@@ -309,7 +311,7 @@ async def create_schedule(
             raise ScheduleError("persistent mode needs task_id: the task whose conversation each run continues")
         task = await _owned_task(session, user_id, task_id)
         wd_given = isinstance(working_dir, str) and working_dir.strip()
-        if wd_given and validate_working_dir(working_dir) != task.working_dir:
+        if wd_given and validate_working_dir(working_dir, existing=True) != task.working_dir:
             raise ScheduleError(f"a persistent job works in its task's folder {task.working_dir!r}")
         wd, bound = task.working_dir, task.task_id
     else:
@@ -382,7 +384,7 @@ async def update_schedule(
             raise ScheduleError("persistent mode needs task_id: the task whose conversation each run continues")
         task = await _owned_task(session, user_id, task_id)
         wd_change = changes.get("working_dir")
-        if isinstance(wd_change, str) and wd_change.strip() and validate_working_dir(wd_change) != task.working_dir:
+        if isinstance(wd_change, str) and wd_change.strip() and validate_working_dir(wd_change, existing=True) != task.working_dir:
             raise ScheduleError(f"a persistent job works in its task's folder {task.working_dir!r}")
         job.task_id, job.working_dir = task.task_id, task.working_dir
     elif mode == "isolated" and rebinding:
@@ -390,8 +392,9 @@ async def update_schedule(
             raise ScheduleError("task_id is only used by persistent mode")
         job.task_id = None
         if isinstance(changes.get("working_dir"), str) and changes["working_dir"].strip():
-            wd = validate_working_dir(changes["working_dir"])
-            if wd != job.working_dir:
+            wd = validate_working_dir(changes["working_dir"], existing=True)
+            if wd != job.working_dir:  # a new folder: the simple-name rule (an unchanged old one stays)
+                wd = validate_working_dir(wd)
                 await _check_folder(session, user_id, wd)
             job.working_dir = wd
     job.mode = mode

@@ -5,8 +5,9 @@ and the channel conversations' first message.
 creates the folder eagerly (`storage_root/<user_id>/<working_dir>`, never through a symlink) and
 adds the row (flushed, not committed: the caller owns the transaction, and the lock lasts until
 it ends). Refusals are `PathRejected`: `folders.NestedFolder`, `paths.FileInTheWay` (a file where
-the folder would be) or another rejected path; `working_dir` must already be normalized
-(`folders.normalize_working_dir`).
+the folder would be) or another rejected path; `working_dir` must be a simple folder name
+(`folders.simple_working_dir`), except a scheduled job's folder stored before that rule
+(`existing_folder=True`: the row keeps working).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core import paths
 from zcbot_core.db.models import Task
-from zcbot_core.folders import claim_folder
+from zcbot_core.folders import claim_folder, simple_working_dir
 
 WEB_CHANNEL = "web"
 
@@ -40,8 +41,11 @@ async def create_task(
     skill: str | None = None,
     model_profile: str | None = None,
     scheduled_job_id: str | None = None,
+    existing_folder: bool = False,
 ) -> Task:
     """A new task of `user_id` in `working_dir` (created on disk), flushed in `session`."""
+    if not existing_folder:
+        working_dir = simple_working_dir(working_dir)
     await claim_folder(session, user_id, working_dir)
     await asyncio.to_thread(make_task_dir, storage_root, user_id, working_dir)
     task = Task(user_id=user_id, name=name, working_dir=working_dir, channel=channel, description=description,

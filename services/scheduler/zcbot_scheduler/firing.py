@@ -84,7 +84,7 @@ async def _create_run_task(rt: Runtime, job: ScheduledJob, slot: datetime) -> st
         try:
             task = await create_task(
                 session, rt.settings.storage_root, user_id=job.user_id,
-                name=schedules.firing_task_name(job.name, slot, job.timezone), working_dir=job.working_dir,
+                name=schedules.firing_task_name(job.name, slot, job.timezone), working_dir=job.working_dir, existing_folder=True,
                 scheduled_job_id=job.job_id,
                 description=f"Run of the scheduled job \"{job.name}\" ({job.cron}, {job.timezone})")
         except NestedFolder as exc:

@@ -24,7 +24,7 @@ from sqlalchemy import ColumnElement, Select, func, or_, select
 
 from zcbot_core import paths
 from zcbot_core.db.models import Task
-from zcbot_core.folders import NestedFolder, claim_folder, normalize_working_dir
+from zcbot_core.folders import NestedFolder, claim_folder, normalize_working_dir, simple_working_dir
 from zcbot_core.tasks import create_task as create_task_row
 from zcbot_core.tasks import make_task_dir
 from zcbot_core.runstate import ACTIVE
@@ -105,7 +105,7 @@ async def create_task(body: TaskCreate, user: CurrentUser, session: SessionDep, 
     """Create a task; its folder (`working_dir`, default: the name) is created at once."""
     name = paths.validate_task_name(body.name)
     raw_wd = body.working_dir if body.working_dir is not None and body.working_dir.strip() else name
-    working_dir = normalize_working_dir(raw_wd)
+    working_dir = simple_working_dir(raw_wd)
     description = clean_text(body.description, "description")
     skill = clean_label(body.skill, "skill")
     profile = check_model_profile(settings, body.model_profile)
