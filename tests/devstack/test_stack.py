@@ -84,6 +84,11 @@ class UpProcess:
 
 
 def _stack_env(home: Path, state: Path, ports: dict[str, int], **extra: str) -> dict[str, str]:
+    # Fresh embedded ports unless the test remembered its own: the defaults (4322/5433) race with the
+    # stacks of other test sessions on the machine between `choose_port`'s check and the server's bind.
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "ports.json").exists():
+        (home / "ports.json").write_text(json.dumps({"nats": free_port(), "postgres": free_port()}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZCBOT_", "JWT_SECRET", "PLATFORM_KEY"))}
     env.update(
         ZCBOT_HOME=str(home),

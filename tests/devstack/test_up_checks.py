@@ -54,6 +54,17 @@ def test_another_programs_answer_is_not_taken_for_ours(os_tmp_dir: Path) -> None
     assert "not healthy after" in text
 
 
+def test_a_service_that_gives_up_after_up_stops_the_stack(os_tmp_dir: Path) -> None:
+    home, state = os_tmp_dir / "home", os_tmp_dir / "state"
+    state.mkdir()
+    ports = {"gateway": free_port(), "runner": free_port()}
+    env = _stack_env(home, state, ports, STANDIN_EXIT_AFTER="gateway:1.5")
+    rc, text = UpProcess(env, os_tmp_dir / "up.out", only=["gateway", "runner"], max_restarts=1).until_exit()
+    assert rc == 1, text
+    assert text.index("zcbot is up") < text.index("gave up after 1 restarts")
+    assert "a service gave up; stopping the stack" in text and text.rstrip().endswith("stopped")
+
+
 def test_user_commands_reach_the_running_stack_and_keep_an_admin(os_tmp_dir: Path) -> None:
     home, state = os_tmp_dir / "home", os_tmp_dir / "state"
     state.mkdir()

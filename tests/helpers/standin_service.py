@@ -5,7 +5,8 @@ pass the registry's, `zcbot_devstack.services.SERVICE_PORT_ENV`), prints one JSO
 grandchild `sleep` in its process group (so tests can check nothing is orphaned) and exits on
 SIGTERM. With STANDIN_DIR set it writes NAME.env.json (the zcbot env it saw) and appends
 "pid grandchild_pid" to NAME.pids there; with STANDIN_CRASH_ONCE=NAME it exits 3 on its first run; with STANDIN_FOREIGN=NAME its
-/readyz answers with an instance id that is not the stack's (another program on the port).
+/readyz answers with an instance id that is not the stack's (another program on the port); with
+STANDIN_EXIT_AFTER=NAME:SECONDS it exits 4 that long after every start.
 It imports nothing from zcbot, so it starts in milliseconds.
 """
 
@@ -60,6 +61,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     line = {"ts": time.time(), "level": "info", "service": name, "logger": "standin", "msg": "service started", "port": port}
     print(json.dumps(line), flush=True)
+    exit_after = os.environ.get("STANDIN_EXIT_AFTER", "")  # NAME:SECONDS: exits 4 that long after each start
+    if exit_after.partition(":")[0] == name:
+        threading.Timer(float(exit_after.partition(":")[2]), lambda: os._exit(4)).start()
     server.serve_forever()
     print(json.dumps({"level": "info", "msg": "stopped"}), flush=True)
 
