@@ -18,12 +18,16 @@ import compose_checks as cc
 import pytest
 
 ZCBOT_SERVICES = {"gateway": 8765, "runner": 8766, "executor": 8767, "scheduler": 8768, "channels": 8769}
-SECRETS = {"JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY", "POSTGRES_PASSWORD"}
+NATS_PASSWORDS = {f"ZCBOT_NATS_PASSWORD_{s.upper()}" for s in ZCBOT_SERVICES}
+SECRETS = {"JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY", "POSTGRES_PASSWORD", "ZCBOT_RUN_GRANT_KEY",
+           *NATS_PASSWORDS}
 ENV = {  # random-looking: production refuses placeholders and values of few distinct characters
     "JWT_SECRET": hashlib.sha256(b"jwt").hexdigest(),
     "PLATFORM_KEY": hashlib.sha256(b"platform").hexdigest(),
     "ZCBOT_CHANNEL_SECRET_KEY": hashlib.sha256(b"channel").hexdigest(),
     "POSTGRES_PASSWORD": "0123456789abcdef",
+    "ZCBOT_RUN_GRANT_KEY": hashlib.sha256(b"grant").hexdigest(),
+    **{name: hashlib.sha256(name.encode()).hexdigest() for name in sorted(NATS_PASSWORDS)},
 }
 
 
@@ -241,12 +245,16 @@ def test_graceful_stop_periods(services: dict[str, dict[str, Any]]) -> None:
     assert services["gateway"]["stop_grace_period"] == "30s"
 
 
-def test_depends_on_and_volumes_resolve(project: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+def test_depends_on_and_volumes_resolve(project: dict[str, Any], services: dict[str, dict[str, Any]],
+                                        repo: Path) -> None:
     for name, svc in services.items():
         for dep in svc.get("depends_on") or {}:
             assert dep in services, (name, dep)
         for volume in svc.get("volumes") or []:
             source = volume.split(":", 1)[0]
+            if source.startswith("./"):  # a file of the repository mounted read-only (nats-auth.conf)
+                assert (repo / source).is_file() and volume.endswith(":ro"), (name, volume)
+                continue
             assert source in project["volumes"], (name, volume)
 
 

@@ -54,6 +54,7 @@ def test_overlay_renders_every_piece(rendered: tuple[list[dict[str, Any]], str])
         ("PodDisruptionBudget", "zcbot-gateway"), ("PodDisruptionBudget", "zcbot-runner"),
         ("NetworkPolicy", "zcbot-executor"), ("NetworkPolicy", "zcbot-postgres"), ("NetworkPolicy", "zcbot-nats"),
         ("PersistentVolumeClaim", "zcbot-users"), ("PodMonitor", "zcbot"), ("PrometheusRule", "zcbot"),
+        ("Secret", "zcbot-nats"), ("ConfigMap", "nats-auth"),
     }
     assert kinds == expected, f"rendered by {renderer}"
     assert len(docs) == len(kinds), "duplicate objects"
@@ -231,7 +232,8 @@ def test_env_vars_are_known_settings(docs: list[dict[str, Any]]) -> None:
 def test_secret_and_config_references_resolve(docs: list[dict[str, Any]]) -> None:
     secrets = {name: set(doc.get("data") or {}) for name, doc in kc.by_kind(docs, "Secret").items()}
     configmaps = set(kc.by_kind(docs, "ConfigMap"))
-    assert secrets["zcbot-secrets"] == {"JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY", "ZCBOT_DB_URL"}
+    assert secrets["zcbot-secrets"] == {"JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY", "ZCBOT_DB_URL",
+                                        "ZCBOT_RUN_GRANT_KEY"}
     assert secrets["zcbot-postgres"] == {"POSTGRES_PASSWORD"}
     assert {"DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"} <= secrets["zcbot-model-keys"]
     for component, doc in workloads(docs).items():
@@ -266,7 +268,8 @@ def test_services_select_pods_and_name_their_ports(docs: list[dict[str, Any]]) -
 def test_nats_runs_jetstream_on_a_persistent_volume(docs: list[dict[str, Any]]) -> None:
     nats = kc.by_kind(docs, "StatefulSet")["nats"]
     c = container(nats)
-    assert c["args"][:4] == ["-js", "-sd", "/data", "-m"]
+    assert c["args"][:2] == ["-c", "/etc/nats/nats-auth.conf"]  # users and permissions (test_nats_auth.py)
+    assert c["args"][2:6] == ["-js", "-sd", "/data", "-m"]
     assert {"name": "data", "mountPath": "/data"} in c["volumeMounts"]
     claim = nats["spec"]["volumeClaimTemplates"][0]
     assert claim["metadata"]["name"] == "data" and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
@@ -311,7 +314,9 @@ def test_executors_run_only_on_labelled_sandbox_nodes(docs: list[dict[str, Any]]
     # no shared process namespace: tini (PID 1) reaps orphaned sandbox processes
     assert not spec.get("shareProcessNamespace") and c["command"][:2] == ["tini", "--"]
     # no secret at all: the executor never signs or checks a token nor opens the database
-    assert not any((e.get("valueFrom") or {}).get("secretKeyRef") for e in c["env"])
+    # secrets: its own NATS password and the run-grant key it verifies calls with, nothing else
+    refs = {(r["name"], r["key"]) for e in c["env"] if (r := (e.get("valueFrom") or {}).get("secretKeyRef"))}
+    assert refs == {("zcbot-nats", "executor"), ("zcbot-secrets", "ZCBOT_RUN_GRANT_KEY")}
     assert not any("secretRef" in source for source in c.get("envFrom") or [])
     assert not {"JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY"} & {e["name"] for e in c["env"]}
     assert "privileged" not in sc and not spec.get("hostNetwork") and not spec.get("hostPID")
