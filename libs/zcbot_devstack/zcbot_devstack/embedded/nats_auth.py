@@ -57,12 +57,17 @@ class NatsCredentials:
         _write_private(path, json.dumps(creds.passwords, indent=2) + "\n")
         return creds
 
-    def write_server_config(self, path: Path, topo: Topology | None) -> Path:
+    def write_server_config(self, path: Path, topo: Topology | None,
+                            tls: tuple[Path, Path] | None = None) -> Path:
         """The server's configuration; without `topo` (a server shared by stacks of many prefixes,
-        as the tests' session server) only the admin may connect."""
+        as the tests' session server) only the admin may connect. `tls` (certificate, key): clients
+        must connect with TLS (`tls://` URLs and `ZCBOT_NATS_CA`)."""
         hashes = {name: _hash(self.passwords[name]) for name in SERVICES} if topo is not None else {}
         topo = topo or Topology()
-        _write_private(path, server_auth_config(topo, hashes, admin=(ADMIN_USER, _hash(self.passwords[ADMIN_USER]))))
+        config = json.loads(server_auth_config(topo, hashes, admin=(ADMIN_USER, _hash(self.passwords[ADMIN_USER]))))
+        if tls is not None:
+            config["tls"] = {"cert_file": str(tls[0]), "key_file": str(tls[1])}
+        _write_private(path, json.dumps(config, indent=2))
         return path
 
     def service_env(self, service: str) -> dict[str, str]:
