@@ -19,6 +19,7 @@ from zcbot_core.agent.context import (
     MessagePreparer,
     check_protocol,
     estimate_tokens,
+    message_idx,
     prepare_messages,
     protected_from,
     strip_old_reasoning,
@@ -151,14 +152,48 @@ def test_strip_old_reasoning_drops_no_tool_turns() -> None:
     assert "reasoning_content" not in out[1] and out[3]["reasoning_content"] == "r2"
 
 
-def test_window_skips_push_records_and_injects_the_summary() -> None:
+def test_window_keeps_push_records_and_injects_the_summary() -> None:
+    # Seed §8.7: a delivered push is in the task so the agent can answer "expand point 2 of the brief".
     rows = [(0, "chat", {"role": "user", "content": "a"}), (1, "push", {"role": "assistant", "content": "brief"}),
             (2, "chat", {"role": "user", "content": "b"})]
     body = window(rows, 0, "S")
-    assert [m["content"] for m in body] == [SUMMARY_PREFIX + "S", "a", "b"]
-    assert isinstance(body[1], IndexedMessage) and body[1].idx == 0 and body[2].idx == 2
+    assert [m["content"] for m in body] == [SUMMARY_PREFIX + "S", "a", "brief", "b"]
+    assert isinstance(body[1], IndexedMessage) and body[1].idx == 0 and body[3].idx == 2
     assert copy.deepcopy(body[1]).idx == 0
     assert window(rows, 2, None) == [{"role": "user", "content": "b"}]
+
+
+def _call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "read", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(("rows", "expected"), [
+    # a push delivered between a tool call and its results waits until the step's results are in
+    ([(0, "chat", {"role": "user", "content": "go"}),
+      (1, "chat", {"role": "assistant", "content": "", "tool_calls": [_call("c1"), _call("c2")]}),
+      (2, "chat", {"role": "tool", "tool_call_id": "c1", "content": "r1"}),
+      (3, "push", {"role": "assistant", "content": "brief"}),
+      (4, "chat", {"role": "tool", "tool_call_id": "c2", "content": "r2"}),
+      (5, "chat", {"role": "assistant", "content": "done"})],
+     [0, 1, 2, 4, 3, 5]),
+    # the step is still open (the run is going on): the push stays out for now
+    ([(0, "chat", {"role": "user", "content": "go"}),
+      (1, "chat", {"role": "assistant", "content": "", "tool_calls": [_call("c1")]}),
+      (2, "push", {"role": "assistant", "content": "brief"})],
+     [0, 1]),
+    # an interrupted step followed by a user turn: the push stops waiting, the user's turn stays last
+    ([(0, "chat", {"role": "assistant", "content": "", "tool_calls": [_call("c1")]}),
+      (1, "push", {"role": "assistant", "content": "brief"}),
+      (2, "chat", {"role": "user", "content": "again"})],
+     [0, 1, 2]),
+    # a push delivered after the user's pending message goes before it: the run still answers it
+    ([(0, "chat", {"role": "user", "content": "hi"}), (1, "chat", {"role": "assistant", "content": "hello"}),
+      (2, "chat", {"role": "user", "content": "expand point 2"}), (3, "chat", {"role": "user", "content": "and 3"}),
+      (4, "push", {"role": "assistant", "content": "brief"})],
+     [0, 1, 4, 2, 3]),
+])
+def test_window_never_puts_a_push_inside_a_tool_step(rows: list, expected: list[int]) -> None:
+    assert [message_idx(m) for m in window(rows, 0, None)] == expected
 
 
 def test_cjk_text_counts_more_tokens_per_char() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -98,6 +99,17 @@ async def test_wecom_message_runs_and_replies_with_text_and_file(chan: ChannelSt
     assert reply.delivered == ["wecom"] and not reply.errors
     assert fake.gettoken_calls == calls + 1 and 42001 in fake.errors
     assert fake.texts_to("alice_w")[-1] == "Second brief."
+
+    # The pushes are in the channel task's window (seed §8.7): a follow-up reaches a model that saw them.
+    chan.stack.fake.script("KEY-wecom-followup", [{"text": "Point 2 means…"}])
+    async with chan.client(headers) as c:
+        query, body = fake.text_callback("alice_w", "KEY-wecom-followup expand point 2 of the brief", 1004)
+        assert (await c.post("/v1/channels/wecom/callback", params=query, content=body)).status_code == 200
+    await fake.wait_sent(lambda: fake.texts_to("alice_w")[-1] == "Point 2 means…")
+    [request] = [r for r in chan.stack.fake.requests if "KEY-wecom-followup" in json.dumps(r["messages"])]
+    seen = [m["content"] for m in request["messages"] if m["role"] == "assistant"]
+    assert "[pushed to the user] Your nightly brief is ready." in seen and "[pushed to the user] Second brief." in seen
+    assert request["messages"][-1]["role"] == "user"
     assert not fake.violations
     assert_no_secrets(caplog, [fake.secret, fake.token, fake.aes_key, *fake.issued])
 

@@ -72,17 +72,62 @@ def message_idx(message: dict[str, Any]) -> int | None:
 
 
 def window(messages: Iterable[tuple[int, str, dict[str, Any]]], base_idx: int, summary: str | None) -> list[dict[str, Any]]:
-    """Messages from `context_base_idx` on, without push records, with the fold summary first.
+    """Messages from `context_base_idx` on, with the fold summary first.
+
+    Push records (kind `push`: what a channel delivered on its own, e.g. a scheduled brief) are part
+    of the window, so the agent remembers what it pushed and can answer follow-ups (seed §8.7). A
+    push is written whenever it is delivered, possibly while a run of the task is between a tool
+    call and its result: such a push waits in the window until that step's results are complete
+    (a tool result must follow its call), and is left out while the step is still open.
 
     The summary is injected in memory only, as a user message (it is never stored in the message
     stream, so it cannot disturb tool-call pairing).
     """
-    body: list[dict[str, Any]] = [
-        IndexedMessage(payload, idx) for idx, kind, payload in messages if idx >= base_idx and kind != "push"
-    ]
+    body: list[dict[str, Any]] = []
+    pushes: set[int] = set()  # ids of the push messages in `body`
+    open_calls: set[str] = set()
+    held: list[dict[str, Any]] = []
+    for idx, kind, payload in messages:
+        if idx < base_idx:
+            continue
+        message = IndexedMessage(payload, idx)
+        if kind == "push":
+            pushes.add(id(message))
+            if open_calls:
+                held.append(message)
+                continue
+        role = payload.get("role")
+        if role == "user" and held:  # the step was broken before the push (no results): do not wait for them
+            body.extend(held)
+            held, open_calls = [], set()
+        body.append(message)
+        if role == "assistant" and kind != "push":
+            open_calls = {str(c.get("id")) for c in payload.get("tool_calls") or [] if isinstance(c, dict)}
+        elif role == "tool":
+            open_calls.discard(str(payload.get("tool_call_id")))
+        elif role == "user":
+            open_calls = set()
+        if not open_calls and held:
+            body.extend(held)
+            held = []
+    body = _pending_turn_last(body, pushes)
     if summary:
         body.insert(0, {"role": "user", "content": SUMMARY_PREFIX + summary})
     return body
+
+
+def _pending_turn_last(body: list[dict[str, Any]], pushes: set[int]) -> list[dict[str, Any]]:
+    """Pushes delivered after the user's pending turn go before it: the window must end with the
+    turn the run answers (a final assistant message there would read as a finished run)."""
+    end = len(body)
+    while end and id(body[end - 1]) in pushes:
+        end -= 1
+    if end == len(body) or not end or body[end - 1].get("role") != "user":
+        return body
+    start = end
+    while start and body[start - 1].get("role") == "user" and id(body[start - 1]) not in pushes:
+        start -= 1
+    return body[:start] + body[end:] + body[start:end]
 
 
 # ---- token estimate ------------------------------------------------------------------------

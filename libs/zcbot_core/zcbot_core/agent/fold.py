@@ -123,8 +123,8 @@ def plan_reset(messages_meta: Sequence[MessageMeta | tuple[Any, ...]], now: date
                gap_hours: float = GAP_HOURS) -> ResetDecision | None:
     """The soft-reset decision for a window (see the module docstring), or None to leave it."""
     metas = sorted((m if isinstance(m, MessageMeta) else MessageMeta(*m) for m in messages_meta), key=lambda m: m.idx)
-    # Push records (proactive messages, e.g. a scheduled brief) are not part of the window, so
-    # they neither count as conversation activity nor serve as anchors.
+    # Push records (proactive messages, e.g. a scheduled brief) stay in the window (`context.window`)
+    # but are not the user's conversation: they neither count as activity nor serve as anchors.
     metas = [m for m in metas if m.idx >= base_idx and m.kind != "push"]
     if not metas:
         return None
