@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 
+import pytest
+
 from tests.e2e.conftest import Stack
 from tests.helpers.db import db_exec, db_rows
 
@@ -226,7 +228,12 @@ async def test_duplicate_delivery_of_a_finished_run_is_dropped(stack: Stack) -> 
         assert (await c.get(f"/v1/tasks/{task['task_id']}")).json()["run_status"] == "idle"
 
 
-async def test_wall_clock_limit_ends_the_run_with_a_clear_error(bare_stack: Stack) -> None:
+@pytest.mark.parametrize(("prompt", "expected"), [
+    ("KEY-long go", ["wall-clock limit of 1 s", '"continue"']),
+    ("KEY-long 开始写吧", ["1 秒", "继续"]),  # the user's language (seed §3.1: reply 继续)
+])
+async def test_wall_clock_limit_ends_the_run_with_a_clear_error(bare_stack: Stack, prompt: str,
+                                                                 expected: list[str]) -> None:
     from zcbot_core.service import open_runtime
     from zcbot_runner.service import RunnerService
 
@@ -239,14 +246,14 @@ async def test_wall_clock_limit_ends_the_run_with_a_clear_error(bare_stack: Stac
     stack.fake.script("KEY-long", [{"chunks": ["x "] * 100, "chunk_delay": 0.1}])
     token = await stack.login("olga")
     task = await stack.create_task(token, "Long")
-    r = await stack.post(token, task["task_id"], "KEY-long go")
+    r = await stack.post(token, task["task_id"], prompt)
     events = await stack.events(token, r.json()["events_url"])
     errors = [e["data"]["msg"] for e in events if e["event"] == "error"]
-    assert errors and "wall-clock limit of 1 s" in errors[0] and "continue" in errors[0]
+    assert errors and all(word in errors[0] for word in expected), errors
     assert events[-1]["data"]["status"] == "error"
     async with stack.client(token) as c:
         t = (await c.get(f"/v1/tasks/{task['task_id']}")).json()
-    assert t["run_status"] == "error" and "wall-clock" in t["run_error"]
+    assert t["run_status"] == "error" and t["run_error"] == errors[0]
 
 
 async def _end_run_in_db_only(stack: Stack, user: str) -> tuple[str, str, str]:

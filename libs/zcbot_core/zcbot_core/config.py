@@ -103,8 +103,8 @@ class Settings(BaseSettings):
         description='concurrent runs per user (more → 429)')
     zcbot_max_queued_runs: int = Field(default=1000, alias="ZCBOT_MAX_QUEUED_RUNS",
         description='global queue bound (more → 429)')
-    zcbot_run_wall_clock_seconds: float = Field(default=3600.0, alias="ZCBOT_RUN_WALL_CLOCK_SECONDS",
-        description='a run longer than this ends with an error')
+    zcbot_run_wall_clock_seconds: float = Field(default=21600.0, gt=0, alias="ZCBOT_RUN_WALL_CLOCK_SECONDS",
+        description='backstop: a run longer than this stops (the progress guards end stalled runs); the user replies 继续 to go on')
     zcbot_ack_wait_seconds: float = Field(default=30.0, alias="ZCBOT_ACK_WAIT_SECONDS",
         description='JetStream redelivery wait of a run whose runner died')
     zcbot_max_deliver: int = Field(default=5, alias="ZCBOT_MAX_DELIVER",

@@ -13,6 +13,7 @@ from sqlalchemy import exc as sa_exc
 
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.fold import prepare_run_context
+from zcbot_core.agent.lang import stop_text, user_language
 from zcbot_core.agent.context import MessagePreparer
 from zcbot_core.agent.loop import AgentLoop, LoopResult
 from zcbot_core.agent.prompt import PromptContext, build_system_prompt
@@ -188,8 +189,9 @@ class RunExecutor:
             return
         if result.status == RunOutcome.CANCELLED and active.token.reason in ("wall_clock", "timeout"):
             if active.token.reason == "wall_clock":
-                message = (f"the run exceeded its wall-clock limit of {int(settings.zcbot_run_wall_clock_seconds)} s "
-                           'and was stopped. Reply "continue" to resume.')
+                # A backstop, not a judgement: the guards stop runs that stall; say how to go on.
+                message = stop_text("wall_clock_stop", user_language(claim.history),
+                                    seconds=int(settings.zcbot_run_wall_clock_seconds))
             else:
                 message = "the run exceeded its scheduled job's timeout and was stopped"
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=message, code="timeout"))
