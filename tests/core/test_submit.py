@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from zcbot_core.runstate import submit
+from zcbot_core.runstate import sql, submit
 from zcbot_core.runstate import transitions as runs
+from zcbot_core.bus import decode
+from zcbot_core.bus.events import Done
 from zcbot_core.db.models import Message, Task, User
 from zcbot_core.service import Runtime
 
@@ -88,7 +90,7 @@ async def test_the_one_call_leaves_what_the_transaction_leaves(rt: Runtime, colu
 
 async def _cap_reached(rt: Runtime) -> dict[str, Any]:
     await add_task(rt, "t-busy", run_status="running", run_id="r-busy")
-    return {"limits": submit.RunLimits(max_runs_per_user=1)}
+    return {"limits": submit.RunLimits(max_runs_per_user=1, max_waiting_per_user=0)}
 
 
 async def _queue_full(rt: Runtime) -> dict[str, Any]:
@@ -111,8 +113,8 @@ REFUSALS = [
     pytest.param(_nothing, {"user_id": "other"}, runs.TaskNotFound, "t-refuse", id="another-users-task"),
     pytest.param(_deleted, {}, runs.TaskNotFound, "t-refuse", id="deleted-task"),
     pytest.param(_nothing, {"channel": "wecom"}, runs.WrongChannel, "web channel", id="wrong-channel"),
-    pytest.param(_cap_reached, {}, runs.QuotaExceeded, "you already have 1 runs in progress (the limit is 1)",
-                 id="user-cap"),
+    pytest.param(_cap_reached, {}, submit.UserQueueFull, "you already have 1 runs in progress (the limit is 1) and 0 waiting",
+                 id="user-cap-and-queue-full"),
     pytest.param(_queue_full, {}, runs.QuotaExceeded, "run queue is full", id="queue-full"),
 ]
 
@@ -146,7 +148,7 @@ async def test_concurrent_submits_of_one_user_keep_the_cap_exact(rt: Runtime) ->
     cap, tasks = 2, 8
     for i in range(tasks):
         await add_task(rt, f"t-race-{i}")
-    limits = submit.RunLimits(max_runs_per_user=cap)
+    limits = submit.RunLimits(max_runs_per_user=cap, max_waiting_per_user=0)
     results = await asyncio.gather(*(send(rt, f"t-race-{i}", one_call=True, limits=limits) for i in range(tasks)),
                                    return_exceptions=True)
     accepted = [r for r in results if isinstance(r, submit.SubmitResult)]
@@ -177,3 +179,91 @@ async def test_the_one_entry_expands_a_shortcut_trigger(rt: Runtime, tmp_path: A
                                 storage_root=tmp_path if with_root else None)
     _, messages = await task_state(rt, "t-short")
     assert messages[-1][2] == {"role": "user", "content": stored}
+
+
+# ---- the per-user FIFO over the concurrency cap (issue 26 item 2, migration 0005) -----------------
+
+QUEUE_LIMITS = submit.RunLimits(max_runs_per_user=1, max_waiting_per_user=2)
+
+
+@pytest.mark.parametrize("one_call", [True, False], ids=["one-call", "transaction"])
+async def test_over_the_cap_a_run_waits_in_order_and_only_a_full_queue_is_refused(rt: Runtime, one_call: bool) -> None:
+    await add_task(rt, "t-busy", run_status="running", run_id="r-busy")
+    for name in ("t-w1", "t-w2", "t-w3"):
+        await add_task(rt, name, messages=1)
+    first = await send(rt, "t-w1", one_call=one_call, limits=QUEUE_LIMITS)
+    second = await send(rt, "t-w2", one_call=one_call, limits=QUEUE_LIMITS)
+    assert [(r.status, r.position) for r in (first, second)] == [("waiting", 1), ("waiting", 2)]
+    before = await task_state(rt, "t-w3")
+    with pytest.raises(submit.UserQueueFull, match="and 2 waiting"):
+        await send(rt, "t-w3", one_call=one_call, limits=QUEUE_LIMITS)
+    assert await task_state(rt, "t-w3") == before
+    row, messages = await task_state(rt, "t-w1")
+    assert row["run_status"] == "waiting" and row["run_id"] == first.run_id
+    assert row["run_request"] == {"origin": "web", "scheduled_job_id": None, "grant": ""}
+    assert messages[-1][3] == first.run_id  # the message is stored at once; only the run waits
+
+
+async def test_the_one_call_and_the_transaction_leave_the_same_waiting_run(rt: Runtime) -> None:
+    await add_task(rt, "t-busy", run_status="running", run_id="r-busy")
+    await add_task(rt, "t-call", messages=2)
+    await add_task(rt, "t-txn", messages=2)
+    await send(rt, "t-call", one_call=True, limits=QUEUE_LIMITS)
+    await send(rt, "t-txn", one_call=False, limits=QUEUE_LIMITS)
+    (call_row, call_messages), (txn_row, txn_messages) = await task_state(rt, "t-call"), await task_state(rt, "t-txn")
+    assert comparable(call_row) | {"run_events_from": None} == comparable(txn_row) | {"run_events_from": None}
+    assert [m[:3] for m in call_messages] == [m[:3] for m in txn_messages]
+
+
+async def test_concurrent_submits_over_the_cap_fill_the_queue_exactly(rt: Runtime) -> None:
+    cap, waiting, tasks = 2, 3, 8
+    for i in range(tasks):
+        await add_task(rt, f"t-race-{i}")
+    limits = submit.RunLimits(max_runs_per_user=cap, max_waiting_per_user=waiting)
+    results = await asyncio.gather(*(send(rt, f"t-race-{i}", one_call=True, limits=limits) for i in range(tasks)),
+                                   return_exceptions=True)
+    accepted = [r for r in results if isinstance(r, submit.SubmitResult)]
+    assert sum(isinstance(r, submit.UserQueueFull) for r in results) == tasks - cap - waiting, results
+    assert sorted(r.status for r in accepted) == ["queued"] * cap + ["waiting"] * waiting
+    assert sorted(r.position for r in accepted if r.status == "waiting") == [1, 2, 3]
+
+
+async def _end(rt: Runtime, task_id: str) -> None:
+    async with rt.sessions() as s, s.begin():
+        await s.execute(update(Task).where(Task.task_id == task_id).values(run_status="idle"))
+
+
+async def test_a_freed_slot_starts_the_oldest_waiting_run_and_publishes_it(rt: Runtime) -> None:
+    await add_task(rt, "t-busy", run_status="running", run_id="r-busy")
+    for name in ("t-a", "t-b"):
+        await add_task(rt, name)
+    a = await send(rt, "t-a", one_call=True, limits=QUEUE_LIMITS)
+    b = await send(rt, "t-b", one_call=True, limits=QUEUE_LIMITS)
+    # The slot is still taken: nothing starts.
+    assert await runs.promote_waiting(rt.autocommit, rt.js, rt.topo, "sub", 1) == []
+    await _end(rt, "t-busy")
+    assert await runs.promote_waiting(rt.autocommit, rt.js, rt.topo, "sub", 1) == [a.run_id]
+    row, _ = await task_state(rt, "t-a")
+    assert (row["run_status"], row["run_request"]) == ("queued", None)
+    published = await rt.js.get_last_msg(rt.topo.runs_stream, rt.topo.run_subject("t-a"))
+    assert published.headers and published.headers["Nats-Msg-Id"] == a.run_id
+    assert (await task_state(rt, "t-b"))[0]["run_status"] == "waiting"
+    await _end(rt, "t-a")
+    assert await runs.promote_waiting(rt.autocommit, rt.js, rt.topo, "sub", 1) == [b.run_id]
+
+
+async def test_a_waiting_run_is_cancelled_at_once_and_its_stream_hears_it(rt: Runtime) -> None:
+    await add_task(rt, "t-busy", run_status="running", run_id="r-busy")
+    await add_task(rt, "t-a")
+    await add_task(rt, "t-b")
+    a = await send(rt, "t-a", one_call=True, limits=QUEUE_LIMITS)
+    await send(rt, "t-b", one_call=True, limits=QUEUE_LIMITS)
+    assert await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id="sub", task_id="t-a") == (a.run_id, True)
+    row, _ = await task_state(rt, "t-a")
+    assert (row["run_status"], row["run_request"]) == ("idle", None)
+    done = decode((await rt.js.get_last_msg(rt.topo.events_stream, rt.topo.event_subject("t-a"))).data, Done)
+    assert (done.run_id, done.status) == (a.run_id, "cancelled")
+    async with rt.autocommit.connect() as conn:
+        assert (await conn.execute(sql.WAITING_POSITION, {"position_task": "t-b"})).scalar_one() == 1
+    with pytest.raises(runs.NothingToCancel):
+        await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id="sub", task_id="t-a")

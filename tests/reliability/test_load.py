@@ -109,7 +109,9 @@ def _client(stack: Stack) -> httpx.AsyncClient:
                              limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
 
 
-@pytest.mark.parametrize("settings_env", [{"ZCBOT_MAX_RUNS_PER_USER": "4"}], indirect=True, ids=["cap4"])
+# No per-user FIFO (0 waiting): the over-cap posts are refused, so the cap is seen exactly.
+@pytest.mark.parametrize("settings_env", [{"ZCBOT_MAX_RUNS_PER_USER": "4", "ZCBOT_MAX_WAITING_RUNS_PER_USER": "0"}],
+                         indirect=True, ids=["cap4"])
 async def test_200_concurrent_runs_all_finish_and_the_cap_holds(stack: Stack,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
@@ -182,6 +184,7 @@ def _check_sequence(events: list[dict[str, Any]], run_id: str) -> None:
     assert "".join(e["data"]["delta"] for e in events if e["event"] == "text") == ANSWER
 
 
+@pytest.mark.parametrize("settings_env", [{"ZCBOT_MAX_WAITING_RUNS_PER_USER": "0"}], indirect=True, ids=["no-fifo"])
 async def test_every_event_sequence_is_complete_and_ordered_under_load(stack: Stack,
                                                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)

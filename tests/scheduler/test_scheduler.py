@@ -289,8 +289,9 @@ async def test_isolated_start_failure_counts_and_quota_skips(harness: Harness, m
     row = await h.job(job.job_id)
     assert row.last_status == "error" and "nests" in row.last_error and row.consecutive_failures == 1
     assert not await h.tasks_of(job.job_id)
-    # Over the user's run cap: skipped (not a failure), and no empty task is left behind.
+    # Over the user's run cap with its FIFO full: skipped (not a failure), and no empty task is left behind.
     svc.limits.max_runs_per_user = 0
+    svc.limits.max_waiting_per_user = 0
     async with h.rt.sessions() as s, s.begin():
         await s.execute(update(Task).where(Task.user_id == user).values(deleted_at=DUE))
     h.clock.set(datetime(2026, 6, 2, 9, 0, 1, tzinfo=timezone.utc))

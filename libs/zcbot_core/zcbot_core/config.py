@@ -100,7 +100,9 @@ class Settings(BaseSettings):
     zcbot_runner_concurrency: int = Field(default=200, alias="ZCBOT_RUNNER_CONCURRENCY",
         description='runs one runner process drives at once')
     zcbot_max_runs_per_user: int = Field(default=3, alias="ZCBOT_MAX_RUNS_PER_USER",
-        description='concurrent runs per user (more → 429)')
+        description='concurrent runs per user (more wait in the user\'s FIFO queue)')
+    zcbot_max_waiting_runs_per_user: int = Field(default=20, ge=0, alias="ZCBOT_MAX_WAITING_RUNS_PER_USER",
+        description='runs of one user waiting for a slot, first in first out (more → 429 `queue_full`)')
     zcbot_max_queued_runs: int = Field(default=1000, alias="ZCBOT_MAX_QUEUED_RUNS",
         description='global queue bound (more → 429)')
     zcbot_run_wall_clock_seconds: float = Field(default=21600.0, gt=0, alias="ZCBOT_RUN_WALL_CLOCK_SECONDS",

@@ -11,6 +11,7 @@ resumes exactly.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator
@@ -248,6 +249,11 @@ def done_frame(run_id: str | None, status: str) -> str:
     return f"event: done\ndata: {event.sse_data()}\n\n"
 
 
+def queued_frame(run_id: str | None, position: int) -> str:
+    """A waiting run's place in its user's queue (1: next); its events follow once it starts."""
+    return f'event: queued\ndata: {json.dumps({"run_id": run_id or "", "position": position})}\n\n'
+
+
 @dataclass
 class StreamPlan:
     """Where a subscriber starts and which run it follows (None: the first run it meets)."""
@@ -258,6 +264,8 @@ class StreamPlan:
     # The followed run has just ended in the database: its `done` may still be on its way (the
     # runner commits the end, then publishes `done`), so wait this long for it before answering idle.
     done_grace: float = 0.0
+    # The followed run waits in its user's FIFO (over the per-user cap): its place, said first.
+    queued_position: int = 0
 
 
 async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan) -> AsyncIterator[str | bytes]:
@@ -266,6 +274,8 @@ async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan) -> AsyncI
     follow = plan.run_id
     try:
         yield "retry: 1000\n\n"
+        if plan.queued_position:
+            yield queued_frame(follow, plan.queued_position)
         async for stored in hub.history(task_id, plan.start_seq):
             last_sent = stored.seq
             if follow and stored.event.run_id != follow:

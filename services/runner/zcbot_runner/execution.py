@@ -25,7 +25,7 @@ from zcbot_core.llm.profiles import get_profile
 from zcbot_core.llm.retry import RetryPolicy
 from zcbot_core.runstate.claim import Claim, claim_run
 from zcbot_core.runstate.status import RunOutcome
-from zcbot_core.runstate.transitions import end_run, publish_run
+from zcbot_core.runstate.transitions import end_run, promote_waiting, publish_run
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_runner import metrics
@@ -276,4 +276,13 @@ class RunExecutor:
                 await publish_run(self.rt.js, self.rt.topo, outcome.next_request)
             except Exception:
                 log.exception("could not publish the next enqueued run; the reaper will surface it")
+        await self._start_waiting(req.user_id)
         return True
+
+    async def _start_waiting(self, user_id: str) -> None:
+        """A slot of this user is free: its oldest waiting runs start (the reaper's sweep retries)."""
+        try:
+            await promote_waiting(self.rt.autocommit, self.rt.js, self.rt.topo, user_id,
+                                  self.rt.settings.zcbot_max_runs_per_user)
+        except Exception:
+            log.exception("could not start the user's waiting runs; the reaper's sweep will")

@@ -27,7 +27,7 @@ from zcbot_core.bus import events as ev
 from zcbot_core.bus import encode
 from zcbot_core.runstate import sql
 from zcbot_core.runstate.status import RunOutcome, RunStatus
-from zcbot_core.runstate.transitions import now, reap
+from zcbot_core.runstate.transitions import now, promote_waiting, reap
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_core.worker import periodic
@@ -136,7 +136,17 @@ class Reaper:
                 await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=row.run_id, msg=LOST_MESSAGE, code="lost")))
                 await self.rt.js.publish(subject, encode(ev.Done(run_id=row.run_id, status=RunOutcome.ERROR.value)))
                 log.warning("reaped lost run", extra={"task_id": row.task_id, "run_id": row.run_id})
+        await self._start_waiting()
         return reaped
+
+    async def _start_waiting(self) -> None:
+        """Users with waiting runs and a free slot (a reaped run, a runner that died before it started
+        them, a publish that failed): their oldest waiting runs start."""
+        async with self.rt.autocommit.connect() as conn:
+            users = (await conn.execute(sql.USERS_WAITING)).scalars().all()
+        for user_id in users:
+            await promote_waiting(self.rt.autocommit, self.rt.js, self.rt.topo, user_id,
+                                  self.rt.settings.zcbot_max_runs_per_user)
 
     async def loop(self, stop: asyncio.Event) -> None:
         await periodic(stop, REAP_INTERVAL, self.sweep, "reaper sweep", first_now=False)

@@ -73,8 +73,7 @@ class SchedulerService:
     async def start(self, rt: Runtime) -> None:
         rt.require_db()
         self.rt = rt
-        self.limits = RunLimits(max_runs_per_user=rt.settings.zcbot_max_runs_per_user,
-                                max_queued_runs=rt.settings.zcbot_max_queued_runs)
+        self.limits = RunLimits.from_settings(rt.settings)
         self._sub = await rt.nc.subscribe(rt.topo.events_wildcard(), cb=self._on_event, pending_msgs_limit=1_000_000,
                                           pending_bytes_limit=256 * 1024 * 1024)
         if self.config.tick_seconds > 0:

@@ -259,7 +259,7 @@ async def run_message(deps: ConversationDeps, user_id: str, channel: str, text: 
             result = await submit_message(
                 deps.sessions, deps.js, deps.nc, deps.topo, user_id=user_id, task_id=task.task_id, content=text,
                 multitask="reject", origin=f"channel:{channel}", storage_root=settings.storage_root,
-                limits=RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
+                limits=RunLimits.from_settings(settings),
                 grant_key=settings.zcbot_run_grant_key,
             )
         except RunConflict:

@@ -82,6 +82,8 @@ class Task(Base):
     run_events_from: Mapped[int | None] = mapped_column(BigInteger)
     # Messages queued behind the active run by the `enqueue` multitask strategy (oldest first).
     pending_inputs: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]", default=list)
+    # A `waiting` run's request (origin, scheduled job, grant) until it starts (migration 0005).
+    run_request: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     scheduled_job_id: Mapped[str | None] = mapped_column(String(32), index=True)
     context_base_idx: Mapped[int] = mapped_column(Integer, server_default="0", default=0)
     context_summary: Mapped[str | None] = mapped_column(Text)

@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 
 from zcbot_core.channels.bindings import ACTIVE as ACTIVE_BINDING
 from zcbot_core.db.models import ChannelBinding, Message, Task, UsageEvent, User
-from zcbot_core.runstate.status import ACTIVE, CLAIMED, RunStatus
+from zcbot_core.runstate.status import CLAIMED, COUNTED, RunStatus
 from zcbot_core.usage import TASK_TOTALS_DELTA
 
 tasks = Task.__table__
@@ -37,7 +37,7 @@ LOCK_TASK = (
 QUOTA = (
     select(func.count().filter(tasks.c.user_id == bindparam("quota_user")),
            func.count().filter(tasks.c.run_status == RunStatus.QUEUED.value))
-    .where(tasks.c.run_status.in_(ACTIVE))
+    .where(tasks.c.run_status.in_(COUNTED))
 )
 
 _APPEND_COLUMNS = {"payload": JSONB, "kind": String, "run_id": String, "model_profile": String,
@@ -133,11 +133,12 @@ STEP_FENCES = {(owned, counters): _step_fence_statement(owned, counters)
 LAST_STEP_AND_END = _owned_step_statement(with_usage=True, ends_run=True)
 
 
-def _queue_statement(with_pending: bool) -> Any:
+def _queue_statement(with_pending: bool, waiting: bool = False) -> Any:
     values: dict[str, Any] = {
-        "run_status": RunStatus.QUEUED.value, "run_id": bindparam("queue_run"), "run_error": None, "run_owner": None,
-        "run_queued_at": func.now(), "run_started_at": None, "run_timings": None,
+        "run_status": RunStatus.WAITING.value if waiting else RunStatus.QUEUED.value, "run_id": bindparam("queue_run"),
+        "run_error": None, "run_owner": None, "run_queued_at": func.now(), "run_started_at": None, "run_timings": None,
         "run_events_from": bindparam("queue_events_from", type_=Integer),
+        "run_request": bindparam("queue_request", type_=JSONB) if waiting else None,
     }
     if with_pending:
         values["pending_inputs"] = bindparam("queue_pending", type_=JSONB)
@@ -146,19 +147,42 @@ def _queue_statement(with_pending: bool) -> Any:
 
 QUEUE_RUN = _queue_statement(False)
 QUEUE_NEXT_PENDING = _queue_statement(True)  # the next waiting message starts; the rest keep waiting
+WAIT_RUN = _queue_statement(False, waiting=True)  # over the user's cap: the run waits in the user's FIFO
+WAITING_OF_USER = select(func.count()).where(tasks.c.user_id == bindparam("waiting_user"),
+                                             tasks.c.run_status == RunStatus.WAITING.value)
 
 # A message to a task with no active run, submitted in one round trip by migration 0003's function
 # (user and task locks, both caps, the message, the queued run; it writes nothing unless it answers
 # `queued`). `submit._submit_in_transaction` is the path for an active task and the reference for
 # this one: tests/core/test_submit.py checks that both leave the same rows.
 SUBMIT_TO_IDLE = text(
-    "SELECT outcome, detail, message_idx, counted FROM zcbot_submit_run_v1(:submit_user, :submit_task, "
-    ":submit_run, :submit_payload, :submit_events_from, :submit_channel, :submit_max_active, :submit_max_queued)"
+    "SELECT outcome, detail, message_idx, counted FROM zcbot_submit_run_v2(:submit_user, :submit_task, "
+    ":submit_run, :submit_payload, :submit_events_from, :submit_channel, :submit_max_active, :submit_max_queued, "
+    ":submit_max_waiting, :submit_request)"
 ).bindparams(
     bindparam("submit_user", type_=String), bindparam("submit_task", type_=String), bindparam("submit_run", type_=String),
     bindparam("submit_payload", type_=JSONB), bindparam("submit_events_from", type_=BigInteger),
     bindparam("submit_channel", type_=String), bindparam("submit_max_active", type_=BigInteger),
-    bindparam("submit_max_queued", type_=BigInteger),
+    bindparam("submit_max_queued", type_=BigInteger), bindparam("submit_max_waiting", type_=BigInteger),
+    bindparam("submit_request", type_=JSONB),
+)
+# The user's oldest waiting runs into its free slots, with the user row held (migration 0005).
+PROMOTE_WAITING = text(
+    "SELECT task_id, run_id, run_request FROM zcbot_promote_waiting_v1(:promote_user, :promote_max_active)"
+).bindparams(bindparam("promote_user", type_=String), bindparam("promote_max_active", type_=BigInteger),
+             ).columns(task_id=String, run_id=String, run_request=JSONB)
+USERS_WAITING = select(tasks.c.user_id).where(tasks.c.run_status == RunStatus.WAITING.value).distinct()
+# A run's place in its user's queue (1: next).
+WAITING_POSITION = text(
+    "SELECT count(*) FROM tasks w, tasks me WHERE me.task_id = :position_task AND me.run_status = 'waiting' "
+    "AND w.user_id = me.user_id AND w.run_status = 'waiting' "
+    "AND (w.run_queued_at, w.task_id) <= (me.run_queued_at, me.task_id)"
+).bindparams(bindparam("position_task", type_=String))
+# A waiting run cancelled: it never reached a runner, so it ends here.
+CANCEL_WAITING = (
+    update(tasks)
+    .where(tasks.c.task_id == bindparam("cancel_task"), tasks.c.run_status == RunStatus.WAITING.value)
+    .values(run_status=RunStatus.IDLE.value, run_request=None, updated_at=func.now())
 )
 
 SET_PENDING = (
@@ -197,7 +221,7 @@ RUN_OF_TASK = select(tasks.c.run_id).where(tasks.c.task_id == bindparam("of_task
 _claimed = (
     update(tasks)
     .where(tasks.c.task_id == bindparam("claim_task"), tasks.c.run_id == bindparam("claim_run"),
-           tasks.c.run_status.in_(ACTIVE))
+           tasks.c.run_status.in_(COUNTED))
     .values(run_status=case((tasks.c.run_status == RunStatus.CANCELLING.value, RunStatus.CANCELLING.value),
                             else_=RunStatus.RUNNING.value),
             run_owner=bindparam("claim_owner"), run_started_at=func.coalesce(tasks.c.run_started_at, func.now()))

@@ -1,7 +1,7 @@
 """A run's states and outcomes, named once.
 
-`tasks.run_status` (`RunStatus`): idle -> queued -> running -> idle | error, with `cancelling` between
-when a cancel is requested; a task has at most one active run (`ACTIVE`). A run's outcome
+`tasks.run_status` (`RunStatus`): idle -> [waiting ->] queued -> running -> idle | error, with `cancelling`
+between when a cancel is requested (`waiting`: over the per-user cap, in the user's FIFO); a task has at most one active run (`ACTIVE`). A run's outcome
 (`RunOutcome`: the loop's result, the `done` event, the scheduler's job outcome) decides which
 terminal status the task gets (`RunOutcome.task_status`). Both are `str` enums: they compare equal
 to, and are stored and encoded as, the plain strings the database and the bus already carry.
@@ -15,6 +15,7 @@ from enum import Enum
 class RunStatus(str, Enum):
     IDLE = "idle"
     QUEUED = "queued"
+    WAITING = "waiting"  # over its user's concurrency cap, in the user's FIFO; not on the bus yet
     RUNNING = "running"
     CANCELLING = "cancelling"
     ERROR = "error"
@@ -38,7 +39,10 @@ class RunOutcome(str, Enum):
         return RunStatus.ERROR if self is RunOutcome.ERROR else RunStatus.IDLE
 
 
-# The statuses of a run that is still alive: one per task at most; they count against the caps.
-ACTIVE: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.CANCELLING.value)
+# The statuses of a run that holds one of its user's slots (and the global queue's): they count
+# against the caps, and only these can be claimed.
+COUNTED: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.CANCELLING.value)
+# The statuses of a run that is still alive (one per task at most): a waiting run too.
+ACTIVE: tuple[str, ...] = (*COUNTED, RunStatus.WAITING.value)
 # Alive and claimed by a runner (the reaper asks these whether their owner still lives).
 CLAIMED: tuple[str, ...] = (RunStatus.RUNNING.value, RunStatus.CANCELLING.value)

@@ -3,7 +3,7 @@
 trigger is expanded (`storage_root` given: the web and the channels; a scheduled job's prompt is its own).
 
 A task with no active run takes one round trip (the fast path, `sql.SUBMIT_TO_IDLE`, a PL/pgSQL function that locks
-the user row, then the task row, checks both caps, appends the message and queues the run); a task with an
+the user row, then the task row, checks both caps (over the per-user cap the run waits in the user's FIFO), appends the message and queues the run); a task with an
 active run takes the transaction (the fallback, `_submit_in_transaction`), which is also the reference the
 function is tested against. The other transitions (claim, cancel, end, reap) are `runstate.transitions`.
 """
@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 class SubmitResult:
     run_id: str
     task_id: str
-    status: str  # queued (a new run) | pending (enqueued behind the active run)
-    position: int = 0
+    status: str  # queued (a new run) | waiting (in its user's FIFO) | pending (enqueued behind the active run)
+    position: int = 0  # waiting: the place in the user's FIFO (1: next); pending: behind the active run
     message_idx: int | None = None
     # A stream sequence at or before the run's first event (where its event stream can start
     # reading); None when JetStream could not say (then read the task's events from the start).
@@ -49,22 +49,40 @@ class SubmitResult:
 class RunLimits:
     max_runs_per_user: int = 3
     max_queued_runs: int = 1000
+    # Runs of one user waiting for one of its slots (FIFO, Slark D-5); over it: 429 `queue_full`.
+    max_waiting_per_user: int = 20
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "RunLimits":
+        return cls(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs,
+                   settings.zcbot_max_waiting_runs_per_user)
 
 
-async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -> None:
+class UserQueueFull(QuotaExceeded):
+    """The user's runs fill its slots and its FIFO (429)."""
+
+    code = "queue_full"
+
+
+async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -> int:
+    """0: the run may start; else its place in the user's FIFO."""
     active, queued = (await session.execute(sql.QUOTA, {"quota_user": user_id})).one()
     if active >= limits.max_runs_per_user:
-        raise _user_cap_reached(active, limits)
+        waiting = int((await session.execute(sql.WAITING_OF_USER, {"waiting_user": user_id})).scalar_one())
+        if waiting >= limits.max_waiting_per_user:
+            raise _user_queue_full(active, limits)
+        return waiting + 1
     if queued >= limits.max_queued_runs:
         raise QuotaExceeded(QUEUE_FULL)
+    return 0
 
 
 QUEUE_FULL = "the service is busy (the run queue is full); try again in a minute"
 
 
-def _user_cap_reached(active: int, limits: RunLimits) -> QuotaExceeded:
-    return QuotaExceeded(f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}); "
-                         "wait for one to finish or cancel it")
+def _user_queue_full(active: int, limits: RunLimits) -> QuotaExceeded:
+    return UserQueueFull(f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}) "
+                         f"and {limits.max_waiting_per_user} waiting; wait for one to finish or cancel it")
 
 
 async def _publish_or_fail(
@@ -131,13 +149,18 @@ async def submit_message(
         events_tail.cancel()  # a no-op once answered; a cancelled request leaves no lookup behind
     # The usual case, a task with no active run, in one round trip; else the transaction, which rejects
     # or puts the message behind the active run.
-    idx = await _submit_to_idle(sessions, user_id=user_id, task_id=task_id, run_id=run_id, content=content,
-                                channel=channel, limits=limits, events_from=events_from)
-    if idx is None:
+    request = _waiting_request(origin, scheduled_job_id, grant)
+    submitted = await _submit_to_idle(sessions, user_id=user_id, task_id=task_id, run_id=run_id, content=content,
+                                      channel=channel, limits=limits, events_from=events_from, request=request)
+    if submitted is None:
         return await _submit_in_transaction(
             sessions, js, nc, topo, events_tail, user_id=user_id, task_id=task_id, content=content,
             multitask=multitask, limits=limits, origin=origin, scheduled_job_id=scheduled_job_id, channel=channel,
             run_id=run_id, grant=grant)
+    idx, position = submitted
+    if position:  # over the user's cap: published when a slot frees (`transitions.promote_waiting`)
+        return SubmitResult(run_id=run_id, task_id=task_id, status="waiting", position=position, message_idx=idx,
+                            events_from=events_from)
     req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(), origin=origin,
                      scheduled_job_id=scheduled_job_id, grant=grant)
     await _publish_or_fail(sessions, js, topo, req)
@@ -146,18 +169,21 @@ async def submit_message(
 
 async def _submit_to_idle(
     sessions: async_sessionmaker[AsyncSession], *, user_id: str, task_id: str, run_id: str, content: Any,
-    channel: str | None, limits: RunLimits, events_from: int | None,
-) -> int | None:
-    """The new message's idx, its run queued by one autocommit call (`sql.SUBMIT_TO_IDLE`); None
-    when the task has an active run (nothing was written)."""
+    channel: str | None, limits: RunLimits, events_from: int | None, request: dict[str, Any],
+) -> tuple[int, int] | None:
+    """The new message's idx and the run's place in its user's FIFO (0: queued to start), written by
+    one autocommit call (`sql.SUBMIT_TO_IDLE`); None when the task has an active run (nothing was written)."""
     params = {"submit_user": user_id, "submit_task": task_id, "submit_run": run_id,
               "submit_payload": {"role": "user", "content": content}, "submit_events_from": events_from,
               "submit_channel": channel, "submit_max_active": limits.max_runs_per_user,
-              "submit_max_queued": limits.max_queued_runs}
+              "submit_max_queued": limits.max_queued_runs, "submit_max_waiting": limits.max_waiting_per_user,
+              "submit_request": request}
     async with autocommit(sessions).connect() as conn:
         outcome, detail, idx, counted = (await conn.execute(sql.SUBMIT_TO_IDLE, params)).one()
     if outcome == "queued":
-        return int(idx)
+        return int(idx), 0
+    if outcome == "waiting":
+        return int(idx), int(counted)
     if outcome == "active":
         return None
     if outcome == "no_user":
@@ -166,11 +192,11 @@ async def _submit_to_idle(
         raise TaskNotFound(task_id)
     if outcome == "wrong_channel":
         raise WrongChannel(detail)
-    if outcome == "quota_active":
-        raise _user_cap_reached(int(counted), limits)
+    if outcome == "quota_waiting":
+        raise _user_queue_full(int(counted), limits)
     if outcome == "quota_queued":
         raise QuotaExceeded(QUEUE_FULL)
-    raise RuntimeError(f"zcbot_submit_run_v1 answered {outcome!r}")
+    raise RuntimeError(f"zcbot_submit_run_v2 answered {outcome!r}")
 
 
 async def _submit_in_transaction(
@@ -204,8 +230,10 @@ async def _submit_in_transaction(
                 "pending_task": task_id, "pending_inputs": pending,
                 "pending_status": "cancelling" if multitask == "interrupt" else task.run_status})
         else:
-            await _check_quota(session, user_id, limits)
-            req, idx = await runs.queue_run(session, events_tail, task_id, user_id, run_id, content)
+            position = await _check_quota(session, user_id, limits)
+            req, idx = await runs.queue_run(session, events_tail, task_id, user_id, run_id, content,
+                                            wait_request=_waiting_request(origin, scheduled_job_id, grant)
+                                            if position else None)
             req.grant = grant
             events_from = await runs.events_from(events_tail)
             req.origin = origin
@@ -217,5 +245,13 @@ async def _submit_in_transaction(
         # (the message is saved whatever JetStream answered)
         return SubmitResult(run_id=run_id, task_id=task_id, status="pending", position=position,
                             events_from=await runs.events_from(events_tail))
+    if position:
+        return SubmitResult(run_id=run_id, task_id=task_id, status="waiting", position=position, message_idx=idx,
+                            events_from=events_from)
     await _publish_or_fail(sessions, js, topo, req)
     return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
+
+
+def _waiting_request(origin: str, scheduled_job_id: str | None, grant: str) -> dict[str, Any]:
+    """What a waiting run's request will carry when it is published (`tasks.run_request`)."""
+    return {"origin": origin, "scheduled_job_id": scheduled_job_id, "grant": grant}

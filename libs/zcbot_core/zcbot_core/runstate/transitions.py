@@ -31,10 +31,11 @@ from nats.js.errors import NotFoundError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
+from zcbot_core.bus.events import Done
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.errors import ZcbotError
 from zcbot_core.runstate import sql
-from zcbot_core.runstate.status import ACTIVE, RunOutcome
+from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
 from zcbot_core.tools.executor_client import stop_background
 
 Multitask = Literal["reject", "enqueue", "interrupt"]
@@ -154,13 +155,16 @@ async def events_from(events_tail: Awaitable[int | None]) -> int | None:
 
 async def queue_run(
     session: AsyncSession, events_tail: Awaitable[int | None], task_id: str, user_id: str, run_id: str, content: Any,
-    still_pending: list[Any] | None = None,
+    still_pending: list[Any] | None = None, wait_request: dict[str, Any] | None = None,
 ) -> tuple[RunRequest, int]:
-    """The message and the task's new `queued` run (`still_pending`: what keeps waiting behind it)."""
+    """The message and the task's new `queued` run (`still_pending`: what keeps waiting behind it;
+    `wait_request`: the run waits in its user's FIFO instead, keeping what its request will carry)."""
     idx = await append_message(session, task_id, {"role": "user", "content": content}, run_id=run_id)
     params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id,
                               "queue_events_from": await events_from(events_tail)}
-    if still_pending is None:
+    if wait_request is not None:
+        await session.execute(sql.WAIT_RUN, {**params, "queue_request": wait_request})
+    elif still_pending is None:
         await session.execute(sql.QUEUE_RUN, params)
     else:
         await session.execute(sql.QUEUE_NEXT_PENDING, {**params, "queue_pending": still_pending})
@@ -189,18 +193,26 @@ async def request_cancel(
     user_id: str,
     task_id: str,
     reason: str = "user",
-) -> str:
+) -> tuple[str, bool]:
+    """The cancelled run's id, and True when it was waiting in its user's FIFO (it is over at once)."""
     async with sessions() as session, session.begin():
         task = await lock_task(session, user_id, task_id)
         if task.run_status not in ACTIVE or not task.run_id:
             raise NothingToCancel("no run is active on this task")
-        await session.execute(sql.MARK_CANCELLING, {"cancel_task": task_id})
         run_id = task.run_id
+        if task.run_status == RunStatus.WAITING:
+            # No runner has it: it ends here, and its stream hears the end.
+            await session.execute(sql.CANCEL_WAITING, {"cancel_task": task_id})
+        else:
+            await session.execute(sql.MARK_CANCELLING, {"cancel_task": task_id})
+    if task.run_status == RunStatus.WAITING:
+        await js.publish(topo.event_subject(task_id), encode(Done(run_id=run_id, status=RunOutcome.CANCELLED.value)))
+        return run_id, True
     await signal_cancel(nc, js, topo, task_id, run_id, reason)
     # The run's background processes go with it (every cancel path: user, scheduler timeout), except
     # keep=true ones (docs/security.md, Layer 3).
     await stop_background(nc, topo, user_id, task_id, "run cancelled")
-    return run_id
+    return run_id, False
 
 
 @dataclass
@@ -294,6 +306,22 @@ async def end_run(
         return FinishOutcome()
     async with sessions() as session, session.begin():
         return await finish_run(session, js, topo, **ending)
+
+
+async def promote_waiting(autocommit: AsyncEngine, js: JetStreamContext, topo: Topology, user_id: str,
+                          max_active: int) -> list[str]:
+    """Start the user's oldest waiting runs into its free slots (after any run of the user ended) and
+    publish them; their run ids. A publish that fails leaves the run `queued` for the reaper."""
+    async with autocommit.connect() as conn:
+        rows = (await conn.execute(sql.PROMOTE_WAITING, {"promote_user": user_id,
+                                                         "promote_max_active": max_active})).all()
+    for task_id, run_id, request in rows:
+        request = request or {}
+        req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(),
+                         origin=request.get("origin", "web"), scheduled_job_id=request.get("scheduled_job_id"),
+                         grant=request.get("grant", ""))
+        await publish_run(js, topo, req)
+    return [row[1] for row in rows]
 
 
 async def reap(sessions: async_sessionmaker[AsyncSession], *, task_id: str, run_id: str, seen_status: str,

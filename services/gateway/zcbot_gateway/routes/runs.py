@@ -10,9 +10,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import and_, bindparam, select
 
-from zcbot_core.runstate import submit
+from zcbot_core.runstate import sql, submit
 from zcbot_core.runstate import transitions as runs
-from zcbot_core.runstate.status import ACTIVE, RunStatus
+from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
 from zcbot_core.db.models import Message, Task, User
 
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
@@ -117,15 +117,16 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     result = await submit.submit_message(
         rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=body.content,
         multitask=body.multitask, channel="web", storage_root=settings.storage_root,
-        limits=submit.RunLimits(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs),
+        limits=submit.RunLimits.from_settings(settings),
         events_from=feed.events_from() if feed is not None else None, grant_key=settings.zcbot_run_grant_key,
     )
     events_url = f"/v1/tasks/{task_id}/events?run_id={result.run_id}"
     if hub is not None:
         # A pending run's events come after the active run's: the plan follows this run only.
-        plan = StreamPlan(start_seq=result.events_from or 1, run_id=result.run_id, idle_when_caught_up=False)
+        plan = StreamPlan(start_seq=result.events_from or 1, run_id=result.run_id, idle_when_caught_up=False,
+                          queued_position=result.position if result.status == RunStatus.WAITING else 0)
         headers = {**SSE_HEADERS, "X-Run-Id": result.run_id, "X-Run-Status": result.status,
-                   "Content-Location": events_url}
+                   "X-Queue-Position": str(result.position), "Content-Location": events_url}
         return StreamingResponse(stream_events(hub, task_id, plan), media_type="text/event-stream", headers=headers)
     return SubmitOut(run_id=result.run_id, task_id=task_id, status=result.status, position=result.position,
                      events_url=events_url)
@@ -134,8 +135,10 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
 @router.post("/tasks/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED)
 async def cancel_run(task_id: str, user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
     # TaskNotFound 404, NothingToCancel 409 (domain errors, mapped at the edge)
-    run_id = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id)
-    return {"task_id": task_id, "run_id": run_id, "status": RunStatus.CANCELLING.value}
+    run_id, waited = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id)
+    # A waiting run never started: it is cancelled at once.
+    return {"task_id": task_id, "run_id": run_id,
+            "status": RunOutcome.CANCELLED.value if waited else RunStatus.CANCELLING.value}
 
 
 def _parse_last_event_id(value: str | None) -> int | None:
@@ -189,6 +192,9 @@ async def run_events(
         plan = StreamPlan(start_seq=current_from, run_id=task.run_id, idle_when_caught_up=False)
     else:
         plan = None
+    if plan is not None and task.run_status == RunStatus.WAITING and plan.run_id == task.run_id:
+        async with rt.autocommit.connect() as conn:
+            plan.queued_position = int((await conn.execute(sql.WAITING_POSITION, {"position_task": task_id})).scalar_one())
     headers = SSE_HEADERS
     if plan is None:
         async def idle() -> Any:
