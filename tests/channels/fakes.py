@@ -302,6 +302,7 @@ class Bot:
     polls: list[tuple[float, str]] = field(default_factory=list)  # (time, outcome)
     notifystarts: list[float] = field(default_factory=list)
     client_ids: set[str] = field(default_factory=set)
+    generating: bool = False  # the last text piece had state 1: the reply is not finished yet
     sent: list[dict[str, Any]] = field(default_factory=list)
     files: list[tuple[str, bytes]] = field(default_factory=list)
     new_msg: asyncio.Event = field(default_factory=asyncio.Event)
@@ -509,9 +510,15 @@ class FakeILink(_Server):
         if msg.get("to_user_id") != bot.user_id:
             self.violations.append(f"sendmessage: to_user_id {msg.get('to_user_id')!r}")
             return JSONResponse({"ret": -2, "errmsg": "invalid to_user_id"})
-        if msg.get("message_type") != 2 or msg.get("message_state") != 2:
-            self.violations.append("sendmessage: message_type/message_state")
         items = msg.get("item_list") or []
+        state = msg.get("message_state")
+        # A long text: pieces of state 1 (generating) ending with one of state 2; anything else is 2.
+        text_piece = len(items) == 1 and items[0].get("type") == 1
+        if msg.get("message_type") != 2 or state not in (1, 2) or (state == 1 and not text_piece):
+            self.violations.append("sendmessage: message_type/message_state")
+        if bot.generating and not text_piece:
+            self.violations.append("sendmessage: a message inside an unfinished (state 1) text")
+        bot.generating = state == 1
         if len(items) != 1:
             self.violations.append(f"sendmessage: {len(items)} items (one per message)")
             return JSONResponse({"ret": -2, "errmsg": "prepare failed"})

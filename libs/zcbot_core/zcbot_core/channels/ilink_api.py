@@ -7,8 +7,10 @@
 - QR login: `GET get_bot_qrcode?bot_type=3`, long-poll `GET get_qrcode_status?qrcode=...`.
 - `getupdates {get_updates_buf}` long poll; a client-side timeout means "no messages".
 - `sendmessage`: one item per message, a unique `client_id` each (a missing or repeated one is
-  silently dropped by the server), `message_type` 2 (bot), `message_state` 2 (finished), the
-  latest inbound `context_token`.
+  silently dropped by the server), `message_type` 2 (bot), the latest inbound `context_token`.
+  A long text goes as pieces of `message_state` 1 (generating) ending with one piece of state 2
+  (finished), as the seed (§8.7) and the protocol notes send it; a short text or a file is one
+  message of state 2.
 - Files: random AES-128 key + filekey, `getuploadurl`, POST the AES-128-ECB/PKCS#7 ciphertext
   to the CDN (`upload_full_url`, else `{cdn}/upload?encrypted_query_param=..&filekey=..`),
   read `x-encrypted-param` (5xx retried up to 3 times), send a `file_item` whose `aes_key` is
@@ -51,6 +53,7 @@ FILE_MAX_BYTES = 100 * 1024 * 1024
 MEDIA_IMAGE, MEDIA_VIDEO, MEDIA_FILE, MEDIA_VOICE = 1, 2, 3, 4
 ITEM_TEXT, ITEM_IMAGE, ITEM_VOICE, ITEM_FILE, ITEM_VIDEO = 1, 2, 3, 4, 5
 MSG_USER, MSG_BOT = 1, 2
+STATE_GENERATING = 1
 STATE_FINISH = 2
 UPLOAD_RETRIES = 3
 
@@ -234,10 +237,10 @@ class ILinkClient:
         return self._check("getupdates", data)
 
     async def sendmessage(self, to_user_id: str, item: dict[str, Any], *, token: str, context_token: str | None,
-                          base_url: str | None = None) -> str:
+                          base_url: str | None = None, state: int = STATE_FINISH) -> str:
         client_id = new_client_id()
         msg = {"from_user_id": "", "to_user_id": to_user_id, "client_id": client_id, "message_type": MSG_BOT,
-               "message_state": STATE_FINISH, "item_list": [item]}
+               "message_state": state, "item_list": [item]}
         if context_token:
             msg["context_token"] = context_token
         try:
@@ -250,9 +253,11 @@ class ILinkClient:
     async def send_text(self, to_user_id: str, text: str, *, token: str, context_token: str | None,
                         base_url: str | None = None) -> list[str]:
         ids = []
-        for chunk in split_chars(text, TEXT_MAX_CHARS) or ["(empty reply)"]:
+        chunks = split_chars(text, TEXT_MAX_CHARS) or ["(empty reply)"]
+        for n, chunk in enumerate(chunks, 1):
             ids.append(await self.sendmessage(to_user_id, {"type": ITEM_TEXT, "text_item": {"text": chunk}},
-                                              token=token, context_token=context_token, base_url=base_url))
+                                              token=token, context_token=context_token, base_url=base_url,
+                                              state=STATE_FINISH if n == len(chunks) else STATE_GENERATING))
         return ids
 
     async def upload_file(self, to_user_id: str, path: "Path | UserFile", *, token: str, media_type: int = MEDIA_FILE,
