@@ -13,7 +13,7 @@
 (() => {
   const TOKEN_KEY = "zcbot.token";
   const USER_KEY = "zcbot.user_id";
-  const ACTIVE_RUN = new Set(["queued", "running", "cancelling"]);
+  const ACTIVE_RUN = new Set(["waiting", "queued", "running", "cancelling"]);
   const MAX_RECONNECTS = 20;
   const PREVIEW_CHARS = 4000;
 
@@ -681,6 +681,9 @@
             run.runId = d.run_id || run.runId;
             view.root.dataset.runId = run.runId || "";
             setRunStatus("running", "running");
+            break;
+          case "queued":  // over the per-user cap: waiting for one of the user's runs to end
+            setRunStatus("waiting (#" + (d.position || 1) + " in your queue)", "warn");
             break;
           case "llm_start": view.onStep(); break;
           case "text": view.onText(d.delta || ""); break;
