@@ -2,8 +2,11 @@
 
 `channel=None` tries every usable binding; a named channel is tried alone (no fallback). WeCom
 can always push (the app's message/send). iLink needs a context_token from the user's last
-message within `ilink_context_max_age` (~24 h server side); otherwise the push is refused with a
-message saying so. Each delivery is recorded in that channel's task as a `push` message.
+message within `ilink_context_max_age` (~24 h server side); otherwise that channel refuses with a
+message saying so. When no channel delivered (none linked, or each refused) and the push may fall
+back (`channel=None`, or a scheduled job's notify, whatever channel it names), it goes by e-mail to the user's address (seed §8.7 "超期退邮件兜底"; `email_api.py`), and the
+reply still names what each channel said. Each WeChat delivery is recorded in that channel's task
+as a `push` message.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from zcbot_core import paths, safe_fs
 from zcbot_core.bus import PushReply, PushRequest
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import record_push
+from zcbot_core.channels.email_api import EmailError
 from zcbot_core.channels.ilink_api import ILinkError
 from zcbot_core.channels.wecom_api import WeComError
+from zcbot_core.db.models import User
 
 from zcbot_channels.context import ChannelsContext
 
@@ -27,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHANNEL_LABELS = {"wecom": "WeCom", "ilink": "personal WeChat"}
+EMAIL = "email"
 
 
 def _resolve_file(ctx: ChannelsContext, user_id: str, file_path: str) -> safe_fs.UserFile:
@@ -79,6 +85,25 @@ async def _deliver_one(ctx: ChannelsContext, binding: "ChannelBinding", req: Pus
     raise ValueError(f"unknown channel {binding.channel}")
 
 
+async def _email_fallback(ctx: ChannelsContext, req: PushRequest, file: safe_fs.UserFile | None,
+                          reply: PushReply) -> None:
+    if not ctx.cs.email_enabled:
+        reply.errors[EMAIL] = "no e-mail fallback: e-mail is not configured on this server"
+        return
+    async with ctx.sessions() as session:
+        user = await session.get(User, req.user_id)
+        address = user.email if user is not None else None
+    if not address:
+        reply.errors[EMAIL] = "no e-mail fallback: the user has no e-mail address"
+        return
+    try:
+        await ctx.email.send(address, req.text, file)
+    except EmailError as exc:
+        reply.errors[EMAIL] = str(exc)
+        return
+    reply.delivered.append(EMAIL)
+
+
 async def deliver(ctx: ChannelsContext, req: PushRequest) -> PushReply:
     reply = PushReply()
     if req.channel not in (None, "", bindings.WECOM, bindings.ILINK):
@@ -87,15 +112,18 @@ async def deliver(ctx: ChannelsContext, req: PushRequest) -> PushReply:
     if not req.text.strip() and not req.file_path:
         reply.errors["request"] = "nothing to send (empty text and no file)"
         return reply
+    # A scheduled job's notify must reach the user (its channel or, failing that, e-mail); a push
+    # that names its channel otherwise gets that channel or nothing (the agent asked for it).
+    fallback = not req.channel or req.origin == "scheduler"
     targets = await bindings.usable_bindings(ctx.sessions, req.user_id)
     if req.channel:
         targets = [b for b in targets if b.channel == req.channel]
         if not targets:
             reply.errors[req.channel] = f"{CHANNEL_LABELS[req.channel]} is not linked for this user"
-            return reply
+            if not fallback:
+                return reply
     if not targets:
         reply.errors["channels"] = "the user has no linked WeChat channel"
-        return reply
     file = None
     if req.file_path:
         try:
@@ -118,6 +146,8 @@ async def deliver(ctx: ChannelsContext, req: PushRequest) -> PushReply:
             await record_push(ctx.sessions, ctx.settings, req.user_id, binding.channel, req.text, req.file_path)
         except Exception:
             log.exception("could not record the push in the channel task", extra={"channel": binding.channel})
+    if not reply.delivered and fallback:
+        await _email_fallback(ctx, req, file, reply)
     log.info("push handled", extra={"user_id": req.user_id, "origin": req.origin, "delivered": reply.delivered,
                                     "failed": sorted(reply.errors)})
     return reply

@@ -25,6 +25,7 @@ from typing import Any
 from zcbot_core.bus import BusDecodeError, PushReply, PushRequest, decode, encode
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import ConversationDeps
+from zcbot_core.channels.email_api import EmailClient
 from zcbot_core.channels.ilink_api import ILinkClient
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.wecom_api import WeComClient
@@ -72,7 +73,8 @@ class ChannelsService:
         self.conversation_deps = ConversationDeps(settings=rt.settings, sessions=rt.sessions, nc=rt.nc, js=rt.js,
                                                   topo=rt.topo, reply_timeout=self.cs.reply_timeout)
         self.ctx = ChannelsContext(settings=rt.settings, sessions=rt.sessions, cs=self.cs, key=self.key,
-                                   wecom=self.wecom, ilink=self.ilink, conversation_deps=self.conversation_deps,
+                                   wecom=self.wecom, ilink=self.ilink, email=EmailClient(self.cs),
+                                   conversation_deps=self.conversation_deps,
                                    spawn=self.spawn)
         self.kv = await rt.js.key_value(rt.topo.leases_bucket)
         self._push_sub = await rt.nc.subscribe(rt.topo.push_wildcard(), queue=rt.topo.channels_push_queue_group,

@@ -8,6 +8,7 @@ Every variable and its meaning are in the fields below (README's table is genera
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,6 +51,17 @@ class ChannelSettings(BaseSettings):
                                  description="how often bindings are scanned for loops to start")
     reply_timeout: float | None = Field(default=None, alias="ZCBOT_CHANNELS_REPLY_TIMEOUT_SECONDS", description=(
         "longest wait for a run's answer (default, or <= 0: the run wall clock + 60 s)"))
+
+    smtp_host: str | None = Field(default=None, alias="ZCBOT_SMTP_HOST", description=(
+        "SMTP server of the e-mail fallback (a push no WeChat channel can deliver goes to the user's e-mail)"))
+    smtp_port: int = Field(default=587, ge=1, le=65535, alias="ZCBOT_SMTP_PORT", description="SMTP port")
+    smtp_tls: Literal["starttls", "ssl", "none"] = Field(default="starttls", alias="ZCBOT_SMTP_TLS",
+                                                         description="starttls | ssl | none (a local relay only)")
+    smtp_username: str | None = Field(default=None, alias="ZCBOT_SMTP_USERNAME", description="SMTP login (optional)")
+    smtp_password: str | None = Field(default=None, alias="ZCBOT_SMTP_PASSWORD", description="SMTP password")
+    smtp_from: str | None = Field(default=None, alias="ZCBOT_SMTP_FROM", description="the From address of the e-mails")
+    email_attach_max_mb: float = Field(default=10.0, ge=0, alias="ZCBOT_EMAIL_ATTACH_MAX_MB", description=(
+        "a larger pushed file is named in the e-mail (its path in the web app) instead of attached"))
 
     @field_validator("wecom_corp_id", mode="before")
     @classmethod
@@ -99,6 +111,10 @@ class ChannelSettings(BaseSettings):
         """Inbound callbacks also need the callback Token and EncodingAESKey."""
         return bool(self.wecom_send_enabled and self.wecom_token and self.wecom_aes_key)
 
+    @property
+    def email_enabled(self) -> bool:
+        return bool(self.smtp_host and self.smtp_from)
+
     def secret_values(self) -> list[str]:
         """Every configured secret (for tests and redaction)."""
-        return [v for v in (self.wecom_secret, self.wecom_token, self.wecom_aes_key) if v]
+        return [v for v in (self.wecom_secret, self.wecom_token, self.wecom_aes_key, self.smtp_password) if v]
