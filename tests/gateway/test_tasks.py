@@ -470,7 +470,7 @@ async def test_restore_recreates_a_missing_folder(app_client: httpx.AsyncClient,
     assert folder.is_dir()
 
 
-@pytest.mark.parametrize("run_status", ["queued", "running", "cancelling"])
+@pytest.mark.parametrize("run_status", ["waiting", "queued", "running", "cancelling"])
 async def test_delete_with_active_run_is_409(app_client: httpx.AsyncClient, make_user, run_status: str) -> None:
     h = await make_user(app_client, "alice")
     task = await created(app_client, h, name="busy")

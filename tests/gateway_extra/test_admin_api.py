@@ -73,7 +73,8 @@ async def test_admin_aggregates(app_client: httpx.AsyncClient, make_user, make_a
     assert ov.status_code == 200, ov.text
     body = ov.json()
     assert body["runtime"]["version"] == __version__ and body["runtime"]["uptime_seconds"] >= 0
-    assert body["runtime"]["runs"] == {"idle": 0, "queued": 1, "running": 1, "cancelling": 0, "error": 0}
+    assert body["runtime"]["runs"] == {"idle": 0, "waiting": 0, "queued": 1, "running": 1, "cancelling": 0,
+                                       "error": 0}
     assert body["tasks"] == {"total": 2, "active": 1, "deleted": 1}
     assert body["users"] == {"total": 3, "admins": 1}
     assert body["usage"] == {"tokens_in": 11_351, "tokens_out": 1_136, "tokens_cached": 55, "tokens": 12_487,

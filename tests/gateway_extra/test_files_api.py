@@ -312,7 +312,7 @@ async def test_rename_refused_while_a_run_is_active(app_client: httpx.AsyncClien
                                                     make_user) -> None:
     h = await make_user(app_client, "alice")
     task = await legacy_task(app_client, "alice", name="Busy", working_dir="outer/busy")
-    for run_status in ("queued", "running", "cancelling"):
+    for run_status in ("waiting", "queued", "running", "cancelling"):
         await set_task(app_client, task["task_id"], run_status=run_status)
         for path in ("outer/busy", "outer"):
             resp = await post(app_client, h, "rename", path=path, new_name="elsewhere")

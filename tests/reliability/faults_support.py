@@ -50,7 +50,7 @@ def roles(url: str, task_id: str) -> list[str]:
 
 def assert_consistent(url: str) -> None:
     """The invariants after any fault, over every task of the database."""
-    stuck = db_rows(url, "select task_id, run_status from tasks where run_status in ('queued','running','cancelling')")
+    stuck = db_rows(url, "select task_id, run_status from tasks where run_status in ('waiting','queued','running','cancelling')")
     assert not stuck, f"tasks left active: {stuck}"
     rows = db_rows(url, "select task_id, idx, kind, payload::text from messages order by task_id, idx")
     by_task: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
