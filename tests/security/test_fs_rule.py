@@ -23,9 +23,12 @@ IN_SANDBOX = {  # run inside the sandbox as its uid: the kernel, not path checks
 ALLOWED = {  # (file, the matching text) -> why it is not an operation on a user tree
     ("libs/zcbot_core/zcbot_core/paths.py", "resolve_user_path("): "the check itself (tests only call it)",
     ("libs/zcbot_core/zcbot_core/paths.py", "os.path.realpath"): "inside resolve_user_path",
-    ("libs/zcbot_core/zcbot_core/embedded.py", "os.walk("): "the embedded PostgreSQL's own data folder",
-    ("libs/zcbot_core/zcbot_core/embedded.py", "shutil.rmtree"): "the embedded database's socket folder",
-    ("libs/zcbot_core/zcbot_core/embedded.py", "tempfile.mk"): "the embedded database's socket folder",
+    ("libs/zcbot_devstack/zcbot_devstack/embedded/postgres.py", "os.walk("): "the embedded PostgreSQL's own data folder",
+    ("libs/zcbot_devstack/zcbot_devstack/embedded/postgres.py", "shutil.rmtree"):
+        "the embedded database's socket and password-init folders (its own temp dirs)",
+    ("libs/zcbot_devstack/zcbot_devstack/embedded/postgres.py", "tempfile.mk"):
+        "the embedded database's socket and password-init folders (its own temp dirs)",
+    ("libs/zcbot_devstack/zcbot_devstack/state.py", "os.replace("): "ZCBOT_HOME/stack.json, the stack's own state file",
     ("libs/zcbot_core/zcbot_core/quota/__init__.py", "O_NOFOLLOW"): "the quota ledger in the service state folder",
     ("libs/zcbot_core/zcbot_core/quota/meter.py", "/proc/self/fd"): "inotify on a directory fd safe_fs opened",
     ("services/gateway/zcbot_gateway/routes/files.py", "/proc/self/fd"): "the download's own fd, opened by safe_fs",
