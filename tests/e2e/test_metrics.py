@@ -42,7 +42,14 @@ async def test_services_expose_health_and_metrics(settings_env: dict[str, str], 
     ports = {name: int(settings_env[key]) for name, key in SERVICE_PORT_ENV.items()}
     for name, port in ports.items():
         assert scrape(port, "/healthz")[0] == 200, name
-        status, body = scrape(port, "/readyz")
+        # /healthz answers while start-up goes on; /readyz is 503 until the service can take work
+        # (the runner warms LiteLLM and binds its consumer first), then 200 for good.
+        deadline = asyncio.get_running_loop().time() + 60
+        while (ready := await asyncio.to_thread(scrape, port, "/readyz"))[0] == 503:
+            assert '"ready":false' in ready[1].replace(" ", ""), (name, ready)
+            assert asyncio.get_running_loop().time() < deadline, (name, ready)
+            await asyncio.sleep(0.1)
+        status, body = ready
         assert status == 200 and '"ready":true' in body.replace(" ", ""), (name, body)
 
     fake_llm.script("KEY-metrics", [{"tool_calls": [{"name": "shell", "arguments": {"command": "echo hi"}}]},
