@@ -258,6 +258,24 @@ async def test_wall_clock_limit_ends_the_run_with_a_clear_error(bare_stack: Stac
     assert t["run_status"] == "error" and t["run_error"] == errors[0]
 
 
+async def test_a_task_sets_its_own_wall_clock(stack: Stack) -> None:
+    token = await stack.login("wally")
+    async with stack.client(token) as c:
+        for bad in (0, -5, 8 * 24 * 3600, "soon"):
+            r = await c.post("/v1/tasks", json={"name": "Bad", "wall_clock_seconds": bad})
+            assert r.status_code in (400, 422), r.text
+    task = await stack.create_task(token, "Short", wall_clock_seconds=1)
+    assert task["wall_clock_seconds"] == 1
+    stack.fake.script("KEY-long-own", [{"chunks": ["x "] * 100, "chunk_delay": 0.1}])
+    r = await stack.post(token, task["task_id"], "KEY-long-own 写一份长报告")
+    events = await stack.events(token, r.json()["events_url"])
+    errors = [e["data"]["msg"] for e in events if e["event"] == "error"]
+    assert errors and "1 秒" in errors[0] and "继续" in errors[0], errors  # the server default is 6 h
+    async with stack.client(token) as c:
+        patched = await c.patch(f"/v1/tasks/{task['task_id']}", json={"wall_clock_seconds": None})
+        assert patched.status_code == 200 and patched.json()["wall_clock_seconds"] is None
+
+
 async def _end_run_in_db_only(stack: Stack, user: str) -> tuple[str, str, str]:
     """A task whose run has ended in PostgreSQL while its `done` is not on the bus yet: the moment
     between the runner's finishing commit and its `done` publish."""

@@ -21,7 +21,7 @@ from zcbot_gateway.deps import known_profiles
 pytestmark = pytest.mark.asyncio
 
 TASK_KEYS = {
-    "task_id", "name", "working_dir", "skill", "description", "status", "model_profile", "channel", "read_only",
+    "task_id", "name", "working_dir", "skill", "description", "status", "model_profile", "wall_clock_seconds", "channel", "read_only",
     "run_status", "run_error", "run_id", "scheduled_job_id", "tokens_in", "tokens_out", "tokens_cached", "cost_usd",
     "queued_messages", "run_timings", "context_base_idx", "created_at", "updated_at", "deleted_at",
 }

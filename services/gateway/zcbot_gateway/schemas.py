@@ -32,6 +32,7 @@ def task_to_json(task: Task) -> dict[str, Any]:
         "description": task.description,
         "status": task.status,
         "model_profile": task.model_profile,
+        "wall_clock_seconds": task.wall_clock_seconds,
         "channel": channel,
         "read_only": channel != WEB_CHANNEL,
         "run_status": task.run_status,
@@ -51,6 +52,10 @@ def task_to_json(task: Task) -> dict[str, Any]:
     }
 
 
+MIN_WALL_CLOCK = 1
+MAX_WALL_CLOCK = 7 * 24 * 3600
+
+
 class TaskOut(BaseModel):
     task_id: str
     name: str
@@ -59,6 +64,7 @@ class TaskOut(BaseModel):
     description: str | None
     status: str
     model_profile: str | None
+    wall_clock_seconds: int | None
     channel: str
     read_only: bool
     run_status: str
@@ -100,6 +106,8 @@ class TaskCreate(BaseModel):
     description: str | None = Field(default=None, max_length=20_000)
     skill: str | None = Field(default=None, max_length=128)
     model_profile: str | None = Field(default=None, max_length=128)
+    wall_clock_seconds: int | None = Field(default=None, ge=MIN_WALL_CLOCK, le=MAX_WALL_CLOCK, description=(
+        "this task's wall-clock backstop per run in seconds (null: the server's ZCBOT_RUN_WALL_CLOCK_SECONDS)"))
 
 
 class TaskPatch(BaseModel):
@@ -110,6 +118,8 @@ class TaskPatch(BaseModel):
     name: str | None = Field(default=None, max_length=1000)
     skill: str | None = Field(default=None, max_length=128)
     model_profile: str | None = Field(default=None, max_length=128)
+    wall_clock_seconds: int | None = Field(default=None, ge=MIN_WALL_CLOCK, le=MAX_WALL_CLOCK, description=(
+        "this task's wall-clock backstop per run in seconds (null: the server's ZCBOT_RUN_WALL_CLOCK_SECONDS)"))
 
 
 class LoginIn(BaseModel):

@@ -141,7 +141,8 @@ class RunExecutor:
         pending = await pending_cancel
         if claim.cancelling or pending:
             active.token.cancel(pending or "user")
-        wall = asyncio.get_running_loop().call_later(settings.zcbot_run_wall_clock_seconds, active.token.cancel, "wall_clock")
+        wall_clock = float(getattr(task, "wall_clock_seconds", None) or settings.zcbot_run_wall_clock_seconds)
+        wall = asyncio.get_running_loop().call_later(wall_clock, active.token.cancel, "wall_clock")
         result: LoopResult
         store: DbStepStore | None = None
         profile_name = task.model_profile or settings.zcbot_default_model
@@ -191,7 +192,7 @@ class RunExecutor:
             if active.token.reason == "wall_clock":
                 # A backstop, not a judgement: the guards stop runs that stall; say how to go on.
                 message = stop_text("wall_clock_stop", user_language(claim.history),
-                                    seconds=int(settings.zcbot_run_wall_clock_seconds))
+                                    seconds=int(wall_clock))
             else:
                 message = "the run exceeded its scheduled job's timeout and was stopped"
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=message, code="timeout"))

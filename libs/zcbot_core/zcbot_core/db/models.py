@@ -87,6 +87,8 @@ class Task(Base):
     scheduled_job_id: Mapped[str | None] = mapped_column(String(32), index=True)
     context_base_idx: Mapped[int] = mapped_column(Integer, server_default="0", default=0)
     context_summary: Mapped[str | None] = mapped_column(Text)
+    # The task's own wall-clock backstop in seconds (None: ZCBOT_RUN_WALL_CLOCK_SECONDS).
+    wall_clock_seconds: Mapped[int | None] = mapped_column(Integer)
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(

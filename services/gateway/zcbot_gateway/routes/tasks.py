@@ -111,6 +111,7 @@ async def create_task(body: TaskCreate, user: CurrentUser, session: SessionDep, 
     profile = check_model_profile(settings, body.model_profile)
     task = await create_task_row(session, settings.storage_root, user_id=user, name=name, working_dir=working_dir,
                                  description=description, skill=skill, model_profile=profile)
+    task.wall_clock_seconds = body.wall_clock_seconds
     await session.commit()
     await session.refresh(task)
     return task_to_json(task)
@@ -193,6 +194,8 @@ async def patch_task(
         task.skill = clean_label(body.skill, "skill")
     if "model_profile" in fields:
         task.model_profile = check_model_profile(settings, body.model_profile)
+    if "wall_clock_seconds" in fields:  # null: back to the server's default
+        task.wall_clock_seconds = body.wall_clock_seconds
     if fields:
         await session.commit()
         await session.refresh(task)
