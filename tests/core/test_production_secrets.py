@@ -48,6 +48,8 @@ WEAK = [
     ("ZCBOT_CHANNEL_SECRET_KEY", "9f86d081884c7d659a2feaa0c55ad015", "64 hex"),
     ("ZCBOT_CHANNEL_SECRET_KEY", "z" * 64, "64 hex"),
     ("ZCBOT_CHANNEL_SECRET_KEY", "0" * 64, "distinct"),
+    ("ZCBOT_RUN_GRANT_KEY", "CHANGE_ME", "placeholder"),
+    ("ZCBOT_RUN_GRANT_KEY", "short-but-random-7Hk2", "at least 32"),
 ]
 
 
@@ -59,6 +61,17 @@ def test_weak_secrets_are_refused_in_production(name: str, value: str, why: str)
     assert name in message and why in message
     assert value not in message  # the value is never echoed
     Settings(**{**STRONG, name: value}).require_secrets()  # local development keeps any value
+
+
+@pytest.mark.parametrize(("value", "why"), [(None, "must be set"), ("CHANGE_ME", "placeholder"), ("0" * 64, "distinct")])
+def test_the_executor_needs_a_strong_grant_key_in_production(value: str | None, why: str) -> None:
+    settings = production(ZCBOT_RUN_GRANT_KEY=value) if value else production()
+    with pytest.raises(ConfigError) as refused:
+        settings.require_grant_key()
+    assert "ZCBOT_RUN_GRANT_KEY" in str(refused.value) and why in str(refused.value)
+    assert value is None or value not in str(refused.value)
+    strong = "Zr4Kp9Lm2Qx7Vb1Nc8Hd3Fs6Gt0Jw5Ye"
+    assert production(ZCBOT_RUN_GRANT_KEY=strong).require_grant_key() == strong
 
 
 def test_every_weak_secret_is_named_at_once() -> None:

@@ -183,10 +183,22 @@ class Settings(BaseSettings):
                 weak_secret_problem("JWT_SECRET", self.jwt_secret),
                 weak_secret_problem("PLATFORM_KEY", self.platform_key),
                 weak_secret_problem("ZCBOT_CHANNEL_SECRET_KEY", self.zcbot_channel_secret_key, hex_bytes=32),
+                # the services that accept messages sign run grants with it (the runner holds none)
+                weak_secret_problem("ZCBOT_RUN_GRANT_KEY", self.zcbot_run_grant_key) if self.zcbot_run_grant_key else None,
             ) if problem]
             if problems:
                 raise ConfigError("ZCBOT_ENV=production refuses weak secrets: " + "; ".join(problems)
                                   + " (generate each with `openssl rand -hex 32`).")
+
+    def require_grant_key(self) -> str:
+        """The run-grant key a process that checks grants (the executor) needs: set, and strong in
+        production (a guessable key would let runner credentials forge a grant for any user)."""
+        if not self.zcbot_run_grant_key:
+            raise ConfigError("ZCBOT_RUN_GRANT_KEY must be set for the executor (the key of the run grants it "
+                              "checks; `zcbot up` generates it).")
+        if self.zcbot_env == "production" and (problem := weak_secret_problem("ZCBOT_RUN_GRANT_KEY", self.zcbot_run_grant_key)):
+            raise ConfigError(f"ZCBOT_ENV=production refuses weak secrets: {problem} (generate it with `openssl rand -hex 32`).")
+        return self.zcbot_run_grant_key
 
     @field_validator("zcbot_cors_origins")
     @classmethod

@@ -42,7 +42,7 @@ from zcbot_core.bus import (
 )
 from zcbot_core.bus.micro import ConcurrentEndpoints
 from zcbot_core.bus import grants
-from zcbot_core.config import ConfigError, Settings
+from zcbot_core.config import Settings
 from zcbot_core.quota import MB
 from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.service import Runtime
@@ -86,10 +86,7 @@ class ExecutorService:
 
     # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self, rt: Runtime) -> None:
-        if not self.settings.zcbot_run_grant_key:
-            raise ConfigError("ZCBOT_RUN_GRANT_KEY must be set for the executor (the key of the run grants it "
-                              "checks; `zcbot up` generates it).")
-        self.grant_key = self.settings.zcbot_run_grant_key
+        self.grant_key = self.settings.require_grant_key()
         self.rt = rt
         self.nc, self.topo = rt.nc, rt.topo
         self.config.storage_root.mkdir(parents=True, exist_ok=True)
