@@ -13,7 +13,7 @@ import psutil
 
 from zcbot_executor.config import Limits
 
-from tests.executor.conftest import Stack, sandbox_processes, wait_no_processes
+from tests.helpers.executor_stack import Stack, sandbox_processes, wait_no_processes
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from tests.executor.conftest import SANDBOX_UID, Stack
+from tests.helpers.executor_stack import SANDBOX_UID, Stack
 
 
 async def test_write_read_edit_glob_grep(one: Stack) -> None:

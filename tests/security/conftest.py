@@ -5,7 +5,7 @@ from tests.e2e.conftest import bare_stack, fake_llm, stack  # noqa: F401  (fixtu
 
 import pytest  # noqa: E402
 
-from tests.executor.conftest import Stack as ExecutorStack  # noqa: E402
+from tests.helpers.executor_stack import Stack as ExecutorStack  # noqa: E402
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import psutil
 import uvloop
 
 from tests.e2e.conftest import Stack
-from tests.executor.conftest import Stack as ExecutorStack
-from tests.executor.conftest import wait_no_processes, wait_processes
+from tests.helpers.executor_stack import Stack as ExecutorStack
+from tests.helpers.executor_stack import wait_no_processes, wait_processes
 from tests.executor.test_procs import wait_status
 from zcbot_executor.sandbox.launch import kill_detached, launch_detached
 

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from nats.errors import Error as NatsError
 
-from tests.executor.conftest import ExecutorProcess
+from tests.helpers.executor_stack import ExecutorProcess
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import connect
 from zcbot_core.tools.executor_client import probe_host

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from tests.executor.conftest import Stack as ExecutorStack
+from tests.helpers.executor_stack import Stack as ExecutorStack
 
 FORK_25 = """
 import os, time
