@@ -4,7 +4,6 @@ CDN), dedupe, session-expiry pause/recovery, and pushes to both channels."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -12,16 +11,9 @@ from tests.channels.conftest import ChannelStack, assert_no_secrets, bind_wecom
 from zcbot_core.bus import Topology
 from zcbot_core.push import send_to_user
 from tests.helpers.db import db_rows, db_exec
+from tests.helpers.wait import wait_for
 
 REPORT = "name,value\nwidgets,42\n" * 20
-
-
-async def wait_for(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def login(chan: ChannelStack, user_id: str, wechat_user: str) -> tuple[dict[str, str], object]:

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import select, update
 
+from tests.helpers.auth import bearer
 from zcbot_core import auth
 from zcbot_core.config import Settings
 from zcbot_core.db.models import User
@@ -30,9 +31,6 @@ async def get_user(client: httpx.AsyncClient, user_id: str) -> User | None:
     async with client.app.state.rt.sessions() as s:  # type: ignore[attr-defined]
         return (await s.scalars(select(User).where(User.user_id == user_id))).first()
 
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 # ---- platform login ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ use, e.g. `from tests.reliability.conftest_shared import settings_env  # noqa: F
   indirect=True)`. The in-process stack (`tests.e2e.conftest.bare_stack`) exports the result to
   os.environ before building `Settings`, so executor-only knobs (ZCBOT_SANDBOX_TMP_MB, ...) work too.
 - `db_rows(url, sql, *params)`: one query against the test's database (psycopg, autocommit).
+  (The shared `bearer` and `wait_for` live in tests/helpers/.)
 - `LLMGate(fake)`: holds every chat completion of the fake LLM until `open()` — runs stay active
   for as long as a test needs, so caps and 429s can be asserted exactly instead of racing a timer.
 - `service_errors(caplog)`: ERROR+ records logged by zcbot loggers (services run in process).
@@ -100,16 +101,6 @@ async def gather_limited(factories: Iterable[Callable[[], Awaitable[Any]]], limi
     return list(await asyncio.gather(*(one(f) for f in factories)))
 
 
-async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float, interval: float = 0.2,
-                     what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(interval)
-
-
 @asynccontextmanager
 async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The real gateway app (lifespan entered: NATS + DB) behind an in-process ASGI client."""
@@ -122,7 +113,4 @@ async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
             client.app = app  # type: ignore[attr-defined]
             yield client
 
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 

@@ -72,22 +72,6 @@ def assert_consistent(url: str) -> None:
         assert set(answered) == set(asked), f"unanswered/unknown tool calls in {task_id}: {asked} vs {answered}"
 
 
-async def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1,
-                   what: str = "condition") -> Any:
-    """Poll `predicate` (sync or async) until it returns something truthy; return that value."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() >= deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        await asyncio.sleep(interval)
-
-
 # ---- SSE -----------------------------------------------------------------------------------
 
 

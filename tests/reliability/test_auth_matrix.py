@@ -29,7 +29,8 @@ import httpx
 import jwt
 import pytest
 
-from tests.reliability.conftest_shared import bearer, db_exec, db_rows, running_app, settings_env  # noqa: F401
+from tests.helpers.auth import bearer
+from tests.reliability.conftest_shared import db_exec, db_rows, running_app, settings_env  # noqa: F401
 from tests.helpers.seed import seed_extended_memory, seed_schedule
 from zcbot_core import auth
 from zcbot_core.config import Settings

@@ -32,7 +32,8 @@ import psutil
 import pytest
 
 from tests.e2e.conftest import FAKE_KEY_ENV, Stack, bare_stack, fake_llm, stack  # noqa: F401
-from tests.reliability.conftest_shared import bearer, service_errors, settings_env  # noqa: F401
+from tests.helpers.auth import bearer
+from tests.reliability.conftest_shared import service_errors, settings_env  # noqa: F401
 from zcbot_core.bus import ToolCallReply, ToolCallRequest, Topology, grants
 
 TMP_MB = 16

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from tests.reliability.faults_support import Harness, assert_consistent, fake_llm, harness, roles, task_status, wait_for  # noqa: F401
+from tests.helpers.wait import wait_for
+from tests.reliability.faults_support import Harness, assert_consistent, fake_llm, harness, roles, task_status  # noqa: F401
 
 pytestmark = pytest.mark.heavy
 

@@ -18,15 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.helpers.db import db_rows
+from tests.helpers.wait import wait_for
 from tests.reliability.faults_support import (  # noqa: F401
     Harness,
     assert_consistent,
-    db_rows,
     fake_llm,
     harness,
     roles,
     task_status,
-    wait_for,
 )
 from zcbot_devstack.embedded import EmbeddedPostgres, free_port
 

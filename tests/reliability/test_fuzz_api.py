@@ -42,8 +42,8 @@ from tests.reliability.conftest_shared import (  # noqa: F401
     db_rows,
     service_errors,
     settings_env,
-    wait_until,
 )
+from tests.helpers.wait import wait_for
 from zcbot_core import paths, quota
 from zcbot_core.bus import CancelRequest, RunRequest, ToolCallRequest, ToolCancel, Topology, encode
 from zcbot_devstack.embedded import free_port
@@ -351,7 +351,7 @@ async def test_garbage_on_the_bus_does_not_stop_live_services(stack: Stack, capl
             info = await js.consumer_info(topo.runs_stream, topo.runners_consumer)
             return info.num_pending == 0 and info.num_ack_pending == 0
 
-        await wait_until(runs_drained, 60, what="the runner to consume (and drop) every garbage run request")
+        await wait_for(runs_drained, 60, what="the runner to consume (and drop) every garbage run request")
     finally:
         await nc.close()
     # Still serving: a normal run with a real sandbox tool call completes end to end.

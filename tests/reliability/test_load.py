@@ -38,8 +38,8 @@ from tests.reliability.conftest_shared import (  # noqa: F401
     gather_limited,
     service_errors,
     settings_env,
-    wait_until,
 )
+from tests.helpers.wait import wait_for
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(120)]
 
@@ -134,9 +134,9 @@ async def test_200_concurrent_runs_all_finish_and_the_cap_holds(stack: Stack,
             # ... so each user's next run is refused, exactly, with a clear message.
             assert [r.status_code for r in over] == [429] * USERS, [r.text for r in over if r.status_code != 429]
             assert all("limit is 4" in r.json()["detail"] for r in over), over[0].text
-            await wait_until(lambda: _all_running(db, set(run_ids)), 30, what="the runner to pick up all 200 runs")
+            await wait_for(lambda: _all_running(db, set(run_ids)), 30, what="the runner to pick up all 200 runs")
             gate.open()
-            await wait_until(lambda: _all_idle(db, set(run_ids)), 45, what="all 200 runs to finish")
+            await wait_for(lambda: _all_idle(db, set(run_ids)), 45, what="all 200 runs to finish")
             await sampler.stop()
             assert sampler.samples >= 3 and sampler.max_total == USERS * cap
             assert sampler.max_per_user == cap, sampler.max_per_user  # never above the cap
@@ -150,7 +150,7 @@ async def test_200_concurrent_runs_all_finish_and_the_cap_holds(stack: Stack,
             # The cap frees with the runs: the refused posts go through now (and finish).
             again = await _post_all(client, [(tok, tids[cap]) for tok, tids in users[:10]])
             assert [r.status_code for r in again] == [202] * 10, [r.text for r in again]
-            await wait_until(lambda: _all_idle(db, {r.json()["task_id"] for r in again}), 30, what="the late runs")
+            await wait_for(lambda: _all_idle(db, {r.json()["task_id"] for r in again}), 30, what="the late runs")
     finally:
         gate.restore()
         if sampler._task is not None and not sampler._task.done():
