@@ -107,6 +107,10 @@ class Settings(BaseSettings):
         description='global queue bound (more → 429)')
     zcbot_run_wall_clock_seconds: float = Field(default=21600.0, gt=0, alias="ZCBOT_RUN_WALL_CLOCK_SECONDS",
         description='backstop: a run longer than this stops (the progress guards end stalled runs); the user replies 继续 to go on')
+    zcbot_user_daily_budget_usd: float = Field(default=0.0, ge=0, alias="ZCBOT_USER_DAILY_BUDGET_USD",
+        description='default cost limit per user and UTC day in USD (0: none; an admin sets a user\'s own)')
+    zcbot_user_monthly_budget_usd: float = Field(default=0.0, ge=0, alias="ZCBOT_USER_MONTHLY_BUDGET_USD",
+        description='default cost limit per user and UTC calendar month in USD (0: none)')
     zcbot_ack_wait_seconds: float = Field(default=30.0, alias="ZCBOT_ACK_WAIT_SECONDS",
         description='JetStream redelivery wait of a run whose runner died')
     zcbot_max_deliver: int = Field(default=5, alias="ZCBOT_MAX_DELIVER",

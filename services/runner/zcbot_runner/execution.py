@@ -11,6 +11,7 @@ from typing import Any
 from nats.aio.msg import Msg
 from sqlalchemy import exc as sa_exc
 
+from zcbot_core import budgets
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.fold import prepare_run_context
 from zcbot_core.agent.lang import stop_text, user_language
@@ -28,6 +29,7 @@ from zcbot_core.runstate.status import RunOutcome
 from zcbot_core.runstate.transitions import end_run, promote_waiting, publish_run
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
+from zcbot_runner.budget import RunBudget
 from zcbot_runner import metrics
 from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
@@ -145,6 +147,7 @@ class RunExecutor:
         wall = asyncio.get_running_loop().call_later(wall_clock, active.token.cancel, "wall_clock")
         result: LoopResult
         store: DbStepStore | None = None
+        budget: RunBudget | None = None
         profile_name = task.model_profile or settings.zcbot_default_model
         try:
             await sink.emit(ev.RunStart(run_id=req.run_id, task_id=task.task_id, model_profile=profile_name, attempt=attempt))
@@ -155,7 +158,7 @@ class RunExecutor:
                 result = LoopResult(status=RunOutcome.ERROR.value, error=str(exc))
             else:
                 loop = await self._build_loop(req, task, profile, sink, active.token)
-                store = loop.store
+                store, budget = loop.store, loop.budget
                 history = claim.history
                 try:  # threshold fold (the claim applied the soft reset), then the window as the model will see it
                     history = await active.token.race(prepare_run_context(
@@ -202,6 +205,8 @@ class RunExecutor:
         finish_started = time.monotonic()
         try:
             finished = await self._finish(req, result, timings, sink, store)
+            if budget is not None:  # the last step is stored now: its reservation goes
+                await budget.close()
         except Exception as exc:
             if not is_db_outage(exc):
                 raise
@@ -236,7 +241,9 @@ class RunExecutor:
                             profile=profile.name, owner=self.runner_id, autocommit=self.rt.autocommit)
         loop = AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
                          tools=toolbox, sink=sink, store=store, cancel=token, prepare=MessagePreparer(),
-                         retry=RetryPolicy.from_settings(self.rt.settings))
+                         retry=RetryPolicy.from_settings(self.rt.settings),
+                         budget=RunBudget(self.rt.sessions, user_id=task.user_id, run_id=req.run_id,
+                                          defaults=budgets.Defaults.from_settings(self.rt.settings)))
         switcher.loop = loop
         return loop
 

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from zcbot_core.budgets import BudgetExceeded
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.guards import MUTATING_TOOLS, RepeatGuard, StallGuard
 from zcbot_core.agent.lang import Lang, stop_text, user_language
@@ -49,6 +50,16 @@ class StepStore(Protocol):
                               last: bool = False) -> None:
         """The assistant message of one LLM call and the call's usage, stored together. `last`: the run
         ends with this step (no tool calls); a store may then keep it to write with the run's end."""
+
+
+class CallBudget(Protocol):
+    """The user's cost budget around each LLM call (zcbot_core.budgets): `reserve` before the call
+    (raises BudgetExceeded over a limit), `release` once the call's usage is stored."""
+
+    async def reserve(self, profile: Profile, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                      lang: Lang) -> Any: ...
+
+    async def release(self, token: Any) -> None: ...
 
 
 class ToolBox(Protocol):
@@ -126,6 +137,7 @@ class AgentLoop:
         cancel: CancelToken,
         prepare: Any = None,
         retry: RetryPolicy | None = None,
+        budget: CallBudget | None = None,
     ) -> None:
         self.run_id = run_id
         self.profile = profile
@@ -139,6 +151,7 @@ class AgentLoop:
         self.state = LoopState()
         # Transient provider failures (429, 503, a dropped connection before any output) are tried again.
         self.retry = retry if retry is not None else RetryPolicy()
+        self.budget = budget
         self.truncated_steps = 0
         self.repeat = RepeatGuard()
         self.stall = StallGuard()
@@ -182,6 +195,9 @@ class AgentLoop:
             return self._result("cancelled", error=None)
         except MissingApiKey as exc:
             await self.emit(ev.ErrorEvent(run_id=self.run_id, msg=str(exc), code="missing_api_key"))
+            return self._result("error", error=str(exc))
+        except BudgetExceeded as exc:  # before a call: nothing of it was sent or spent
+            await self.emit(ev.ErrorEvent(run_id=self.run_id, msg=str(exc), code=exc.code))
             return self._result("error", error=str(exc))
         except LlmCallError as exc:
             await self.emit(ev.ErrorEvent(run_id=self.run_id, msg=str(exc), code="llm_error"))
@@ -234,6 +250,16 @@ class AgentLoop:
         return body
 
     async def _llm_step(self, messages: list[dict[str, Any]], step: int) -> LlmResult:
+        outgoing, schemas = self._outgoing(messages), self.tools.schemas() or None
+        held = None if self.budget is None else await self.budget.reserve(self.profile, outgoing, schemas, self.lang)
+        try:
+            return await self._call(outgoing, schemas, step)
+        finally:  # the call's usage is stored (or it failed and cost nothing recorded): reconcile
+            if self.budget is not None:
+                await self.budget.release(held)
+
+    async def _call(self, outgoing: list[dict[str, Any]], schemas: list[dict[str, Any]] | None,
+                    step: int) -> LlmResult:
         await self.emit(ev.LlmStart(run_id=self.run_id, step=step, model=self.profile.name))
         state = self.state
 
@@ -252,7 +278,7 @@ class AgentLoop:
         started = time.monotonic()
         try:
             result = await self.cancel.race(
-                stream_chat(self.profile, self._outgoing(messages), self.tools.schemas() or None, on_text, on_reasoning,
+                stream_chat(self.profile, outgoing, schemas, on_text, on_reasoning,
                             retry=self.retry, on_retry=on_retry)
             )
         finally:

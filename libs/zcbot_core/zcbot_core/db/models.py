@@ -49,6 +49,9 @@ class User(Base):
     token_version: Mapped[int] = mapped_column(BigInteger, server_default=text(
         "(floor(extract(epoch from clock_timestamp()) * 1000))::bigint"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Cost budgets in USD (migration 0007): null = the service default, 0 = no limit (zcbot_core.budgets).
+    budget_daily_usd: Mapped[Decimal | None] = mapped_column(Numeric(14, 6), nullable=True)
+    budget_monthly_usd: Mapped[Decimal | None] = mapped_column(Numeric(14, 6), nullable=True)
 
 
 class Task(Base):
@@ -112,6 +115,19 @@ class Message(Base):
     model_profile: Mapped[str | None] = mapped_column(String(128))
     kind: Mapped[str] = mapped_column(String(32), server_default="chat", default="chat")
     run_id: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class BudgetReservation(Base):
+    """One LLM call's worst-case cost, held from before the call until its usage event is written."""
+
+    __tablename__ = "budget_reservations"
+    __table_args__ = (Index("ix_budget_reservations_user", "user_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.user_id", ondelete="CASCADE"))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    amount: Mapped[Decimal] = mapped_column(Numeric(14, 6))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

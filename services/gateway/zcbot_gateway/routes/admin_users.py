@@ -7,6 +7,8 @@ no silent overwrite of an existing email, never without an admin). `require_admi
 - `PUT /v1/admin/users/{email}/role {role}` -> `{email, role, previous_role}`
 - `PUT /v1/admin/users/{email}/password {password}` -> `{email, password_changed: true}`
 - `POST /v1/admin/users/{email}/disable` -> `{email, role: "disabled"}`
+- `GET|PUT /v1/admin/users/{email}/budget {daily_usd, monthly_usd}` -> `{email, user_id, daily, monthly}`
+  (each `{limit_usd, spent_usd, resets_at}`); null = the server default, 0 = no limit (zcbot_core.budgets).
 Unknown email -> 404; taking the last admin away -> 409; a weak password -> 400. A password or role
 change revokes the user's older tokens (the token_version trigger). Each operation runs in a worker
 thread on its own connection (bcrypt must not block the event loop).
@@ -21,10 +23,16 @@ from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from decimal import Decimal
+
+from sqlalchemy import select
+
+from zcbot_core import budgets
 from zcbot_core import users_admin as ua
 from zcbot_core.config import ConfigError
+from zcbot_core.db.models import User
 
-from zcbot_gateway.deps import AdminUser, SettingsDep
+from zcbot_gateway.deps import AdminUser, SessionDep, SettingsDep
 
 router = APIRouter(prefix="/v1/admin/users", tags=["admin"])
 
@@ -40,6 +48,11 @@ class NewUser(BaseModel):
 
 class RoleChange(BaseModel):
     role: Role
+
+
+class BudgetChange(BaseModel):
+    daily_usd: float | None = Field(default=None, ge=0, le=1_000_000)
+    monthly_usd: float | None = Field(default=None, ge=0, le=1_000_000)
 
 
 class PasswordChange(BaseModel):
@@ -81,3 +94,33 @@ async def set_password(email: str, body: PasswordChange, _: AdminUser, settings:
 async def disable_user(email: str, _: AdminUser, settings: SettingsDep) -> dict[str, Any]:
     await _run(settings, lambda s: ua.disable(s, email))
     return {"email": ua.normalize_email(email), "role": ua.DISABLED}
+
+
+async def _user_by_email(session: Any, email: str) -> User:
+    user = (await session.execute(select(User).where(User.email == ua.normalize_email(email)))).scalar_one_or_none()
+    if user is None:
+        raise ua.UserNotFound(f"no user with email {ua.normalize_email(email)}")
+    return user
+
+
+async def _budget_out(session: Any, user: User, settings: Any) -> dict[str, Any]:
+    status_ = await budgets.budget_status(session, user.user_id, budgets.Defaults.from_settings(settings))
+    return {"email": user.email, "user_id": user.user_id,
+            "daily_usd": None if user.budget_daily_usd is None else float(user.budget_daily_usd),
+            "monthly_usd": None if user.budget_monthly_usd is None else float(user.budget_monthly_usd), **status_}
+
+
+@router.get("/{email}/budget")
+async def get_budget(email: str, _: AdminUser, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+    return await _budget_out(session, await _user_by_email(session, email), settings)
+
+
+@router.put("/{email}/budget")
+async def set_budget(email: str, body: BudgetChange, _: AdminUser, session: SessionDep,
+                     settings: SettingsDep) -> dict[str, Any]:
+    """Both fields are written: null = the server default (ZCBOT_USER_*_BUDGET_USD), 0 = no limit."""
+    user = await _user_by_email(session, email)
+    user.budget_daily_usd = None if body.daily_usd is None else Decimal(str(body.daily_usd))
+    user.budget_monthly_usd = None if body.monthly_usd is None else Decimal(str(body.monthly_usd))
+    await session.commit()
+    return await _budget_out(session, user, settings)

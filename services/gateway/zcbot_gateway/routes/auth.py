@@ -1,5 +1,6 @@
 """Auth (seed 003 §7.3): two logins that issue the same HS256 JWT, password change, `me`.
 
+- `GET /v1/me/usage`: your cost budget (daily, monthly) and this month's usage (zcbot_core.budgets).
 - `login`: machine-to-machine for the platform. Whoever holds PLATFORM_KEY may sign in as any
   user_id; the user row is upserted and `name`/`user_name` are COALESCEd (a given value wins, an
   omitted one keeps what is stored).
@@ -15,13 +16,16 @@ Roles are never put in the token (see `deps.AdminUser`).
 from __future__ import annotations
 
 import hmac
+from datetime import datetime, timezone
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, status
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from starlette.concurrency import run_in_threadpool
 
-from zcbot_core import auth, paths
+from zcbot_core import auth, budgets, paths
+from zcbot_core.usage import usage_totals
 from zcbot_core.db.models import User
 
 from zcbot_gateway.deps import CurrentUserRow, SessionDep, SettingsDep
@@ -126,3 +130,12 @@ async def me(user: CurrentUserRow) -> MeOut:
         plan=user.plan,
         created_at=iso(user.created_at),
     )
+
+
+@router.get("/me/usage")
+async def my_usage(user: CurrentUserRow, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+    """Your cost budget per period (`daily`, `monthly`: `{limit_usd (null: none), spent_usd, resets_at}`;
+    spent includes calls in flight) and this period's usage totals."""
+    status_ = await budgets.budget_status(session, user.user_id, budgets.Defaults.from_settings(settings))
+    start = budgets.periods(datetime.now(timezone.utc))["monthly"][0]
+    return {**status_, "month_usage": await usage_totals(session, start, user_id=user.user_id)}

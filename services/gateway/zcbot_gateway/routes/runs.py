@@ -10,6 +10,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import and_, bindparam, select
 
+from zcbot_core import budgets
+from zcbot_core.agent.lang import detect
 from zcbot_core.runstate import sql, submit
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
@@ -113,7 +115,9 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     feed: EventHub | None = getattr(request.app.state, "event_hub", None)
     # Refusals propagate as domain errors (zcbot_core.errors), mapped once in zcbot_gateway/errors.py:
     # UserNotFound 401 (a user deleted since the token check),
-    # TaskNotFound 404, WrongChannel / RunConflict 409, QuotaExceeded 429, BusUnavailable 503.
+    # TaskNotFound 404, WrongChannel / RunConflict 409, QuotaExceeded 429, BudgetExceeded 429, BusUnavailable 503.
+    async with rt.sessions() as session:  # a used-up budget: 429 before anything is saved
+        await budgets.check_new_message(session, settings, user_id=user_id, task_id=task_id, lang=detect(body.content))
     result = await submit.submit_message(
         rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=body.content,
         multitask=body.multitask, channel="web", storage_root=settings.storage_root,

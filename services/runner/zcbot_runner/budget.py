@@ -1,0 +1,50 @@
+"""The runner's side of the per-user cost budget (zcbot_core.budgets) around each LLM call.
+
+A call's reservation is not deleted when the call returns but with the run's next reservation (in
+the same transaction) or at the run's end (`close`, after `end_run`): the store keeps a run's last
+step to write with the run's end, so until then that call's usage event may not exist yet, and the
+reservation stands in for it. Either way one user's spend is never counted lower than it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from zcbot_core import budgets
+from zcbot_core.agent.lang import Lang
+from zcbot_core.db.models import BudgetReservation
+from zcbot_core.llm.profiles import Profile
+
+
+class RunBudget:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, user_id: str, run_id: str,
+                 defaults: budgets.Defaults) -> None:
+        self.sessions, self.user_id, self.run_id, self.defaults = sessions, user_id, run_id, defaults
+        self._settled: list[int] = []
+
+    async def reserve(self, profile: Profile, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                      lang: Lang) -> int | None:
+        amount = budgets.worst_case(profile, messages, tools)
+        async with self.sessions() as session:
+            await self._drop_settled(session)
+            return await budgets.reserve(session, user_id=self.user_id, run_id=self.run_id, amount=amount,
+                                         defaults=self.defaults, lang=lang)
+
+    async def release(self, token: int | None) -> None:
+        if token is not None:
+            self._settled.append(token)
+
+    async def close(self) -> None:
+        """The run ended (its last step is stored): its remaining reservations go."""
+        if self._settled:
+            async with self.sessions() as session:
+                await self._drop_settled(session)
+                await session.commit()
+
+    async def _drop_settled(self, session: AsyncSession) -> None:
+        if self._settled:
+            await session.execute(delete(BudgetReservation).where(BudgetReservation.id.in_(self._settled)))
+            self._settled = []
