@@ -7,8 +7,7 @@ use, e.g. `from tests.reliability.conftest_shared import settings_env  # noqa: F
   a module attribute `EXTRA_ENV = {...}` or by `@pytest.mark.parametrize("settings_env", [{...}],
   indirect=True)`. The in-process stack (`tests.e2e.conftest.bare_stack`) exports the result to
   os.environ before building `Settings`, so executor-only knobs (ZCBOT_SANDBOX_TMP_MB, ...) work too.
-- `db_rows(url, sql, *params)`: one query against the test's database (psycopg, autocommit).
-  (The shared `bearer` and `wait_for` live in tests/helpers/.)
+(The shared `bearer`, `wait_for` and the database helpers live in tests/helpers/.)
 - `LLMGate(fake)`: holds every chat completion of the fake LLM until `open()` — runs stay active
   for as long as a test needs, so caps and 429s can be asserted exactly instead of racing a timer.
 - `service_errors(caplog)`: ERROR+ records logged by zcbot loggers (services run in process).
@@ -24,7 +23,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from zcbot_core.config import Settings
@@ -38,23 +36,6 @@ def settings_env(settings_env: dict[str, str], request: pytest.FixtureRequest) -
     extra = dict(getattr(request.module, "EXTRA_ENV", {}) or {})
     extra.update(getattr(request, "param", None) or {})
     return {**settings_env, **extra}
-
-
-def plain_pg_url(url: str) -> str:
-    """SQLAlchemy URL -> libpq URL (`postgresql+psycopg://` -> `postgresql://`)."""
-    scheme, sep, rest = url.partition("://")
-    return f"{scheme.split('+', 1)[0]}{sep}{rest}"
-
-
-async def db_rows(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    async with await psycopg.AsyncConnection.connect(plain_pg_url(url), autocommit=True) as conn:
-        cur = await conn.execute(sql, params or None)  # type: ignore[arg-type]
-        return [tuple(row) for row in await cur.fetchall()] if cur.description else []
-
-
-async def db_exec(url: str, sql: str, *params: Any) -> None:
-    async with await psycopg.AsyncConnection.connect(plain_pg_url(url), autocommit=True) as conn:
-        await conn.execute(sql, params or None)  # type: ignore[arg-type]
 
 
 class LLMGate:

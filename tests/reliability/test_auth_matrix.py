@@ -30,7 +30,8 @@ import jwt
 import pytest
 
 from tests.helpers.auth import bearer
-from tests.reliability.conftest_shared import db_exec, db_rows, running_app, settings_env  # noqa: F401
+from tests.helpers.db import db_exec_async, db_rows_async
+from tests.reliability.conftest_shared import running_app, settings_env  # noqa: F401
 from tests.helpers.seed import seed_extended_memory, seed_schedule
 from zcbot_core import auth
 from zcbot_core.config import Settings
@@ -118,7 +119,7 @@ async def _login(client: httpx.AsyncClient, settings: Settings, user_id: str) ->
 async def _world(client: httpx.AsyncClient, settings: Settings) -> World:
     tokens = {u: await _login(client, settings, u) for u in (OWNER, OTHER, ADMIN)}
     db = settings.zcbot_db_url
-    await db_exec(db, "update users set role = 'admin' where user_id = %s", ADMIN)
+    await db_exec_async(db, "update users set role = 'admin' where user_id = %s", ADMIN)
     tokens[ADMIN] = await _login(client, settings, ADMIN)  # the role change revoked the first one
     owner = bearer(tokens[OWNER])
     r = await client.post("/v1/tasks", json={"name": "proj"}, headers=owner)
@@ -128,7 +129,7 @@ async def _world(client: httpx.AsyncClient, settings: Settings) -> World:
                           files={"file": ("report.txt", b"alice's private report")})
     assert r.status_code == 201, r.text
     # A proven WeCom binding (the code flow itself: tests/channels/test_wecom_binding.py).
-    await db_exec(db, "insert into channel_bindings (user_id, channel, status, config) values "
+    await db_exec_async(db, "insert into channel_bindings (user_id, channel, status, config) values "
                       "(%s, 'wecom', 'active', '{\"userid\": \"alice-wecom\", \"verified_at\": 1}')", OWNER)
     job_id = await seed_schedule(db, OWNER, "daily", "brief me")
     seed_extended_memory(settings.storage_root, OWNER, "diary.md", "private", "alice's secret diary")
@@ -245,7 +246,7 @@ async def test_other_users_resources_are_404_and_untouched(world: World) -> None
     assert job["enabled"] is True
     channels = (await world.client.get("/v1/channels", headers=owner)).json()["channels"]
     assert [c["channel"] for c in channels] == ["wecom"]
-    assert await db_rows(world.settings.zcbot_db_url, "select count(*) from messages") == [(0,)]
+    assert await db_rows_async(world.settings.zcbot_db_url, "select count(*) from messages") == [(0,)]
     # And the other user's namespace got nothing of the owner's.
     assert not (world.settings.storage_root / OTHER / "proj").exists()
 
@@ -262,7 +263,7 @@ async def test_admin_routes_need_the_admin_role(world: World) -> None:
         assert r.status_code == (201 if (method, path) == ("POST", "/v1/admin/users") else 200), (path, r.text)
     # The role is read per request, and a role change revokes the tokens issued before it: demote
     # the admin, the same token is refused at once (401), and a new one is not an admin's (403).
-    await db_exec(world.settings.zcbot_db_url, "update users set role = 'user' where user_id = %s", ADMIN)
+    await db_exec_async(world.settings.zcbot_db_url, "update users set role = 'user' where user_id = %s", ADMIN)
     r = await world.client.get("/v1/admin/overview", headers=bearer(world.tokens[ADMIN]))
     assert r.status_code == 401
     fresh = await world.client.post("/v1/auth/login", json={"user_id": ADMIN, "platform_key": world.settings.platform_key})
@@ -271,7 +272,7 @@ async def test_admin_routes_need_the_admin_role(world: World) -> None:
 
 
 async def _set_password(settings: Settings, user_id: str, email: str, password: str) -> None:
-    await db_exec(settings.zcbot_db_url, "update users set email = %s, password_hash = %s where user_id = %s",
+    await db_exec_async(settings.zcbot_db_url, "update users set email = %s, password_hash = %s where user_id = %s",
                   email, auth.hash_password(password), user_id)
 
 

@@ -38,11 +38,10 @@ from hypothesis import strategies as st
 from tests.e2e.conftest import Stack, bare_stack, fake_llm, stack  # noqa: F401
 from tests.helpers.seed import seed_extended_memory, seed_schedule
 from tests.reliability.conftest_shared import (  # noqa: F401
-    db_exec,
-    db_rows,
     service_errors,
     settings_env,
 )
+from tests.helpers.db import db_exec_async, db_rows_async
 from tests.helpers.wait import wait_for
 from zcbot_core import paths, quota
 from zcbot_core.bus import CancelRequest, RunRequest, ToolCallRequest, ToolCancel, Topology, encode
@@ -142,7 +141,7 @@ async def _fuzz_resources(stack: Stack, token: str, user: str) -> dict[str, list
 async def test_every_operation_survives_schemathesis(stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
     user = "fuzzer"
     await stack.login(user)
-    await db_exec(stack.settings.zcbot_db_url, "update users set role = 'admin' where user_id = %s", user)
+    await db_exec_async(stack.settings.zcbot_db_url, "update users set role = 'admin' where user_id = %s", user)
     token = await stack.login(user)  # the role change revoked the first token
     real = await _fuzz_resources(stack, token, user)
     async with stack.client(token) as c:
@@ -370,5 +369,5 @@ async def test_garbage_on_the_bus_does_not_stop_live_services(stack: Stack, capl
     assert not list(storage.parent.glob("pwned*")) and not (storage.parent.parent / "pwned.txt").exists()
     # the disk-quota ledger lives beside the user roots (a name no user id can take)
     assert sorted(p.name for p in storage.iterdir() if p.name != quota.LEDGER_DIR) == ["busfuzz"], list(storage.iterdir())
-    assert await db_rows(settings_.zcbot_db_url, "select count(*) from tasks where run_status = 'error'") == [(0,)]
+    assert await db_rows_async(settings_.zcbot_db_url, "select count(*) from tasks where run_status = 'error'") == [(0,)]
     assert service_errors(caplog) == []

@@ -34,11 +34,11 @@ from tests.e2e.conftest import Stack, bare_stack, fake_llm, stack  # noqa: F401
 from tests.reliability.conftest_shared import (  # noqa: F401
     ACTIVE_RUN_STATUSES,
     LLMGate,
-    db_rows,
     gather_limited,
     service_errors,
     settings_env,
 )
+from tests.helpers.db import db_rows_async, plain_pg_url
 from tests.helpers.wait import wait_for
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(120)]
@@ -68,7 +68,7 @@ async def _post_all(client: httpx.AsyncClient, posts: list[tuple[str, str]]) -> 
 
 
 async def _active_per_user(url: str) -> dict[str, int]:
-    rows = await db_rows(url, "select user_id, count(*) from tasks where run_status = any(%s) group by user_id",
+    rows = await db_rows_async(url, "select user_id, count(*) from tasks where run_status = any(%s) group by user_id",
                          list(ACTIVE_RUN_STATUSES))
     return {user: int(n) for user, n in rows}
 
@@ -141,7 +141,7 @@ async def test_200_concurrent_runs_all_finish_and_the_cap_holds(stack: Stack,
             assert sampler.samples >= 3 and sampler.max_total == USERS * cap
             assert sampler.max_per_user == cap, sampler.max_per_user  # never above the cap
             # Every accepted run reached `done`: idle, no error, its answer stored under its run_id.
-            rows = await db_rows(db, "select t.task_id, t.run_status, t.run_error, t.run_id, m.payload->>'content' "
+            rows = await db_rows_async(db, "select t.task_id, t.run_status, t.run_error, t.run_id, m.payload->>'content' "
                                      "from tasks t join messages m on m.task_id = t.task_id and m.run_id = t.run_id "
                                      "and m.payload->>'role' = 'assistant' where t.task_id = any(%s)", list(run_ids))
             assert len(rows) == USERS * cap
@@ -159,13 +159,13 @@ async def test_200_concurrent_runs_all_finish_and_the_cap_holds(stack: Stack,
 
 
 async def _all_running(db: str, task_ids: set[str]) -> bool:
-    rows = await db_rows(db, "select count(*) from tasks where task_id = any(%s) and run_status = 'running'",
+    rows = await db_rows_async(db, "select count(*) from tasks where task_id = any(%s) and run_status = 'running'",
                          list(task_ids))
     return rows[0][0] == len(task_ids)
 
 
 async def _all_idle(db: str, task_ids: set[str]) -> bool:
-    rows = await db_rows(db, "select run_status, count(*) from tasks where task_id = any(%s) group by run_status",
+    rows = await db_rows_async(db, "select run_status, count(*) from tasks where task_id = any(%s) group by run_status",
                          list(task_ids))
     counts = dict(rows)
     assert not counts.get("error"), f"runs ended in error: {counts}"
@@ -237,7 +237,6 @@ async def test_a_redelivered_run_request_is_not_executed_twice(bare_stack: Stack
         monkeypatch.setattr("zcbot_runner.execution.keep_in_progress", silent)
     import psycopg
 
-    from tests.reliability.conftest_shared import plain_pg_url
 
     stack = bare_stack
     stack.fake.script("KEY-redeliver", [{"text": "answered once"}])
@@ -254,7 +253,7 @@ async def test_a_redelivered_run_request_is_not_executed_twice(bare_stack: Stack
     assert events[-1]["event"] == "done"
     await asyncio.sleep(1.0)
     calls = [b for b in stack.fake.requests if "KEY-redeliver" in json.dumps(b.get("messages", []))]
-    rows = await db_rows(stack.settings.zcbot_db_url,
+    rows = await db_rows_async(stack.settings.zcbot_db_url,
                          "select payload->>'role' from messages where task_id = %s order by idx", task["task_id"])
     assert (len(calls), [row[0] for row in rows]) == (1, ["user", "assistant"])
     starts = [e["data"] for e in events if e["event"] == "run_start"]

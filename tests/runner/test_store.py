@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from sqlalchemy import select, update
 
-from tests.reliability.conftest_shared import plain_pg_url
+from tests.helpers.db import plain_pg_url
 from zcbot_core.config import Settings
 from zcbot_core.db.models import Message, Task, UsageEvent, User
 from zcbot_core.llm.client import Usage
