@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.helpers.db import db_exec, db_rows
 
 # The fake profile: input $1/Mtok, output $2/Mtok, max_output 2048 (tests/e2e/conftest.py).
@@ -96,3 +96,34 @@ async def test_concurrent_runs_of_one_user_cannot_overspend(stack: Stack) -> Non
     spent = _spent(stack, "carl")
     assert 0 < spent <= limit, spent
     assert db_rows(stack.settings.zcbot_db_url, "select count(*) from budget_reservations where user_id='carl'")[0][0] == 0
+
+
+async def test_the_context_fold_call_reserves_too(stack: Stack) -> None:
+    """A window over the fold threshold: the summary call is refused by the budget before it is sent
+    (the fold fails as any failed fold), and the run's first chat call ends the run."""
+    from pathlib import Path
+
+    from tests.helpers.stack import write_fake_profile
+    from zcbot_core.db.engine import make_engine, make_sessionmaker
+    from zcbot_core.runstate.transitions import append_message
+
+    write_fake_profile(Path(stack.env["ZCBOT_MODELS_DIR"]), stack.fake.base_url, name="small",
+                       reliable_context=6000, max_context=32000)
+    token = await stack.login("fay")
+    _set_budget(stack, "fay", 0.006)  # below one worst case of the ~8K-token window (~$0.008 + output)
+    task = await stack.create_task(token, "Fold", model_profile="small")
+    engine = make_engine(stack.settings.zcbot_db_url, pool_size=1, max_overflow=1)
+    try:
+        async with make_sessionmaker(engine)() as session, session.begin():
+            for n in range(8):
+                await append_message(session, task["task_id"], {"role": "user", "content": f"turn {n} " + "数据" * 10})
+                await append_message(session, task["task_id"], {"role": "assistant", "content": "行 " * 1500})
+    finally:
+        await engine.dispose()
+    stack.fake.clear_requests()
+    r = await stack.post(token, task["task_id"], "继续汇总")
+    assert r.status_code == 202, r.text  # the floor (one full output, $0.004) still fits
+    events = await stack.events(token, r.json()["events_url"])
+    assert [e["data"]["phase"] for e in events if e["event"] == "context_fold"] == ["start", "failed"]
+    assert [e["data"]["code"] for e in events if e["event"] == "error"] == ["budget_exceeded"]
+    assert stack.fake.requests == [] and _spent(stack, "fay") == 0

@@ -57,6 +57,7 @@ class Route:
 ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/v1/auth/change_password"): Route(json={"old_password": "old-password-1", "new_password": "n" * 10}),
     ("GET", "/v1/me"): Route(),
+    ("GET", "/v1/me/usage"): Route(),
     ("POST", "/v1/tasks"): Route(json={"name": "fresh"}),
     ("GET", "/v1/tasks"): Route(),
     ("GET", "/v1/tasks/{task_id}"): Route(owned=True),
@@ -99,6 +100,8 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("PUT", "/v1/admin/users/{email}/password"): Route(json={"password": "member-secret-2"}, admin=True),
     ("POST", "/v1/admin/users/{email}/disable"): Route(admin=True),
     ("GET", "/v1/admin/users"): Route(admin=True),
+    ("GET", "/v1/admin/users/{email}/budget"): Route(admin=True),
+    ("PUT", "/v1/admin/users/{email}/budget"): Route(json={"daily_usd": 1.5, "monthly_usd": None}, admin=True),
 }
 
 
@@ -253,7 +256,7 @@ async def test_other_users_resources_are_404_and_untouched(world: World) -> None
 
 async def test_admin_routes_need_the_admin_role(world: World) -> None:
     admin_routes = {key: route for key, route in ROUTES.items() if route.admin}
-    assert len(admin_routes) == 9
+    assert len(admin_routes) == 11
     for user in (OWNER, OTHER):
         for (method, path), route in admin_routes.items():
             r = await _call(world, method, path, route, bearer(world.tokens[user]))

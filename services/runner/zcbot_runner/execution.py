@@ -164,7 +164,7 @@ class RunExecutor:
                     history = await active.token.race(prepare_run_context(
                         self.rt.sessions, task.task_id, profile, sink.emit,
                         system_prompt=loop.system_prompt, tools=loop.tools.schemas() or None, run_id=req.run_id,
-                        current=claim.history))
+                        current=claim.history, budget=budget))
                 except RunCancelled:
                     pass  # the loop sees the token and ends the run as cancelled
                 setup = time.monotonic() - active.started

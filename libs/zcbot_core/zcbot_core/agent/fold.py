@@ -54,6 +54,7 @@ from zcbot_core.agent.context import (
     reliable_context,
     window,
 )
+from zcbot_core.agent.lang import user_language
 from zcbot_core.bus import events as ev
 from zcbot_core.db.models import Message, Task
 from zcbot_core.errors import ZcbotError
@@ -257,12 +258,14 @@ def fold_request(system_prompt: str | None, history: list[dict[str, Any]], profi
 
 async def maybe_fold(sessions: async_sessionmaker[AsyncSession], task_id: str, profile: Any, emit: Emit, *,
                      system_prompt: str | None = None, tools: list[dict[str, Any]] | None = None,
-                     run_id: str | None = None, ratio: float = FOLD_RATIO) -> bool:
+                     run_id: str | None = None, ratio: float = FOLD_RATIO, budget: Any = None) -> bool:
     """Fold the task's window when it reaches `ratio` of `profile.reliable_context` (see module doc).
 
     `system_prompt` and `tools` should be what the run's chat requests send, so the summary call
     hits the provider's prefix cache; both are optional. Returns whether a fold was stored.
     Never raises for a failed summary: it emits `context_fold{phase=failed}` and a `warn`.
+    `budget` (the run's `agent.loop.CallBudget`): the summary call reserves like a chat call; refused
+    over the user's budget, the fold fails as above and the run's first chat call ends the run.
     """
     from zcbot_core.llm.client import stream_chat  # late: keeps this module importable without litellm
 
@@ -295,12 +298,19 @@ async def maybe_fold(sessions: async_sessionmaker[AsyncSession], task_id: str, p
         async def ignore(_: str) -> None:
             return None
 
-        result = await stream_chat(profile, messages, tools or None, ignore, ignore)
-        async with sessions() as session, session.begin():
-            await record_usage(session, user_id=task.user_id, task_id=task_id, run_id=run_id or None,
-                               model_profile=getattr(profile, "name", None), kind="fold",
-                               prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
-                               cached_tokens=result.usage.cached_tokens, cost_usd=result.cost_usd)
+        held = None if budget is None else await budget.reserve(profile, messages, tools or None,
+                                                                 user_language(history))
+        try:
+            result = await stream_chat(profile, messages, tools or None, ignore, ignore)
+            async with sessions() as session, session.begin():
+                await record_usage(session, user_id=task.user_id, task_id=task_id, run_id=run_id or None,
+                                   model_profile=getattr(profile, "name", None), kind="fold",
+                                   prompt_tokens=result.usage.prompt_tokens,
+                                   completion_tokens=result.usage.completion_tokens,
+                                   cached_tokens=result.usage.cached_tokens, cost_usd=result.cost_usd)
+        finally:
+            if budget is not None:
+                await budget.release(held)
         text = str(result.message.get("content") or "").strip()
         if result.message.get("tool_calls") and not text:
             raise FoldError("the model answered the summary request with a tool call")
@@ -332,12 +342,13 @@ async def maybe_fold(sessions: async_sessionmaker[AsyncSession], task_id: str, p
 async def prepare_run_context(sessions: async_sessionmaker[AsyncSession], task_id: str, profile: Any, emit: Emit, *,
                               current: list[dict[str, Any]], system_prompt: str | None = None,
                               tools: list[dict[str, Any]] | None = None,
-                              run_id: str | None = None) -> list[dict[str, Any]]:
+                              run_id: str | None = None, budget: Any = None) -> list[dict[str, Any]]:
     """Run start after the claim (which applied the soft reset to `current`): fold if needed, then
     the window for the loop. Clearly below the fold threshold, `current` is returned as is."""
     system_msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
     limit = reliable_context(profile)
     if limit > 0 and estimate_tokens([*system_msgs, *current]) < FOLD_RATIO * limit * 0.9:
         return current
-    await maybe_fold(sessions, task_id, profile, emit, system_prompt=system_prompt, tools=tools, run_id=run_id)
+    await maybe_fold(sessions, task_id, profile, emit, system_prompt=system_prompt, tools=tools, run_id=run_id,
+                     budget=budget)
     return await load_window(sessions, task_id)
