@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from tests.e2e.conftest import Stack, write_fake_profile
+from tests.helpers.stack import Stack, write_fake_profile
 from zcbot_core.agent.context import COMPRESSED_TAG, SUMMARY_PREFIX, check_protocol
 from zcbot_core.agent.fold import FOLD_MARKER, SUMMARY_HEADINGS
 from zcbot_core.db.engine import make_engine, make_sessionmaker

@@ -12,7 +12,7 @@ import pytest
 from litellm.integrations.custom_logger import CustomLogger
 from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
 
-from tests.e2e.conftest import FAKE_KEY_ENV
+from tests.helpers.stack import FAKE_KEY_ENV
 from zcbot_core.llm import client as llm_client
 from zcbot_core.llm.assemble import StreamAssembler, chunk_field
 from zcbot_core.llm.client import LlmCallError, stream_chat

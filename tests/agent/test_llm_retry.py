@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.agent.test_llm_client import fake  # noqa: F401  (fixture: a fake LLM)
-from tests.e2e.conftest import FAKE_KEY_ENV
+from tests.helpers.stack import FAKE_KEY_ENV
 from zcbot_core.llm.client import LlmCallError, stream_chat
 from zcbot_core.llm.profiles import Profile
 from zcbot_core.llm.retry import RetryPolicy, retry_after_seconds, retryable

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import FAKE_KEY_ENV, write_fake_profile
+from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from zcbot_core.config import get_settings
 from zcbot_core.llm.probe import (ERROR, MISMATCH, OK, ROUND_TRIP_CODE, SKIPPED, format_table, run_probe,
                                   run_probe_cli)

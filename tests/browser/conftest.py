@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import bare_stack, fake_llm, stack  # noqa: F401
+from tests.helpers.stack import bare_stack, fake_llm, stack  # noqa: F401
 
 CHROMIUM = os.environ.get("ZCBOT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from zcbot_core.auth import hash_password
 
 try:

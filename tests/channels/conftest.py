@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.channels.fakes import FakeILink, FakeWeCom
-from tests.e2e.conftest import Stack, bare_stack, fake_llm, stack  # noqa: F401
+from tests.helpers.stack import Stack, bare_stack, fake_llm, stack  # noqa: F401
 from zcbot_core import paths
 from zcbot_devstack.embedded import free_port
 from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import FAKE_KEY_ENV, write_fake_profile
+from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from zcbot_devstack.services import SERVICE_PORT_ENV
 from zcbot_fakellm import FakeLLM
 

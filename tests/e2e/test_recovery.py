@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.e2e.conftest import Stack, start_gateway
+from tests.helpers.stack import Stack, start_gateway
 from tests.helpers.db import db_rows
 from tests.helpers.procs import ServiceProcess
 

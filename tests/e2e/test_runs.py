@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.helpers.db import db_exec, db_rows
 
 WRITE_THEN_READ = [

@@ -8,7 +8,7 @@ import json
 
 from pptx import Presentation
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 
 OUTLINE = {
     "title": "Bench deck",

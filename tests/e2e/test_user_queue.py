@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.helpers.db import db_rows
 
 

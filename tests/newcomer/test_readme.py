@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from bench.startup import wait_line
-from tests.e2e.conftest import FAKE_KEY_ENV, write_fake_profile
+from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from tests.helpers.sse import sse_events
 from zcbot_devstack.embedded import free_port
 from zcbot_devstack.services import SERVICE_PORT_ENV

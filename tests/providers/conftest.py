@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import FAKE_KEY_ENV, bare_stack, fake_llm, stack  # noqa: F401  (fixtures)
+from tests.helpers.stack import FAKE_KEY_ENV, bare_stack, fake_llm, stack  # noqa: F401  (fixtures)
 from zcbot_fakellm import FakeLLM
 
 STREAMS = Path(__file__).parent / "streams"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import FAKE_KEY_ENV
+from tests.helpers.stack import FAKE_KEY_ENV
 from tests.providers.conftest import recorded
 from zcbot_core.llm.client import LlmCallError, stream_chat
 from zcbot_core.llm.profiles import Profile

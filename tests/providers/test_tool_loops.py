@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.providers.conftest import add_profile, of, recorded, run_events
 
 DEEPSEEK = {"model": "deepseek/deepseek-v4-flash", "thinking": True}

@@ -5,7 +5,7 @@ use, e.g. `from tests.reliability.conftest_shared import settings_env  # noqa: F
 
 - `settings_env` (fixture override): the root fixture's env plus per-test extras, given either by
   a module attribute `EXTRA_ENV = {...}` or by `@pytest.mark.parametrize("settings_env", [{...}],
-  indirect=True)`. The in-process stack (`tests.e2e.conftest.bare_stack`) exports the result to
+  indirect=True)`. The in-process stack (`tests.helpers.stack.bare_stack`) exports the result to
   os.environ before building `Settings`, so executor-only knobs (ZCBOT_SANDBOX_TMP_MB, ...) work too.
 (The shared `bearer`, `wait_for` and the database helpers live in tests/helpers/.)
 - `LLMGate(fake)`: holds every chat completion of the fake LLM until `open()` — runs stay active

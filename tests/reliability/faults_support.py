@@ -25,14 +25,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import FAKE_KEY_ENV, Stack, start_gateway, write_fake_profile
+from tests.helpers.stack import FAKE_KEY_ENV, Stack, start_gateway, write_fake_profile
 from tests.helpers.procs import ServiceProcess
 from zcbot_core.config import Settings, get_settings
 from zcbot_core.service import Runtime, close_runtime, open_runtime
 from zcbot_fakellm import FakeLLM
 from tests.helpers.db import db_rows
 from tests.helpers.sse import sse_events
-from tests.e2e.conftest import fake_llm  # noqa: F401  (the fixture, shared)
+from tests.helpers.stack import fake_llm  # noqa: F401  (the fixture, shared)
 
 ACK_WAIT_SECONDS = "3"
 

@@ -35,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.conftest import Stack, bare_stack, fake_llm, stack  # noqa: F401
+from tests.helpers.stack import Stack, bare_stack, fake_llm, stack  # noqa: F401
 from tests.helpers.seed import seed_extended_memory, seed_schedule
 from tests.reliability.conftest_shared import (  # noqa: F401
     service_errors,

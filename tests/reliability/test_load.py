@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Stack, bare_stack, fake_llm, stack  # noqa: F401
+from tests.helpers.stack import Stack, bare_stack, fake_llm, stack  # noqa: F401
 from tests.reliability.conftest_shared import (  # noqa: F401
     ACTIVE_RUN_STATUSES,
     LLMGate,

@@ -1,6 +1,6 @@
 """Shared fixtures of the security suite (append; other parts of the suite add theirs here)."""
 
-from tests.e2e.conftest import bare_stack, fake_llm, stack  # noqa: F401  (fixtures: the real in-process stack)
+from tests.helpers.stack import bare_stack, fake_llm, stack  # noqa: F401  (fixtures: the real in-process stack)
 
 
 import pytest  # noqa: E402
@@ -29,7 +29,7 @@ async def executor_one(exec_stack):  # type: ignore[no-untyped-def]
 
 from typing import Any  # noqa: E402
 
-from tests.e2e.conftest import Stack as E2EStack  # noqa: E402
+from tests.helpers.stack import Stack as E2EStack  # noqa: E402
 
 
 async def scripted_run(stack: E2EStack, user_id: str, key: str, turns: list[dict[str, Any]],

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.helpers.db import db_rows
 from zcbot_core.agent.tool_args import MAX_ARGS_CHARS, MAX_ARGS_DEPTH, nesting_depth, parse_args
 

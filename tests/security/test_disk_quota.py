@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.security.conftest import scripted_run
 from zcbot_core.quota import MB, Ledger, TreeMeter, measure
 

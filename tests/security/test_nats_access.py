@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.errors import Error as NatsError
 
-from tests.e2e.conftest import FAKE_KEY_ENV, Stack, write_fake_profile
+from tests.helpers.stack import FAKE_KEY_ENV, Stack, write_fake_profile
 from tests.security.conftest import scripted_run
 from zcbot_core.bus import Topology, grants
 from zcbot_core.bus.codec import encode

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.security.conftest import scripted_run
 from zcbot_core.bus import events as ev
 

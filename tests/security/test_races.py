@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.security.race import MARKER, Canary, flipping, leaked, until
 from zcbot_core import memory, paths, safe_fs
 from zcbot_core.channels.conversation import new_files

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.security.conftest import scripted_run
 
 SANDBOX_UID = 10001

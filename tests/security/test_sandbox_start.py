@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.e2e.conftest import Stack
+from tests.helpers.stack import Stack
 from tests.helpers.executor_stack import Stack as ExecutorStack
 from tests.security.hijack import markers, plants, root_markers
 

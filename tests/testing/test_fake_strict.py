@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import FAKE_KEY_ENV
+from tests.helpers.stack import FAKE_KEY_ENV
 from tests.providers.conftest import replay as fake  # noqa: F401  (fixture: a strict fake LLM)
 from zcbot_core.llm.client import stream_chat
 from zcbot_core.llm.profiles import Profile

@@ -1,0 +1,175 @@
+"""An in-process stack for end-to-end tests: gateway (real uvicorn), runner(s), executor, fake LLM.
+
+Every service is the real one, talking over the real NATS and PostgreSQL of the root fixtures;
+the only fake is the LLM (reached by LiteLLM through `api_base`).
+
+The fixtures here (`fake_llm`, `bare_stack`, `stack`) are made available to a suite by importing
+them into its conftest (e2e, agent, browser, channels, providers, security do); the helpers are
+imported by the tests that use them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers.sse import sse_events
+from zcbot_core.config import Settings
+from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http
+from zcbot_fakellm import FakeLLM
+
+FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"
+
+
+def write_fake_profile(models_dir: Path, base_url: str, name: str = "fake", **extra: Any) -> None:
+    models_dir.mkdir(parents=True, exist_ok=True)
+    lines = [f"model: openai/fake-model", f"api_base: {base_url}", f"api_key_env: {FAKE_KEY_ENV}",
+             "max_context: 64000", "reliable_context: 32000", "max_output: 2048", "parallel_tools: true",
+             "max_iterations: 30", "pricing: {input_per_mtok: 1.0, output_per_mtok: 2.0, cached_input_per_mtok: 0.5}"]
+    lines += [f"{k}: {json.dumps(v)}" for k, v in extra.items()]
+    (models_dir / f"{name}.yaml").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    # Strict: a request a real provider would refuse (unpaired tool calls, DeepSeek's reasoning rule,
+    # unknown parameters) gets that provider's 400 here too.
+    fake = FakeLLM(strict=True)
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    base_url: str
+    fake: FakeLLM
+    runners: list[Any] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    closers: list[Any] = field(default_factory=list)
+
+    def client(self, token: str | None = None) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=30)
+
+    async def login(self, user_id: str) -> str:
+        async with self.client() as c:
+            r = await c.post("/v1/auth/login", json={"user_id": user_id, "platform_key": self.settings.platform_key})
+            r.raise_for_status()
+            return r.json()["token"]
+
+    async def create_task(self, token: str, name: str, **extra: Any) -> dict[str, Any]:
+        async with self.client(token) as c:
+            r = await c.post("/v1/tasks", json={"name": name, **extra})
+            assert r.status_code == 201, r.text
+            return r.json()
+
+    async def post(self, token: str, task_id: str, content: str, **extra: Any) -> httpx.Response:
+        async with self.client(token) as c:
+            return await c.post(f"/v1/tasks/{task_id}/messages", json={"content": content, **extra})
+
+    async def events(self, token: str, url: str, headers: dict[str, str] | None = None,
+                     timeout: float = 30.0, stop_after: int | None = None) -> list[dict[str, Any]]:
+        """Read an SSE stream until it closes; each item: {id, event, data}."""
+        out: list[dict[str, Any]] = []
+        async with self.client(token) as c:
+            async with asyncio.timeout(timeout):
+                async with c.stream("GET", url, headers=headers or {}) as r:
+                    assert r.status_code == 200, await r.aread()
+                    assert r.headers["x-accel-buffering"] == "no"
+                    async for event in sse_events(r):
+                        out.append(event)
+                        if stop_after is not None and len(out) >= stop_after:
+                            return out
+        return out
+
+    async def post_stream(self, token: str, task_id: str, content: str, timeout: float = 30.0,
+                          **extra: Any) -> tuple[httpx.Response, list[dict[str, Any]]]:
+        """POST a message asking for the event stream (`Accept: text/event-stream`): the response and,
+        when it is a stream, its events until it closes."""
+        out: list[dict[str, Any]] = []
+        async with self.client(token) as c, asyncio.timeout(timeout):
+            async with c.stream("POST", f"/v1/tasks/{task_id}/messages", json={"content": content, **extra},
+                                headers={"Accept": "text/event-stream"}) as r:
+                if r.headers.get("content-type", "").startswith("text/event-stream"):
+                    out = [event async for event in sse_events(r)]
+                else:
+                    await r.aread()
+        return r, out
+
+    async def add_runner(self) -> Any:
+        from zcbot_runner.service import RunnerService
+
+        rt = await open_runtime("runner", self.settings)
+        svc = RunnerService()
+        await svc.start(rt)
+        self.runners.append((svc, rt))
+        return svc
+
+    async def stop_runner(self, svc: Any, hand_back: bool = True) -> None:
+        for i, (s, rt) in enumerate(self.runners):
+            if s is svc:
+                await s.drain()
+                await close_runtime(rt)
+                self.runners.pop(i)
+                return
+
+
+async def start_gateway(settings: Settings, port: int) -> tuple[Any, Any]:
+    from zcbot_gateway.app import create_app
+
+    app = create_app(settings)
+    task, server = await serve_http(app, "127.0.0.1", port, lifespan="on")
+    for _ in range(200):
+        if getattr(server, "started", False):
+            break
+        await asyncio.sleep(0.025)
+    return task, server
+
+
+@pytest.fixture
+async def bare_stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                     fake_llm: FakeLLM) -> AsyncIterator[Stack]:
+    """Gateway + executor in process, no runner (tests add in-process or subprocess runners)."""
+    models = tmp_path / "models"
+    write_fake_profile(models, fake_llm.base_url)
+    env = {**settings_env, "ZCBOT_MODELS_DIR": str(models), "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake",
+           "ZCBOT_ACK_WAIT_SECONDS": "3", "ZCBOT_SSE_HEARTBEAT_SECONDS": "1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    port = int(env["ZCBOT_HTTP_PORT"])
+    stack = Stack(settings=settings, base_url=f"http://127.0.0.1:{port}", fake=fake_llm)
+    # Executor (in-process, real bwrap sandboxes).
+    from zcbot_executor.service import ExecutorService
+
+    ex_rt = await open_runtime("executor", settings, use_db=False)
+    executor = ExecutorService(settings)
+    await executor.start(ex_rt)
+    stack.env = env
+    gw_task, gw_server = await start_gateway(settings, port)
+    try:
+        yield stack
+    finally:
+        gw_server.should_exit = True
+        await asyncio.wait({gw_task}, timeout=15)
+        for svc, rt in list(stack.runners):
+            await svc.drain()
+            await close_runtime(rt)
+        await executor.drain()
+        await close_runtime(ex_rt)
+
+
+@pytest.fixture
+async def stack(bare_stack: Stack) -> AsyncIterator[Stack]:
+    """The full in-process stack with one runner."""
+    await bare_stack.add_runner()
+    yield bare_stack
