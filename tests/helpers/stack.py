@@ -3,7 +3,7 @@
 Every service is the real one, talking over the real NATS and PostgreSQL of the root fixtures;
 the only fake is the LLM (reached by LiteLLM through `api_base`).
 
-The fixtures here (`fake_llm`, `bare_stack`, `stack`) are made available to a suite by importing
+The fixtures here (`fake_llm`, `strict_fake_llm`, `bare_stack`, `stack`) are made available to a suite by importing
 them into its conftest (e2e, agent, browser, channels, providers, security do); the helpers are
 imported by the tests that use them.
 """
@@ -41,6 +41,16 @@ def write_fake_profile(models_dir: Path, base_url: str, name: str = "fake", **ex
 async def fake_llm() -> AsyncIterator[FakeLLM]:
     # Strict: a request a real provider would refuse (unpaired tool calls, DeepSeek's reasoning rule,
     # unknown parameters) gets that provider's 400 here too.
+    fake = FakeLLM(strict=True)
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def strict_fake_llm(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeLLM]:
+    """A fake LLM in strict mode (refuses what providers refuse), its key in the env."""
+    monkeypatch.setenv(FAKE_KEY_ENV, "sk-fake")
     fake = FakeLLM(strict=True)
     await fake.start()
     yield fake

@@ -4,29 +4,16 @@ fake LLM to serve them byte for byte."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.helpers.stack import FAKE_KEY_ENV, bare_stack, fake_llm, stack  # noqa: F401  (fixtures)
-from zcbot_fakellm import FakeLLM
+from tests.helpers.stack import FAKE_KEY_ENV, bare_stack, fake_llm, stack, strict_fake_llm as replay  # noqa: F401  (fixtures)
 
 STREAMS = Path(__file__).parent / "streams"
 
 
 def recorded(name: str) -> bytes:
     return (STREAMS / f"{name}.sse").read_bytes()
-
-
-@pytest.fixture
-async def replay(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeLLM]:
-    monkeypatch.setenv(FAKE_KEY_ENV, "sk-fake")
-    fake = FakeLLM(strict=True)
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 def add_profile(stack: Any, name: str, **keys: Any) -> None:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.helpers.stack import FAKE_KEY_ENV
-from tests.providers.conftest import replay as fake  # noqa: F401  (fixture: a strict fake LLM)
+from tests.helpers.stack import strict_fake_llm as fake  # noqa: F401  (fixture: a strict fake LLM)
 from zcbot_core.llm.client import stream_chat
 from zcbot_core.llm.profiles import Profile
 from zcbot_fakellm import FakeLLM
