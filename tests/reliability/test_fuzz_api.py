@@ -5,8 +5,8 @@
    (schema-violating) inputs, path parameters drawn half the time from the fuzzer's real resources
    (tasks, a scheduled job, a memory file, channels). Promise: never a 5xx, and every response
    whose status the schema declares matches the declared schema and content type. The one
-   allowed 5xx is the iLink QR login answering 503 when WeChat's server is unreachable (here a
-   closed loopback port: the tests never leave the machine). The hidden WeCom callback routes
+   allowed 5xx is a 503 when a messaging server is unreachable — the iLink QR login, and the WeCom
+   binding's ownership code (here closed loopback ports: the tests never leave the machine). The hidden WeCom callback routes
    (signature-authenticated, not in the schema) get random queries and bodies: 403, never 5xx.
 2. Hypothesis on `zcbot_core.paths.resolve_user_path` against a real root full of symlinks (inside,
    outside, absolute, dangling, loops, `..` targets): it returns a path inside the root or raises
@@ -62,7 +62,10 @@ EXTRA_ENV = {
 DERANDOMIZE = os.environ.get("ZCBOT_FUZZ_RANDOM") != "1"
 MAX_EXAMPLES = int(os.environ.get("ZCBOT_FUZZ_EXAMPLES", "20"))
 NEGATIVE_EXAMPLES = max(1, MAX_EXAMPLES // 2)
-ALLOWED_503 = {("POST", "/v1/channels/ilink/login"), ("GET", "/v1/channels/ilink/login")}
+# Upstream messaging servers unreachable (closed ports here): 503 naming the service, never another 5xx.
+ALLOWED_503 = {("POST", "/v1/channels/ilink/login"): "WeChat login is unavailable",
+               ("GET", "/v1/channels/ilink/login"): "WeChat login is unavailable",
+               ("PUT", "/v1/channels/wecom"): "WeCom gettoken failed"}  # the ownership code cannot be sent
 
 
 # ---- 1. the API from its OpenAPI document ---------------------------------------------------------
@@ -96,7 +99,7 @@ def _run_schemathesis(doc: dict[str, Any], base_url: str, token: str,
             return  # the client refused to send a header the generator made up: nothing reached the server
         statuses[(f"{case.method.upper()} {case.path}", resp.status_code)] += 1
         if (case.method.upper(), case.path) in ALLOWED_503 and resp.status_code == 503:
-            assert "WeChat login is unavailable" in resp.json()["detail"], resp.text
+            assert ALLOWED_503[(case.method.upper(), case.path)] in resp.json()["detail"], resp.text
             return
         case.validate_response(resp, checks=[not_a_server_error, response_schema_conformance,
                                              content_type_conformance])
@@ -134,7 +137,14 @@ async def _fuzz_resources(stack: Stack, token: str, user: str) -> dict[str, list
     tasks = [(await stack.create_task(token, f"fz-{i}"))["task_id"] for i in range(3)]
     job_id = await seed_schedule(stack.settings.zcbot_db_url, user, "fuzz job", "daily brief")
     seed_extended_memory(stack.settings.storage_root, user, "notes.md", "fuzz notes", "remember this")
-    return {"task_id": tasks, "job_id": [job_id], "filename": ["notes.md"], "channel": ["wecom", "ilink"]}
+    # Another account for the admin user routes (`{email}`): the fuzzer may disable or demote it,
+    # never itself (that would revoke its own token and turn the rest of the run into 401s).
+    email = "fuzz-other@example.com"
+    async with stack.client(token) as c:
+        r = await c.post("/v1/admin/users", json={"email": email, "password": "Fuzz-Other-pw-8731!"})
+        assert r.status_code == 201, r.text
+    return {"task_id": tasks, "job_id": [job_id], "filename": ["notes.md"], "channel": ["wecom", "ilink"],
+            "email": [email]}
 
 
 @pytest.mark.timeout(240)

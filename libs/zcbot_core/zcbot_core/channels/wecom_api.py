@@ -49,6 +49,14 @@ class WeComError(ZcbotError):
         self.errcode = errcode
 
 
+class WeComUnavailable(WeComError):
+    """WeCom's server could not be reached (or answered garbage): try again later, like the iLink
+    login's 503 — not a bad gateway of ours."""
+
+    code = "wecom_unavailable"
+    http_status = 503
+
+
 class WeComNotConfigured(WeComError):
     code = "wecom_not_configured"
     http_status = 503
@@ -89,7 +97,7 @@ class WeComClient:
                                         params={"corpid": self.cs.wecom_corp_id, "corpsecret": self.cs.wecom_secret})
                 body = r.json()
             except (httpx.HTTPError, ValueError) as exc:
-                raise WeComError(f"WeCom gettoken failed: {safe_error(exc)}") from None
+                raise WeComUnavailable(f"WeCom gettoken failed: {safe_error(exc)}") from None
             code = int(body.get("errcode") or 0)
             if code != 0 or not body.get("access_token"):
                 hint = " (check ZCBOT_WECOM_SECRET)" if code == BAD_SECRET else ""
@@ -115,7 +123,7 @@ class WeComClient:
                                              headers=headers)
                 body = r.json()
             except (httpx.HTTPError, ValueError) as exc:
-                raise WeComError(f"WeCom {path} failed: {safe_error(exc)}") from None
+                raise WeComUnavailable(f"WeCom {path} failed: {safe_error(exc)}") from None
             code = int(body.get("errcode") or 0)
             if code in (TOKEN_INVALID, TOKEN_EXPIRED) and attempt == 1:
                 log.info("wecom access token rejected; refreshing", extra={"errcode": code})

@@ -174,7 +174,7 @@ async def bind_wecom(request: Request, body: WeComBindIn, user_id: CurrentUser, 
     sender = _state(request.app).wecom_sender
     if sender is None:
         raise ServiceUnavailable("WeCom is not configured (ZCBOT_WECOM_CORP_ID, ZCBOT_WECOM_AGENT_ID, ZCBOT_WECOM_SECRET)")
-    # WeComUserTaken 409, CodeRecentlySent 429, BindingRefused 400, WeComError 502: mapped at the edge
+    # WeComUserTaken 409, CodeRecentlySent 429, BindingRefused 400, WeComError 502 (WeComUnavailable 503): mapped at the edge
     return await start_binding(session, sender, user_id, userid)
 
 
