@@ -286,3 +286,23 @@ def test_walk_files_and_user_file(resolver: str, tree: tuple[Path, Path]) -> Non
     (root / "a" / "f.txt").symlink_to(outside / "secret")  # swapped after the check: still refused
     with pytest.raises(safe_fs.SymlinkRefused):
         f.read_bytes()
+
+
+def test_a_link_swapped_back_is_still_reported_as_a_link(tmp_path: Path) -> None:
+    """The message after a refusal: ENOTDIR came from a folder that was a link when it was opened and
+    is a folder again by the time the message is made (a swapping sandbox). The file at the end is
+    the target, not "a file on the way"."""
+    from zcbot_core.safe_fs import resolve
+
+    (tmp_path / "skills" / "mine").mkdir(parents=True)
+    (tmp_path / "skills" / "mine" / "SKILL.md").write_text("x")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        refused = NotADirectoryError(20, "Not a directory")
+        swapped_back = resolve.classify(fd, "skills/mine", refused, "skills/mine/SKILL.md")
+        assert swapped_back.errno == errno.ELOOP and swapped_back.filename == "skills/mine/SKILL.md"
+        (tmp_path / "plain").write_text("a file")
+        on_the_way = resolve.classify(fd, "plain", refused, "plain/x")
+        assert on_the_way is refused  # a real file where a folder must be
+    finally:
+        os.close(fd)

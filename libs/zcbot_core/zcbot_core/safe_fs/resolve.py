@@ -99,7 +99,10 @@ def open_beneath(dirfd: int, rel: str, flags: int, mode: int = 0) -> int:
             return openat2(dirfd, rel, flags, mode)
         return walk_open(dirfd, rel, flags, mode)
     except NotADirectoryError as exc:
-        raise classify(dirfd, rel, exc) from None
+        # The last component is "on the way" only when a folder was asked for; otherwise a file
+        # there is the target itself, and the ENOTDIR came from a folder that was a link.
+        on_the_way = rel if flags & os.O_DIRECTORY else rel.rpartition("/")[0]
+        raise classify(dirfd, on_the_way, exc, rel) from None
 
 
 def open_dir_at(dirfd: int, name: str) -> int:
@@ -110,9 +113,12 @@ def open_dir_at(dirfd: int, name: str) -> int:
         raise classify(dirfd, name, exc) from None
 
 
-def classify(dirfd: int, rel: str, exc: OSError) -> OSError:
+def classify(dirfd: int, rel: str, exc: OSError, full: str | None = None) -> OSError:
     """O_NOFOLLOW | O_DIRECTORY on a symlink says ENOTDIR: tell a symlink (ELOOP) from a file on the
-    way, for the message only (the refusal itself has already happened)."""
+    way (the folders of `rel`), for the message only (the refusal itself has already happened)."""
+    full = full or rel
+    if not rel:
+        return OSError(errno.ELOOP, "a symlink is on the way", full)
     cur = os.dup(dirfd)
     try:
         for part in rel.split("/"):
@@ -129,7 +135,7 @@ def classify(dirfd: int, rel: str, exc: OSError) -> OSError:
     finally:
         os.close(cur)
     # A symlink now, or folders only: the path was a link when it was resolved (swapped back since).
-    return OSError(errno.ELOOP, "a symlink is on the way", rel)
+    return OSError(errno.ELOOP, "a symlink is on the way", full)
 
 
 def renameat2(src_dfd: int, src: str, dst_dfd: int, dst: str, flags: int = 0) -> None:
