@@ -13,10 +13,11 @@ import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import openai
+
+from zcbot_core.config import Settings
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
@@ -31,10 +32,9 @@ class RetryPolicy:
     """No single wait is longer, `Retry-After` included (a longer ask ends the run with the error)."""
 
     @classmethod
-    def from_settings(cls, settings: Any) -> RetryPolicy:
-        return cls(retries=int(getattr(settings, "zcbot_llm_retries", cls.retries)),
-                   base_seconds=float(getattr(settings, "zcbot_llm_retry_base_seconds", cls.base_seconds)),
-                   max_seconds=float(getattr(settings, "zcbot_llm_retry_max_seconds", cls.max_seconds)))
+    def from_settings(cls, settings: Settings) -> RetryPolicy:
+        return cls(retries=settings.zcbot_llm_retries, base_seconds=settings.zcbot_llm_retry_base_seconds,
+                   max_seconds=settings.zcbot_llm_retry_max_seconds)
 
     def delay(self, attempt: int, retry_after: float | None, rng: random.Random | None = None) -> float | None:
         """Seconds to wait before retry number `attempt` (1-based), or None: do not retry."""
