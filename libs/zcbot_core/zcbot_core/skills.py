@@ -18,8 +18,7 @@ Sandbox paths: built-in skills are mounted read-only at `SANDBOX_SKILLS_DIR` (de
 sandbox sees them at `/workspace/.skills/<name>`. The built-in folder on the host is
 `ZCBOT_SKILLS_DIR` or `<repo>/skills`.
 
-The task "constitution" convention (seed 003 §7.9) lives here too because skills share it:
-`constitution_block` is the prompt paragraph, `constitution_filename` the name rule.
+The task "constitution" naming rule that skills share lives in `zcbot_core.constitution`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from __future__ import annotations
 import re
 import stat
 from dataclasses import dataclass, field, replace
-from datetime import date
 from pathlib import Path
 
 import yaml
@@ -383,37 +381,3 @@ def discovery_block(registry: SkillRegistry) -> str:
                      "(with `save_skill` if they ask you to):")
         lines.extend(f"- {err.line()}" for err in registry.load_errors)
     return "\n".join(lines)
-
-
-# ---- task constitution files (seed 003 §7.9) -------------------------------------------------
-
-def short_id(task_id: str) -> str:
-    """The stable 8-hex anchor of a task (its id without dashes, first 8 characters)."""
-    return task_id.replace("-", "").lower()[:8]
-
-
-def _slug(name: str) -> str:
-    slug = re.sub(r"[\s/\\:*?\"<>|]+", "-", name.strip()).strip("-.")
-    return slug[:60] or "task"
-
-
-def constitution_filename(task_id: str, task_name: str, base: str = "spec", day: date | None = None) -> str:
-    """`<date>-<short_id>-<name>.<base>.md`; the current one is the greatest name matching
-    `*-<short_id>-*.<base>.md` (dates sort), a re-scoped spec is a new dated file."""
-    return f"{(day or date.today()).isoformat()}-{short_id(task_id)}-{_slug(task_name)}.{base}.md"
-
-
-def constitution_block(task_id: str, task_name: str, day: date | None = None) -> str:
-    """Prompt paragraph telling the agent how this task's constitution files are named."""
-    sid = short_id(task_id)
-    example = constitution_filename(task_id, task_name, "spec", day)
-    return (
-        "## This task's constitution files\n"
-        "Several tasks can share this folder, so the documents that bind only this task (the confirmed "
-        "spec, requirements, outline) carry this task's id in their file name: "
-        f"`<date>-{sid}-<name>.<kind>.md`, for example `{example}`. The current one of a kind is the "
-        f"file matching `*-{sid}-*.<kind>.md` whose name sorts last. When the user changes direction, "
-        "write a new file with today's date (the older one stays as history); never rename these files, "
-        "and leave other tasks' files alone. Shared material (sources, sections, figures) is not a "
-        "constitution file and keeps ordinary names."
-    )

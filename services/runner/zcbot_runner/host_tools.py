@@ -25,7 +25,8 @@ from zcbot_core.memory import memory_block
 from zcbot_core.paths import user_root
 from zcbot_core.pptx_guard import make_pptx_guard_hook
 from zcbot_core.service import Runtime
-from zcbot_core.skills import constitution_block, discovery_block, registry_for_user
+from zcbot_core.constitution import constitution_block
+from zcbot_core.skills import discovery_block, registry_for_user
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.schedule_tools import register_schedule_tools
 from zcbot_core.tools.skill_tools import register_skill_tools
