@@ -5,6 +5,7 @@ run on psycopg in autocommit with positional `%s` parameters, for tests already 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
@@ -50,3 +51,38 @@ async def db_rows_async(url: str, sql: str, *params: Any) -> list[tuple[Any, ...
 async def db_exec_async(url: str, sql: str, *params: Any) -> None:
     async with await psycopg.AsyncConnection.connect(plain_pg_url(url), autocommit=True) as conn:
         await conn.execute(sql, params or None)  # type: ignore[arg-type]
+
+
+# ---- what every fault (and the cluster test) must leave intact --------------------------
+
+
+def task_status(url: str, task_id: str) -> tuple[str, str | None, str | None]:
+    return db_rows(url, "select run_status, run_owner, run_error from tasks where task_id=:t", t=task_id)[0]  # type: ignore[return-value]
+
+
+def roles(url: str, task_id: str) -> list[str]:
+    return [r[0] for r in db_rows(url, "select payload->>'role' from messages where task_id=:t order by idx", t=task_id)]
+
+
+def assert_consistent(url: str) -> None:
+    """The invariants after any fault, over every task of the database."""
+    stuck = db_rows(url, "select task_id, run_status from tasks where run_status in ('waiting','queued','running','cancelling')")
+    assert not stuck, f"tasks left active: {stuck}"
+    rows = db_rows(url, "select task_id, idx, kind, payload::text from messages order by task_id, idx")
+    by_task: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
+    for task_id, idx, kind, payload in rows:
+        by_task.setdefault(task_id, []).append((idx, kind, json.loads(payload)))
+    for task_id, msgs in by_task.items():
+        assert [m[0] for m in msgs] == list(range(len(msgs))), f"idx not contiguous in {task_id}: {[m[0] for m in msgs]}"
+        for (_, _, a), (_, _, b) in zip(msgs, msgs[1:]):
+            assert a != b, f"duplicated message in {task_id}: {a}"
+        answered: dict[str, int] = {}
+        asked: list[str] = []
+        for _, _, p in msgs:
+            if p.get("role") == "tool":
+                answered[p.get("tool_call_id")] = answered.get(p.get("tool_call_id"), 0) + 1
+            for tc in p.get("tool_calls") or []:
+                asked.append(tc["id"])
+        assert len(asked) == len(set(asked)), f"tool call ids repeated in {task_id}: {asked}"
+        assert all(n == 1 for n in answered.values()), f"tool call answered twice in {task_id}: {answered}"
+        assert set(answered) == set(asked), f"unanswered/unknown tool calls in {task_id}: {asked} vs {answered}"
