@@ -2,7 +2,7 @@
 
 The single source of truth for: fonts (Latin + East Asian, theme fonts removed so Word and
 LibreOffice both honour them), page setup, fields (page numbers, TOC), inline spans -> runs
-(bold/italic/code/sub/sup/links, whitelisted chemical formulas get real subscripts), table
+(bold/italic/code/sub/sup/links; chemical formulas by rule, `formulas.py`, get real subscripts), table
 borders (three-line academic tables or a light grid), images sized to the text width, and an
 atomic save.
 """
@@ -20,6 +20,7 @@ from docx.oxml import OxmlElement
 from docx.oxml.ns import qn
 from docx.shared import Cm, Emu, Pt, RGBColor
 
+from .formulas import split_formulas
 from .mdparse import Span, parse_inline
 
 
@@ -189,35 +190,15 @@ def keep_with_next(paragraph) -> None:
 
 # ---- inline text ------------------------------------------------------------------------------
 
-# Formulas that get real subscripts. A whitelist on purpose: "PM2.5", "V2", "COVID19", "H100"
-# must stay as written.
-CHEM_FORMULAS = (
-    "CO2", "H2O", "H2O2", "CH4", "N2O", "NO2", "SO2", "SO3", "O2", "O3", "N2", "H2", "Cl2", "NH3",
-    "NH4", "H2S", "H2SO4", "HNO3", "H3PO4", "CaCO3", "Na2CO3", "NaHCO3", "Fe2O3", "Fe3O4", "TiO2",
-    "SiO2", "Al2O3", "MnO2", "CeO2", "ZrO2", "Co3O4", "NiO2", "C2H2", "C2H4", "C2H6", "C3H8",
-    "C2H5OH", "CH3OH", "CH3COOH", "C6H6", "C6H12O6", "LiFePO4", "LiCoO2", "LiMn2O4", "Li2CO3",
-    "Li2O", "LiPF6", "MoS2", "WS2", "C3N4", "CO3", "SO4", "PO4", "NO3", "CH3", "CH2",
-)
-_CHEM = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(sorted(map(re.escape, CHEM_FORMULAS), key=len, reverse=True)) + r")(?![A-Za-z0-9])")
-_DIGITS = re.compile(r"(\d+)")
-
-
 def chem_split(span: Span) -> list[Span]:
-    """Split whitelisted formulas in a span so their digits become subscripts."""
-    if span.code or span.sub or span.sup or not _CHEM.search(span.text):
+    """Split chemical formulas in a span (the rule is `formulas.split_formulas`) so their counts
+    become subscripts and ion charges superscripts."""
+    if span.code or span.sub or span.sup:
         return [span]
-    out: list[Span] = []
-    pos = 0
-    for m in _CHEM.finditer(span.text):
-        if m.start() > pos:
-            out.append(Span(span.text[pos:m.start()], span.bold, span.italic, False, False, False, span.link))
-        for part in _DIGITS.split(m.group()):
-            if part:
-                out.append(Span(part, span.bold, span.italic, False, part.isdigit(), False, span.link))
-        pos = m.end()
-    if pos < len(span.text):
-        out.append(Span(span.text[pos:], span.bold, span.italic, False, False, False, span.link))
-    return out
+    pieces = split_formulas(span.text)
+    if len(pieces) == 1 and not pieces[0][1]:
+        return [span]
+    return [Span(text, span.bold, span.italic, False, kind == "sub", kind == "sup", span.link) for text, kind in pieces]
 
 
 def _hyperlink(paragraph, url: str) -> object:
