@@ -38,7 +38,8 @@ class Settings(BaseSettings):
     zcbot_db_url: str | None = Field(default=None, alias="ZCBOT_DB_URL",
         description='PostgreSQL URL (`postgresql://user:pw@host:5432/db`); unset under `zcbot up` = embedded')
     zcbot_nats_url: str | None = Field(default=None, alias="ZCBOT_NATS_URL",
-        description='NATS URL with JetStream; unset under `zcbot up` = embedded')
+        description='NATS URL with JetStream, or a comma-separated list of a cluster\'s servers '
+                    '(`nats://a:4222,nats://b:4222`); unset under `zcbot up` = embedded')
     zcbot_nats_user: str | None = Field(default=None, alias="ZCBOT_NATS_USER",
         description="this service's NATS user (`gateway`, `runner`, ...); set by `zcbot up`, a Secret in deploy/")
     zcbot_nats_password: str | None = Field(default=None, alias="ZCBOT_NATS_PASSWORD",
@@ -78,6 +79,22 @@ class Settings(BaseSettings):
         description='prefix of every NATS subject/stream/bucket (isolates stacks on one NATS)')
     zcbot_events_max_age_hours: float = Field(default=24.0, alias="ZCBOT_EVENTS_MAX_AGE_HOURS",
         description='how long run events stay replayable')
+    zcbot_events_max_bytes: int = Field(default=0, ge=0, alias="ZCBOT_EVENTS_MAX_BYTES",
+        description='byte limit of the events stream (oldest events go first; 0: none, the age limit only)')
+    zcbot_queues_max_bytes: int = Field(default=0, ge=0, alias="ZCBOT_QUEUES_MAX_BYTES",
+        description='byte limit of each work-queue stream (run requests, channel messages); when full a new '
+                    'request is refused (503), never an older one dropped (0: none)')
+    zcbot_js_replicas: int = Field(default=1, ge=1, le=5, alias="ZCBOT_JS_REPLICAS",
+        description='JetStream replicas of every stream, KV bucket and durable consumer (3 on a 3-node '
+                    'cluster); a higher count an operator set is kept')
+    zcbot_event_publish_retry_seconds: float = Field(default=30.0, gt=0, alias="ZCBOT_EVENT_PUBLISH_RETRY_SECONDS",
+        description='how long a runner retries storing a run event (a leader election, a NATS restart) before '
+                    'the run ends with an error saying events were lost')
+    zcbot_run_publish_retry_seconds: float = Field(default=10.0, ge=0, alias="ZCBOT_RUN_PUBLISH_RETRY_SECONDS",
+        description='how long queueing a run retries through a JetStream election before answering 503')
+    zcbot_requeue_after_seconds: float = Field(default=60.0, gt=0, alias="ZCBOT_REQUEUE_AFTER_SECONDS",
+        description='a run `queued` in PostgreSQL this long whose request is not in the runs stream is '
+                    'published again (the scheduler\'s sweep)')
     # Health/metrics ports of the non-HTTP services.
     zcbot_runner_port: int = Field(default=8766, alias="ZCBOT_RUNNER_PORT",
         description='runner `/healthz`, `/readyz`, `/metrics`')
@@ -204,6 +221,16 @@ class Settings(BaseSettings):
             raise ConfigError(f"ZCBOT_ENV=production refuses weak secrets: {problem} (generate it with `openssl rand -hex 32`).")
         return self.zcbot_run_grant_key
 
+    @field_validator("zcbot_nats_url")
+    @classmethod
+    def _nats_servers(cls, value: str | None) -> str | None:
+        """One URL or a comma-separated list, each with a scheme and a host (`nats://host:4222`)."""
+        if value is not None:
+            from zcbot_core.bus.servers import server_list
+
+            server_list(value)  # a ValueError names the bad entry
+        return value
+
     @field_validator("zcbot_cors_origins")
     @classmethod
     def _origins_only(cls, value: str) -> str:
@@ -285,6 +312,12 @@ S = TypeVar("S", bound=BaseSettings)
 _SECRET_NAME = ("SECRET", "KEY", "TOKEN", "PASSWORD")
 
 
+def _masked(value: Any) -> Any:
+    """A URL's (or URL list's) passwords replaced by *** : a bad ZCBOT_DB_URL / ZCBOT_NATS_URL is
+    echoed to say what is wrong, never with the password in it."""
+    return re.sub(r"(://[^:/@,\s]*:)[^@/,\s]*@", r"\1***@", value) if isinstance(value, str) else value
+
+
 def load_settings(cls: type[S], **values: Any) -> S:
     """A settings class read from the environment and validated now: a bad value is a `ConfigError`
     naming each variable and what is wrong (the value itself only when it is not a secret)."""
@@ -294,7 +327,7 @@ def load_settings(cls: type[S], **values: Any) -> S:
         problems = []
         for err in exc.errors():
             name = ".".join(str(part) for part in err.get("loc", ())) or "?"
-            shown = "" if any(word in name.upper() for word in _SECRET_NAME) else f" (got {err.get('input')!r})"
+            shown = "" if any(word in name.upper() for word in _SECRET_NAME) else f" (got {_masked(err.get('input'))!r})"
             problems.append(f"{name}: {err.get('msg')}{shown}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
 

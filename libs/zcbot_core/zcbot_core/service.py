@@ -107,6 +107,9 @@ def stream_limits(settings: Settings) -> StreamLimits:
         events_max_age_seconds=settings.zcbot_events_max_age_hours * 3600,
         ack_wait_seconds=settings.zcbot_ack_wait_seconds,
         max_deliver=settings.zcbot_max_deliver,
+        replicas=settings.zcbot_js_replicas,
+        events_max_bytes=settings.zcbot_events_max_bytes or -1,
+        queues_max_bytes=settings.zcbot_queues_max_bytes or -1,
     )
 
 

@@ -21,6 +21,7 @@ from nats.js.api import (
 from nats.js.errors import BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 
+from zcbot_core.bus.servers import server_list
 from zcbot_core.bus.subjects import Topology
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,10 @@ class StreamLimits:
     max_deliver: int = 5
     max_ack_pending: int = 10_000
     duplicate_window_seconds: float = 120.0
+    # Replicas of every stream, KV bucket and durable consumer (`ZCBOT_JS_REPLICAS`); never lowered.
+    replicas: int = 1
+    events_max_bytes: int = -1  # -1: no byte limit (JetStream's own "unlimited")
+    queues_max_bytes: int = -1
 
 
 _KV_CACHE: dict[tuple[int, str], tuple[JetStreamContext, KeyValue]] = {}
@@ -72,7 +77,7 @@ async def connect(url: str, name: str, *, user: str | None = None, password: str
         log.info("nats reconnected")
 
     return await nats.connect(
-        url,
+        server_list(url),  # one URL or a cluster's servers, comma-separated
         name=name,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,
@@ -114,28 +119,52 @@ def runs_consumer_config(topo: Topology, limits: StreamLimits) -> ConsumerConfig
         max_deliver=limits.max_deliver,
         max_ack_pending=limits.max_ack_pending,
         filter_subject=topo.runs_wildcard(),
+        num_replicas=limits.replicas,
     )
 
 
-def channels_consumer_config(topo: Topology) -> ConsumerConfig:
+def channels_consumer_config(topo: Topology, limits: StreamLimits | None = None) -> ConsumerConfig:
     return ConsumerConfig(
         durable_name=topo.channels_consumer,
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=CHANNEL_ACK_WAIT_SECONDS,
         max_deliver=5,
         filter_subject=topo.channel_inbound_wildcard(),
+        num_replicas=(limits or StreamLimits()).replicas,
     )
 
 
-async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+def _replicas(kind: str, name: str, current: int | None, wanted: int) -> int:
+    """The count to apply: ours, or an operator's higher one (kept, with a line saying so)."""
+    current = int(current or 0)
+    if current and current != wanted:
+        log.info("%s %s has %d replicas, ZCBOT_JS_REPLICAS says %d; %s", kind, name, current, wanted,
+                 "keeping the higher count" if current > wanted else "raising it")
+    return max(current, wanted)
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig, replicas: int) -> None:
     try:
-        await js.stream_info(config.name)
-        await js.update_stream(config)
+        info = await js.stream_info(config.name)
     except NotFoundError:
+        config.num_replicas = replicas
         await js.add_stream(config)
+        return
+    # Every update names the count: a config without it would scale the stream back to 1 (issue 23).
+    config.num_replicas = _replicas("stream", config.name, info.config.num_replicas, replicas)
+    await js.update_stream(config)
 
 
 async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
+    wanted = int(config.num_replicas or 1)
+    try:
+        info = await js.consumer_info(stream, config.durable_name or "")
+    except NotFoundError:
+        pass
+    else:
+        # 0 on a durable means "the stream's count": compare what it really has.
+        current = info.config.num_replicas or 0
+        config.num_replicas = _replicas("consumer", config.durable_name or "", current, wanted) if current else wanted
     try:
         await js.add_consumer(stream, config)
     except BadRequestError as exc:
@@ -143,13 +172,19 @@ async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerCo
         log.info("consumer %s exists (%s); keeping it", config.durable_name, exc.description)
 
 
-async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float) -> None:
+async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float, replicas: int) -> None:
+    stream = f"KV_{bucket}"
     try:
-        await js.key_value(bucket)
-    except (NotFoundError, BadRequestError):
-        await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl, history=1, storage=StorageType.FILE))
-    except Exception:  # nats-py raises BucketNotFoundError (a NotFoundError subclass) on most versions
-        await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl, history=1, storage=StorageType.FILE))
+        info = await js.stream_info(stream)
+    except NotFoundError:
+        await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl, history=1, storage=StorageType.FILE,
+                                                 replicas=replicas))
+        return
+    count = _replicas("KV bucket", bucket, info.config.num_replicas, replicas)
+    if count != int(info.config.num_replicas or 1):  # only the count changes: the bucket keeps its settings
+        config = info.config
+        config.num_replicas = count
+        await js.update_stream(config)
 
 
 async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLimits | None = None) -> None:
@@ -163,8 +198,11 @@ async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLi
             retention=RetentionPolicy.WORK_QUEUE,
             storage=StorageType.FILE,
             duplicate_window=limits.duplicate_window_seconds,
-            discard=DiscardPolicy.OLD,
+            # Full (ZCBOT_QUEUES_MAX_BYTES): a new request is refused, never a queued one dropped.
+            discard=DiscardPolicy.NEW,
+            max_bytes=limits.queues_max_bytes,
         ),
+        limits.replicas,
     )
     await _ensure_stream(
         js,
@@ -174,8 +212,11 @@ async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLi
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
             max_age=limits.events_max_age_seconds,
+            max_bytes=limits.events_max_bytes,
+            discard=DiscardPolicy.OLD,
             duplicate_window=min(limits.duplicate_window_seconds, limits.events_max_age_seconds),
         ),
+        limits.replicas,
     )
     await _ensure_consumer(js, topo.runs_stream, runs_consumer_config(topo, limits))
     await _ensure_stream(
@@ -186,9 +227,12 @@ async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLi
             retention=RetentionPolicy.WORK_QUEUE,
             storage=StorageType.FILE,
             duplicate_window=limits.duplicate_window_seconds,
+            discard=DiscardPolicy.NEW,
+            max_bytes=limits.queues_max_bytes,
         ),
+        limits.replicas,
     )
-    await _ensure_consumer(js, topo.channel_inbound_stream, channels_consumer_config(topo))
-    await _ensure_kv(js, topo.cancel_bucket, CANCEL_TTL_SECONDS)
-    await _ensure_kv(js, topo.sandbox_leases_bucket, SANDBOX_LEASE_TTL_SECONDS)
-    await _ensure_kv(js, topo.leases_bucket, LEADER_LEASE_TTL_SECONDS)
+    await _ensure_consumer(js, topo.channel_inbound_stream, channels_consumer_config(topo, limits))
+    await _ensure_kv(js, topo.cancel_bucket, CANCEL_TTL_SECONDS, limits.replicas)
+    await _ensure_kv(js, topo.sandbox_leases_bucket, SANDBOX_LEASE_TTL_SECONDS, limits.replicas)
+    await _ensure_kv(js, topo.leases_bucket, LEADER_LEASE_TTL_SECONDS, limits.replicas)
