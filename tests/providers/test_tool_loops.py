@@ -114,6 +114,10 @@ async def test_unfinished_text_answers_warn(stack: Stack) -> None:
     assert any("output limit" in w["msg"] for w in of(events, "warn"))
     events = await run_events(stack, token, task_id, "KEY-filter go")
     assert any("content filter" in w["msg"] for w in of(events, "warn"))
+    # A Chinese user reads the same warnings in Chinese (issue 26.3: the agent's text follows the user).
+    stack.fake.script("KEY-zhlen", [{"text": "前半部分", "finish_reason": "length"}])
+    events = await run_events(stack, token, task_id, "KEY-zhlen 写一段话")
+    assert any("输出上限" in w["msg"] and "继续" in w["msg"] for w in of(events, "warn")), of(events, "warn")
     events = await run_events(stack, token, task_id, "KEY-isr go", status="error")
     assert any("insufficient system resources" in e["msg"] for e in of(events, "error"))
 

@@ -47,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.agent.context import check_protocol, message_idx, prepare_messages, window
 from zcbot_core.agent.tokens import estimate_tokens, message_tokens, reliable_context
-from zcbot_core.agent.lang import user_language
+from zcbot_core.agent.lang import say, user_language
 from zcbot_core.bus import events as ev
 from zcbot_core.db.models import Message, Task
 from zcbot_core.errors import ZcbotError
@@ -276,9 +276,8 @@ async def maybe_fold(sessions: async_sessionmaker[AsyncSession], task_id: str, p
         return False
     cut = choose_cut(history, TAIL_RATIO * limit)
     if cut is None:
-        await emit(ev.Warn(run_id=run_id, msg=(
-            f"the conversation is at about {size} tokens ({size * 100 // limit}% of this model's reliable context) "
-            "but has no earlier user turn to summarise; continuing with the full window")))
+        await emit(ev.Warn(run_id=run_id, msg=say("fold_no_turn_warn", user_language(history), size=size,
+                                                  percent=size * 100 // limit)))
         return False
     cut_idx = message_idx(history[cut])
     assert cut_idx is not None
@@ -321,8 +320,7 @@ async def maybe_fold(sessions: async_sessionmaker[AsyncSession], task_id: str, p
         detail = f"{exc.__class__.__name__}: {str(exc)[:300]}"
         log.warning("context fold failed", extra={"task_id": task_id, "error": detail})
         await emit(ev.ContextFold(run_id=run_id, phase="failed", detail=detail))
-        await emit(ev.Warn(run_id=run_id, msg=f"could not summarise the earlier conversation ({detail}); "
-                                              "continuing with the full history"))
+        await emit(ev.Warn(run_id=run_id, msg=say("fold_failed_warn", user_language(history), detail=detail)))
         return False
     after = estimate_tokens([*system_msgs, {"role": "user", "content": summary}, *history[cut:]])
     await emit(ev.ContextFold(run_id=run_id, phase="done", detail=(

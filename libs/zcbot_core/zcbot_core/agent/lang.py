@@ -40,6 +40,41 @@ _TEXTS: dict[str, dict[Lang, str]] = {
         "zh": "已停止：连续 {count} 次回复在工具调用参数中达到输出上限（{limit} tokens）。",
         "en": "stopped: {count} replies in a row hit the output limit ({limit} tokens) inside tool-call arguments.",
     },
+    "call_truncated_warn": {
+        "zh": "模型的工具调用在输出上限（{limit} tokens）处被截断：没有执行，已请模型拆分后再调用。",
+        "en": "the model's tool call was cut off at the output limit ({limit} tokens); it was not run and the model "
+              "was asked to split it",
+    },
+    "answer_truncated_warn": {
+        "zh": "回答在模型的输出上限（{limit} tokens）处被截断；回复“继续”可获得后面的内容。",
+        "en": "the answer was cut off at the model's output limit ({limit} tokens); ask it to continue for the rest",
+    },
+    "filtered_warn": {
+        "zh": "模型服务商的内容过滤中止了这次回答，内容可能不完整。",
+        "en": "the provider's content filter stopped the answer; it may be incomplete",
+    },
+    "filtered_stop": {
+        "zh": "已停止：模型服务商的内容过滤中止了回复，其中的工具调用没有执行。",
+        "en": "stopped: the provider's content filter stopped the model's reply; its tool calls were not run",
+    },
+    "retry_warn": {
+        "zh": "模型调用失败（{why}），{wait:.1f} 秒后重试（第 {attempt} 次，共 {attempts} 次）。",
+        "en": "the model call failed ({why}); retrying in {wait:.1f} s (attempt {attempt} of {attempts})",
+    },
+    "fold_no_turn_warn": {
+        "zh": "对话已约 {size} tokens（达到该模型可靠上下文的 {percent}%），但没有更早的用户轮次可以总结；继续使用完整上下文。",
+        "en": "the conversation is at about {size} tokens ({percent}% of this model's reliable context) "
+              "but has no earlier user turn to summarise; continuing with the full window",
+    },
+    "fold_failed_warn": {
+        "zh": "未能总结之前的对话（{detail}）；继续使用完整历史。",
+        "en": "could not summarise the earlier conversation ({detail}); continuing with the full history",
+    },
+    "events_lost_error": {
+        "zh": "有 {count} 个运行事件未能保存（消息总线不可用），实时显示的回答可能不完整；对话本身已保存，刷新任务即可查看完整内容。",
+        "en": "{count} run events could not be stored (the message bus was unavailable), so the streamed answer may be "
+              "incomplete; the conversation itself is saved: reload the task to see all of it.",
+    },
     "wall_clock_stop": {
         "zh": "已停止：本次运行超过了 {seconds} 秒的总时长上限（进展正常的运行也会在这里暂停）。",
         "en": "stopped: the run exceeded its wall-clock limit of {seconds} s (a backstop; the run was still working).",

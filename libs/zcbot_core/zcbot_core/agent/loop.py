@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from zcbot_core.budgets import BudgetExceeded
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.guards import MUTATING_TOOLS, RepeatGuard, StallGuard
-from zcbot_core.agent.lang import Lang, stop_text, user_language
+from zcbot_core.agent.lang import Lang, say, stop_text, user_language
 from zcbot_core.agent.tool_args import parse_args
 from zcbot_core.bus import events as ev
 from zcbot_core.llm.client import LlmCallError, LlmResult, Usage, stream_chat
@@ -89,7 +89,7 @@ class LoopState:
 
     def timings(self) -> dict[str, float]:
         return {
-            "ttft": round(self.first_token - self.started, 4) if self.first_token else -1.0,
+            "ttft": round(self.first_token - self.started, 4) if self.first_token else None,  # null: no token came
             "llm": round(self.llm_seconds, 4),
             "tools": round(self.tool_seconds, 4),
             "llm_calls": float(self.llm_calls),
@@ -224,22 +224,18 @@ class AgentLoop:
                     await self._record_tool(messages, call, TRUNCATED_CALL_RESULT.format(limit=limit), ok=False)
                 if self.truncated_steps >= MAX_TRUNCATED_STEPS:
                     return stop_text("truncated_stop", self.lang, count=self.truncated_steps, limit=limit)
-                await self.emit(ev.Warn(run_id=self.run_id, msg=f"the model's tool call was cut off at the output "
-                                                               f"limit ({limit} tokens); it was not run and the model "
-                                                               "was asked to split it"))
+                await self.emit(ev.Warn(run_id=self.run_id, msg=say("call_truncated_warn", self.lang, limit=limit)))
                 return None
             text = str(messages[-1].get("content") or "")
-            await self.emit(ev.Warn(run_id=self.run_id, msg=f"the answer was cut off at the model's output limit "
-                                                           f"({limit} tokens); ask it to continue for the rest"))
+            await self.emit(ev.Warn(run_id=self.run_id, msg=say("answer_truncated_warn", self.lang, limit=limit)))
             return self._result("ok", final_text=text)
         self.truncated_steps = 0
         if finish == "content_filter":
             for call in tool_calls:
                 await self._record_tool(messages, call, FILTERED_CALL_RESULT, ok=False)
             if tool_calls:
-                return "stopped: the provider's content filter stopped the model's reply; its tool calls were not run"
-            await self.emit(ev.Warn(run_id=self.run_id, msg="the provider's content filter stopped the answer; "
-                                                           "it may be incomplete"))
+                return say("filtered_stop", self.lang)
+            await self.emit(ev.Warn(run_id=self.run_id, msg=say("filtered_warn", self.lang)))
             return self._result("ok", final_text=str(messages[-1].get("content") or ""))
         return None
 
@@ -272,8 +268,8 @@ class AgentLoop:
             await self.emit(ev.ReasoningDelta(run_id=self.run_id, delta=delta))
 
         async def on_retry(why: str, wait: float, attempt: int) -> None:
-            await self.emit(ev.Warn(run_id=self.run_id, msg=f"the model call failed ({why}); retrying in {wait:.1f} s "
-                                                           f"(attempt {attempt + 1} of {self.retry.retries + 1})"))
+            await self.emit(ev.Warn(run_id=self.run_id, msg=say("retry_warn", self.lang, why=why, wait=wait,
+                                                               attempt=attempt + 1, attempts=self.retry.retries + 1)))
 
         started = time.monotonic()
         try:
