@@ -193,7 +193,7 @@ def keep_with_next(paragraph) -> None:
 def chem_split(span: Span) -> list[Span]:
     """Split chemical formulas in a span (the rule is `formulas.split_formulas`) so their counts
     become subscripts and ion charges superscripts."""
-    if span.code or span.sub or span.sup:
+    if span.code or span.sub or span.sup or span.note:
         return [span]
     pieces = split_formulas(span.text)
     if len(pieces) == 1 and not pieces[0][1]:
@@ -210,12 +210,19 @@ def _hyperlink(paragraph, url: str) -> object:
 
 
 def add_spans(paragraph, text: str, *, code_font: str = "Consolas", chem: bool = True, size: float | None = None,
-              bold: bool | None = None, link_color: str = "1F4E79") -> None:
-    """Append `text` (inline markdown) to a paragraph as formatted runs."""
+              bold: bool | None = None, link_color: str = "1F4E79", note=None) -> None:
+    """Append `text` (inline markdown) to a paragraph as formatted runs.
+
+    `note(paragraph, note_id) -> bool` places a footnote mark; without one (or when it returns
+    False) the mark stays as written, `[^id]`."""
     spans = parse_inline(text)
     if chem:
         spans = [piece for s in spans for piece in chem_split(s)]
     for span in spans:
+        if span.note:
+            if note is not None and note(paragraph, span.note):
+                continue
+            span = Span(f"[^{span.note}]", span.bold, span.italic)
         run = paragraph.add_run(span.text)
         if span.bold or bold:
             run.bold = True

@@ -17,6 +17,8 @@ from docx.enum.text import WD_ALIGN_PARAGRAPH, WD_LINE_SPACING
 from docx.shared import Pt, RGBColor
 
 from . import common
+from .docx_lists import ListNumbering
+from .docx_notes import Footnotes, set_metadata
 from .mdparse import Code, Document, Heading, Image, ListBlock, PageBreak, Paragraph, Quote, Rule, Table, parse, plain_text
 
 
@@ -105,7 +107,26 @@ class DocxWriter:
         self.cjk = cjk
         self.doc = new_document()
         self.report: RenderReport | None = None
+        self.footnotes = Footnotes(self.doc, style.size)
+        self.note_texts: dict[str, str] = {}
+        self.notes_used: set[str] = set()
+        self._lists: ListNumbering | None = None
         self._setup()
+
+    def _spans(self, para, text: str, **kwargs: object) -> None:
+        common.add_spans(para, text, note=self._note, **kwargs)  # type: ignore[arg-type]
+
+    def _note(self, para, note_id: str) -> bool:
+        """A `[^id]` mark: a real footnote when defined, else left as written and reported."""
+        assert self.report is not None
+        text = self.note_texts.get(note_id)
+        if text is None:
+            self.report.problems.append(f"footnote [^{note_id}] is used but not defined (add a line "
+                                        f"'[^{note_id}]: text')")
+            return False
+        self.notes_used.add(note_id)
+        self.footnotes.add(para, lambda p: common.add_spans(p, text, code_font=self.style.code_font))
+        return True
 
     # ---- styles ---------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -163,6 +184,7 @@ class DocxWriter:
     def render(self, parsed: Document, out: Path) -> RenderReport:
         report = RenderReport(out=Path(out))
         self.report = report
+        self.note_texts = dict(parsed.footnotes)
         blocks = list(parsed.blocks)
         title = parsed.meta.get("title", "")
         headings = [b for b in blocks if isinstance(b, Heading)]
@@ -187,14 +209,14 @@ class DocxWriter:
                 para = self.doc.add_paragraph(style=f"Heading {min(level, 6)}")
                 if label:
                     para.add_run(label)
-                common.add_spans(para, block.text, chem=True)
+                self._spans(para, block.text, chem=True)
                 report.headings += 1
             elif isinstance(block, Paragraph):
                 if in_refs:
                     self._reference(block.text)
                 else:
                     para = self.doc.add_paragraph()
-                    common.add_spans(para, block.text, code_font=self.style.code_font)
+                    self._spans(para, block.text, code_font=self.style.code_font)
                     self._body_format(para)
                     report.characters += len(plain_text(block.text))
             elif isinstance(block, ListBlock):
@@ -207,7 +229,7 @@ class DocxWriter:
                 self._code(block)
             elif isinstance(block, Quote):
                 para = self.doc.add_paragraph()
-                common.add_spans(para, block.text)
+                self._spans(para, block.text)
                 para.paragraph_format.left_indent = Pt(self.style.size * 2)
                 para.paragraph_format.first_line_indent = Pt(0)
                 for run in para.runs:
@@ -216,6 +238,9 @@ class DocxWriter:
                 common.bottom_border(self.doc.add_paragraph(), 6, "999999")
             elif isinstance(block, PageBreak):
                 common.page_break(self.doc)
+        for unused in sorted(set(self.note_texts) - self.notes_used):
+            report.problems.append(f"footnote [^{unused}] is defined but never referenced in the text")
+        set_metadata(self.doc, parsed.meta, plain_text(title), self.cjk)
         common.atomic_save(self.doc, out)
         return report
 
@@ -223,13 +248,15 @@ class DocxWriter:
         if not title:
             return
         para = self.doc.add_paragraph(style="Title")
-        common.add_spans(para, title)
+        self._spans(para, title)
         if self.style.title_rule:
             common.bottom_border(para, 12, self.style.accent)
         subtitle_bits = [meta.get(k, "") for k in ("subtitle", "author", "date") if meta.get(k)]
+        if self.style.title_rule and subtitle_bits:
+            subtitle_bits = [" · ".join(subtitle_bits)]  # briefs: one byline under the rule, not three
         for bit in subtitle_bits:
             sub = self.doc.add_paragraph()
-            common.add_spans(sub, bit, size=self.style.size)
+            self._spans(sub, bit, size=self.style.size)
             sub.alignment = WD_ALIGN_PARAGRAPH.LEFT if self.style.title_rule else WD_ALIGN_PARAGRAPH.CENTER
             sub.paragraph_format.first_line_indent = Pt(0)
             for run in sub.runs:
@@ -245,7 +272,7 @@ class DocxWriter:
         para = self.doc.add_paragraph()
         body = REF_PREFIX.sub("", text)
         para.add_run(f"[{self.report.references}] ")
-        common.add_spans(para, body)
+        self._spans(para, body)
         pf = para.paragraph_format
         pf.left_indent = Pt(self.style.size * 2)
         pf.first_line_indent = Pt(-self.style.size * 2)
@@ -254,26 +281,19 @@ class DocxWriter:
 
     def _list(self, block: ListBlock, in_refs: bool) -> None:
         assert self.report is not None
-        counters = [0] * 10
+        if self._lists is None:
+            self._lists = ListNumbering(self.doc, self.style.size, self.style.latin,
+                                        max(self.style.first_line_chars, 0.8))
+        state = self._lists.new_list()
         for item in block.items:
             if in_refs:
                 self._reference(item.text)
                 continue
-            level = min(item.level, 2)
             para = self.doc.add_paragraph()
-            pf = para.paragraph_format
-            pf.left_indent = Pt(self.style.size * (2 + 1.5 * level))
-            pf.first_line_indent = Pt(-self.style.size * 1.2)
+            state.add(para, item.level, item.ordered)
             if self.style.justify:
                 para.alignment = WD_ALIGN_PARAGRAPH.JUSTIFY
-            if item.ordered:
-                counters[level] += 1
-                for deeper in range(level + 1, 10):
-                    counters[deeper] = 0
-                para.add_run(f"{counters[level]}.\u00a0")
-            else:
-                para.add_run(("•", "◦", "▪")[level] + "\u00a0")
-            common.add_spans(para, item.text, code_font=self.style.code_font)
+            self._spans(para, item.text, code_font=self.style.code_font)
             self.report.characters += len(plain_text(item.text))
 
     def _caption(self, kind: str, number: int, text: str) -> None:
@@ -286,7 +306,7 @@ class DocxWriter:
         para = self.doc.add_paragraph(style="Caption")
         run = para.add_run(label + sep)
         run.bold = True
-        common.add_spans(para, text)
+        self._spans(para, text)
         if kind == "table":
             common.keep_with_next(para)
 
@@ -303,7 +323,7 @@ class DocxWriter:
                 value = row[c] if c < len(row) else ""
                 cell = table.cell(r, c)
                 para = cell.paragraphs[0]
-                common.add_spans(para, value, bold=(r == 0) or None, size=self.style.table_size,
+                self._spans(para, value, bold=(r == 0) or None, size=self.style.table_size,
                                  code_font=self.style.code_font)
                 pf = para.paragraph_format
                 pf.first_line_indent = Pt(0)

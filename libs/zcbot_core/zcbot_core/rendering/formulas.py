@@ -44,7 +44,7 @@ _SYMBOL_COUNT = re.compile(r"([A-Z][a-z]?)|([(\[])|([)\]])|(\d+)")
 _YEAR_BEFORE = re.compile(r"(?:19|20)\d\d\s*年?\s*$")
 _YEAR_AFTER = re.compile(r"^\s*(?:19|20)\d\d")
 _WORDLIKE = re.compile(r"[A-Za-z0-9_\u3400-\u9fff]")  # 'CO2-based', 'Li6PS5Cl-聚合物': a hyphen, not a charge
-_URLISH = re.compile(r"://|www\.|@|[/\\]")
+_URLISH = re.compile(r"://|www\.|@|\\|^/|/\S*\.[A-Za-z]{2,4}$")  # a URL, e-mail or file path (Li6PS5Cl/LiCoO2 is text)
 _SUB_DIGITS = str.maketrans("0123456789+-−", "₀₁₂₃₄₅₆₇₈₉₊₋₋")
 _SUP_DIGITS = str.maketrans("0123456789+-−", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁻")
 

@@ -9,9 +9,11 @@ It reads the subset that documents use and nothing more, into a flat list of blo
 - GFM pipe tables, with an optional caption line `Table: ...` / `表: ...` right before or after
 - images on their own line `![caption](path)` (optionally `{width=60%}` after it) -> figures
 - fenced code blocks, `>` quotes, `---`/`***` rules, and page breaks (`\\newpage`, `<!-- pagebreak -->`)
+- footnote definitions `[^id]: text` (anywhere, continuation lines indented) -> `Document.footnotes`
 
 Inline markup (`**bold**`, `*italic*`, `` `code` ``, `[text](url)`, `~sub~`, `^sup^`) is parsed by
-`parse_inline` into spans; renderers decide how spans look.
+`parse_inline` into spans; renderers decide how spans look. Footnote marks `[^id]` become note spans;
+citations `[1]`, `[1,2]`, `[1-3]` become superscript spans (the space before one is dropped).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ Block = Heading | Paragraph | ListBlock | Table | Image | Code | Quote | Rule | 
 class Document:
     meta: dict[str, str]
     blocks: list[Block]
+    footnotes: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_cjk(self) -> bool:
@@ -111,13 +114,16 @@ class Span:
     sub: bool = False
     sup: bool = False
     link: str = ""
+    note: str = ""  # a footnote mark: the footnote's id
 
 
 _INLINE = re.compile(
     r"(?P<code>`[^`]+`)"
     r"|(?P<bold>\*\*(?=\S)(?:[^*]|\*(?!\*))+?\*\*|__(?=\S)[^_]+?__)"
     r"|(?P<italic>\*(?=[^\s*])[^*]+?\*|(?<![A-Za-z0-9])_(?=\S)[^_]+?_(?![A-Za-z0-9]))"
+    r"|(?P<note>\[\^[^\]\s]{1,40}\])"
     r"|(?P<link>\[[^\]]+\]\([^)\s]+\))"
+    r"|(?P<cite>\[\d{1,3}(?:\s*[-–—,，、]\s*\d{1,3}){0,20}\](?!\())"
     r"|(?P<sub>~(?!~)[^~\s]{1,20}~)"
     r"|(?P<sup>\^[^^\s]{1,20}\^)"
 )
@@ -143,6 +149,13 @@ def parse_inline(text: str, _style: dict | None = None) -> list[Span]:
         elif kind == "link":
             label, _, url = token[1:-1].partition("](")
             spans.extend(parse_inline(label, {**style, "link": url}))
+        elif kind == "note":
+            spans.append(Span(token[2:-1], **{**style, "note": token[2:-1]}))
+        elif kind == "cite":
+            if spans and spans[-1].text.endswith(" ") and not spans[-1].link:
+                spans[-1].text = spans[-1].text.rstrip(" ")  # "latency [1]" -> "latency[1]" (superscript)
+            # WORD JOINER: the mark never starts a line on its own ("方向\n[1]。").
+            spans.append(Span("\u2060" + token, **{**style, "sup": True}))
         elif kind == "sub":
             spans.append(Span(_unescape(token[1:-1]), **{**style, "sub": True}))
         elif kind == "sup":
@@ -158,7 +171,7 @@ def _unescape(s: str) -> str:
 
 
 def plain_text(text: str) -> str:
-    return "".join(s.text for s in parse_inline(text))
+    return "".join(s.text for s in parse_inline(text) if not s.note)
 
 
 # ---- blocks -----------------------------------------------------------------------------------
@@ -172,6 +185,7 @@ _RULE = re.compile(r"^\s*(?:-{3,}|\*{3,}|_{3,})\s*$")
 _PAGEBREAK = re.compile(r"^\s*(?:\\newpage|\\pagebreak|<!--\s*pagebreak\s*-->)\s*$", re.I)
 _TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _META_LINE = re.compile(r"^(?:[A-Za-z_][\w-]*\s*:|\s|-|#)")
+_FOOTNOTE_DEF = re.compile(r"^\[\^([^\]\s]{1,40})\]:\s*(.*)$")
 _CAPTION = re.compile(r"^\s*(?:Table|表)\s*[:：]\s*(.+)$", re.I)
 
 
@@ -213,6 +227,7 @@ def parse_frontmatter(text: str) -> tuple[dict[str, str], str]:
             for line in lines[1:end]:
                 key, sep, value = line.partition(":")
                 if sep and key.strip() and not key.startswith((" ", "\t", "#")):
+                    value = re.sub(r"\s+#.*$", "", value)  # a YAML comment, as in the documented examples
                     meta[key.strip().lower()] = value.strip().strip("\"'")
             return meta, "\n".join(lines[end + 1:])
     return {}, text
@@ -220,7 +235,7 @@ def parse_frontmatter(text: str) -> tuple[dict[str, str], str]:
 
 def parse(text: str) -> Document:
     meta, body = parse_frontmatter(text.replace("\r\n", "\n").replace("\t", "    "))
-    lines = body.split("\n")
+    footnotes, lines = _footnote_definitions(body.split("\n"))
     blocks: list[Block] = []
     i = 0
     para: list[str] = []
@@ -329,4 +344,28 @@ def parse(text: str) -> Document:
         para.append(line)
         i += 1
     flush()
-    return Document(meta, blocks)
+    return Document(meta, blocks, footnotes)
+
+
+def _footnote_definitions(lines: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Take `[^id]: text` definitions (and their indented continuation lines) out of the body."""
+    notes: dict[str, str] = {}
+    kept: list[str] = []
+    i = 0
+    in_fence = False
+    while i < len(lines):
+        line = lines[i]
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        m = None if in_fence else _FOOTNOTE_DEF.match(line)
+        if not m:
+            kept.append(line)
+            i += 1
+            continue
+        parts = [m.group(2)]
+        i += 1
+        while i < len(lines) and lines[i].startswith(("  ", "    ")) and lines[i].strip():
+            parts.append(lines[i])
+            i += 1
+        notes[m.group(1)] = join_lines(parts)
+    return notes, kept
