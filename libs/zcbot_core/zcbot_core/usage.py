@@ -3,7 +3,8 @@
 Every LLM call is one `usage_events` row (`units`: prompt_tokens, completion_tokens, cached_tokens;
 `cost` in USD from the profile's pricing, else LiteLLM's local cost map — `llm.client.compute_cost`)
 and is added to the task's running totals (`tasks.tokens_in/out/cached`, `cost_usd`) in the same
-transaction, so the two always agree. `kind` tells chat steps (`chat`) from context folds (`fold`).
+transaction, so the two always agree. `kind` tells chat steps (`chat`) from context folds (`fold`),
+image questions (`vision`) and the host tools' own rows (`web_search`, `web_fetch`: `record_tool_usage`).
 
 The aggregates return plain dicts (JSON-ready: ints and floats) for the admin routes, the CLI and
 tests. `since`/`until` bound `created_at` (`since` inclusive, `until` exclusive); `None` = unbounded.
@@ -85,6 +86,19 @@ async def record_usage(session: AsyncSession, *, user_id: str, task_id: str | No
     if task_id is not None:
         await session.execute(_ADD_TO_TOTALS, {"totals_task": task_id,
                                                **totals_params(prompt_tokens, completion_tokens, cached_tokens, cost)})
+    return cost
+
+
+async def record_tool_usage(session: AsyncSession, *, user_id: str, task_id: str | None, run_id: str | None,
+                            kind: str, units: dict[str, int], cost_usd: float | Decimal = 0) -> Decimal:
+    """A host tool's usage event (`web_search`: {"requests": 1}, `web_fetch`: {"bytes": n}), its cost
+    added to the task's totals (no tokens), inside the caller's transaction."""
+    cost = to_cost(cost_usd)
+    await session.execute(_INSERT_USAGE, {"usage_user": user_id, "usage_task": task_id, "usage_run": run_id,
+                                          "usage_kind": kind, "usage_profile": None, "usage_units": units,
+                                          "usage_cost": cost})
+    if task_id is not None and cost:
+        await session.execute(_ADD_TO_TOTALS, {"totals_task": task_id, **totals_params(0, 0, 0, cost)})
     return cost
 
 

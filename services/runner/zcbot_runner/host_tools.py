@@ -29,7 +29,10 @@ from zcbot_core.constitution import constitution_block
 from zcbot_core.skills import discovery_block, registry_for_user
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.schedule_tools import register_schedule_tools
+from zcbot_core.tools.image_tool import register_image_tool
 from zcbot_core.tools.skill_tools import register_skill_tools
+from zcbot_core.tools.web_tools import WebTools, register_web_tools
+from zcbot_core.web.settings import HostToolSettings
 from zcbot_runner.toolbox import RunnerToolBox
 
 log = logging.getLogger(__name__)
@@ -87,3 +90,28 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
     if has_channel is not None and await has_channel:
         register_push_tool(toolbox, rt.nc, rt.topo, task.user_id)
     toolbox.after_hooks.append(make_pptx_guard_hook(root, task.working_dir))
+
+
+class HostToolKit:
+    """`extend_run` plus the host tools that hold a client for the runner's lifetime (`web_search`,
+    `web_fetch`) or need configuration (`look_at_image`), each registered only when configured.
+    Built once when the runner starts: a bad `HostToolSettings` value stops it there."""
+
+    def __init__(self, rt: Runtime, host_settings: HostToolSettings | None = None) -> None:
+        self.host_settings = host_settings or HostToolSettings.from_env()
+        self.web = WebTools.build(self.host_settings, rt.settings)
+        if self.host_settings.vision_profile:
+            get_profile(rt.settings, self.host_settings.vision_profile)  # an unknown profile: ConfigError now
+
+    async def __call__(self, rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunRequest, prompt: PromptContext,
+                       switcher: ModelSwitcher) -> None:
+        await extend_run(rt, toolbox, task, req, prompt, switcher)
+        settings = rt.settings
+        register_web_tools(toolbox, self.web, rt.sessions, storage_root=settings.storage_root,
+                           ledger=quota.Ledger.from_settings(settings))
+        if self.host_settings.vision_profile:
+            register_image_tool(toolbox, settings, rt.sessions, profile_name=self.host_settings.vision_profile,
+                                max_side=self.host_settings.vision_max_side)
+
+    async def aclose(self) -> None:
+        await self.web.close()

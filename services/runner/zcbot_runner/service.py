@@ -87,6 +87,9 @@ class RunnerService:
         except Exception:
             pass
         await self.worker.close()
+        close = getattr(self.executor.extend_toolbox, "aclose", None)
+        if close is not None:  # the host tools' HTTP clients
+            await close()
 
 
 async def _warm_llm_client(rt: Runtime) -> None:
@@ -114,6 +117,6 @@ def _default_sandbox_schemas() -> list[dict[str, Any]]:
 
 
 def _default_extend_toolbox(rt: Runtime) -> Any:
-    from zcbot_runner.host_tools import extend_run
+    from zcbot_runner.host_tools import HostToolKit
 
-    return extend_run
+    return HostToolKit(rt)

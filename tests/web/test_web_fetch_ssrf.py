@@ -1,0 +1,167 @@
+"""`web_fetch`'s fetcher against a real HTTP server on loopback: pages and PDFs become Markdown,
+and every way to reach an address it must not (a literal, a name resolving to one, a redirect to
+one) is refused before any connection there.
+
+The loopback fixture needs the test-only override (`allow_loopback`, which `HostToolSettings`
+refuses in production); the refusal tests run without it. Names are resolved by a resolver hook
+(no /etc/hosts edits, no DNS)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.helpers.fake_web import FakeWeb
+from zcbot_core.config import ConfigError
+from zcbot_core.web.fetch import Fetcher, FetchFailed, FetchLimits
+from zcbot_core.web.settings import HostToolSettings
+from zcbot_core.web.ssrf import FetchRefused, Policy, address_problem
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[FakeWeb]:
+    fake = await FakeWeb().start()
+    yield fake
+    await fake.stop()
+
+
+class Names:
+    """A resolver hook: a fixed table, counting the look-ups (the fetch must resolve once per hop)."""
+
+    def __init__(self, table: dict[str, list[str]]) -> None:
+        self.table, self.calls = table, []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.calls.append(host)
+        if host not in self.table:
+            raise OSError(-2, "Name or service not known")
+        return self.table[host]
+
+
+def fetcher(allow_loopback: bool = False, names: Names | None = None, **limits: float) -> Fetcher:
+    return Fetcher(Policy(allow_loopback=allow_loopback), FetchLimits(**limits),  # type: ignore[arg-type]
+                   resolver=names or Names({}))
+
+
+async def test_a_local_page_becomes_markdown_with_its_links(site: FakeWeb) -> None:
+    f = fetcher(allow_loopback=True)
+    got = await f.fetch(f"{site.base_url}/article")
+    await f.close()
+    assert got.page.title == "Solar output hits record"
+    assert "record solar generation in May" in got.page.markdown
+    assert "https://grid.example.com/bulletin-may" in got.page.markdown  # links kept for citations
+    assert "Copyright" not in got.page.markdown  # boilerplate dropped by the extractor
+    assert got.content_type == "text/html" and got.url.endswith("/article")
+
+
+async def test_a_pdf_becomes_text(site: FakeWeb) -> None:
+    f = fetcher(allow_loopback=True)
+    got = await f.fetch(f"{site.base_url}/report.pdf")
+    await f.close()
+    assert "Quarterly revenue grew 18 percent" in got.page.markdown
+
+
+async def test_the_request_goes_to_the_pinned_address_with_the_name_in_host(site: FakeWeb) -> None:
+    names = Names({"news.example": ["127.0.0.1"]})
+    f = fetcher(allow_loopback=True, names=names)
+    got = await f.fetch(f"http://news.example:{site.port}/article")
+    await f.close()
+    assert names.calls == ["news.example"]  # resolved once; the connection used that answer
+    [hit] = site.hits_on("/article")
+    assert hit["headers"]["Host"] == f"news.example:{site.port}"
+    assert got.url == f"http://news.example:{site.port}/article"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:{port}/article", "http://[::1]:{port}/article",
+                                 "http://localhost:{port}/article", "http://0.0.0.0:{port}/article",
+                                 "http://[::ffff:127.0.0.1]:{port}/article", "http://2130706433:{port}/article"])
+async def test_loopback_is_refused_without_the_test_override(site: FakeWeb, url: str) -> None:
+    f = fetcher(names=Names({"localhost": ["127.0.0.1"]}))
+    with pytest.raises(FetchRefused):
+        await f.fetch(url.format(port=site.port))
+    await f.close()
+    assert site.hits == []  # nothing reached the server
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/",
+                                 "http://10.0.0.5/", "http://192.168.1.1/", "http://100.64.0.1/",
+                                 "http://224.0.0.1/", "http://[fe80::1]/", "ftp://example.com/",
+                                 "http://user:pw@example.com/"])
+async def test_forbidden_addresses_and_schemes_are_refused(url: str) -> None:
+    f = fetcher(allow_loopback=True)  # even with the loopback override
+    with pytest.raises(FetchRefused):
+        await f.fetch(url)
+    await f.close()
+
+
+async def test_a_name_resolving_to_a_private_address_is_refused() -> None:
+    names = Names({"intranet.example": ["10.1.2.3"], "mixed.example": ["93.184.216.34", "192.168.0.10"]})
+    f = fetcher(allow_loopback=True, names=names)
+    with pytest.raises(FetchRefused, match="private"):
+        await f.fetch("http://intranet.example/")
+    with pytest.raises(FetchRefused, match="private"):  # one bad address of several is enough
+        await f.fetch("https://mixed.example/")
+    await f.close()
+
+
+@pytest.mark.parametrize("target", ["http://169.254.169.254/latest/meta-data/", "http://intranet.example/admin",
+                                    "http://[::ffff:a9fe:a9fe]/", "http://127.0.0.9:{port}/article"])
+async def test_a_redirect_to_a_forbidden_address_is_refused(site: FakeWeb, target: str) -> None:
+    # The first hop is a public name pinned to the loopback fixture (the test override); the
+    # redirect's target is checked again: metadata, a name resolving to a private address, metadata
+    # as IPv4-mapped IPv6, and a loopback address listed as one of the deployment's own.
+    names = Names({"public.example": [site.host], "intranet.example": ["10.9.8.7"]})
+    f = Fetcher(Policy.build(["127.0.0.9/32"], allow_loopback=True), FetchLimits(), resolver=names)
+    with pytest.raises(FetchRefused):
+        await f.fetch(f"http://public.example:{site.port}/redirect?to={target.format(port=site.port)}")
+    await f.close()
+    assert [h["path"] for h in site.hits] == ["/redirect"]  # the target was never requested
+
+
+async def test_the_deployments_own_hosts_are_refused() -> None:
+    policy = Policy.build(["203.0.113.7/32", "gateway.internal"], service_urls=[
+        "postgresql+psycopg://zcbot:pw@db.example.net:5432/zcbot", "nats://nats.example.net:4222"])
+    names = Names({"db.example.net": ["93.184.216.40"], "alias.example.com": ["93.184.216.40"],
+                   "gateway.internal": ["93.184.216.41"]})
+    f = Fetcher(policy, FetchLimits(), resolver=names)
+    for url in ("http://db.example.net/", "http://alias.example.com/", "http://gateway.internal/"):
+        with pytest.raises(FetchRefused, match="own"):
+            await f.fetch(url)
+    await f.close()
+
+
+async def test_limits_type_size_time_and_redirects(site: FakeWeb) -> None:
+    f = fetcher(allow_loopback=True, max_bytes=100_000, timeout=1.0, max_redirects=1)
+    with pytest.raises(FetchFailed, match="content type image/png"):
+        await f.fetch(f"{site.base_url}/image.png")
+    with pytest.raises(FetchFailed, match="limit"):
+        await f.fetch(f"{site.base_url}/big")
+    with pytest.raises(FetchFailed, match="longer than 1 s"):
+        await f.fetch(f"{site.base_url}/slow")
+    loop = f"{site.base_url}/redirect?to=/redirect%3Fto%3D/article"
+    with pytest.raises(FetchFailed, match="redirects"):
+        await f.fetch(loop)
+    await f.close()
+
+
+def test_address_rules() -> None:
+    bad = ["127.0.0.1", "::1", "10.0.0.1", "172.16.5.4", "192.168.0.1", "169.254.169.254", "fd00:ec2::254",
+           "100.64.0.1", "100.127.255.254", "0.0.0.0", "::", "224.0.0.251", "ff02::1", "fe80::1", "fc00::1",
+           "::ffff:10.0.0.1", "64:ff9b::a00:1", "198.18.0.1", "240.0.0.1", "255.255.255.255"]
+    for raw in bad:
+        assert address_problem(ipaddress.ip_address(raw)) is not None, raw
+    for raw in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "100.128.0.1"]:
+        assert address_problem(ipaddress.ip_address(raw)) is None, raw
+    assert address_problem(ipaddress.ip_address("127.0.0.1"), allow_loopback=True) is None
+    assert address_problem(ipaddress.ip_address("169.254.169.254"), allow_loopback=True) is not None
+
+
+def test_production_refuses_the_test_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZCBOT_WEB_FETCH_ALLOW_LOOPBACK_FOR_TESTS", "true")
+    monkeypatch.setenv("ZCBOT_ENV", "production")
+    with pytest.raises(ConfigError, match="test-only"):
+        HostToolSettings.from_env()
+    monkeypatch.setenv("ZCBOT_ENV", "local")
+    assert HostToolSettings.from_env().fetch_allow_loopback is True
