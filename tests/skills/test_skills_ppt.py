@@ -84,14 +84,27 @@ def test_invalid_outline_writes_nothing_and_says_where(task_folder):
         assert banned not in run.text
 
 
-def test_overfull_slide_is_reported_at_export(task_folder):
+def test_crowded_slides_are_split_or_reported_never_silently_shrunk(task_folder):
     long = "This bullet is far too long for any slide and keeps going with more words to fill the box " * 3
     outline = {"slides": [{"title": "Crowded", "bullets": [long] * 8}, {"title": "Fine", "bullets": ["short"]}]}
     (task_folder / "crowded.json").write_text(json.dumps(outline))
-    run = run_script(OUTLINE_TO_DECK, "crowded.json", "crowded.pptx", cwd=task_folder)
+    run = run_script(OUTLINE_TO_DECK, "crowded.json", "crowded.pptx", "--json", cwd=task_folder)
+    report = json.loads(run.stdout)  # --json: nothing but the JSON document
+    assert run.returncode == 0, run.text
+    kinds = [(w["kind"], w["slide"]) for w in report["warnings"]]
+    assert ("split", 1) in kinds and ("readability", 1) in kinds, kinds
+    prs = Presentation(str(task_folder / "crowded.pptx"))
+    assert _titles(prs) == ["Crowded", "Crowded (cont.)", "Fine"]
+    sizes = {r.font.size.pt for s in list(prs.slides)[:2] for sh in s.placeholders if sh.placeholder_format.idx == 1
+             for p in sh.text_frame.paragraphs for r in p.runs}
+    assert min(sizes) >= 16  # the floor: never shrunk below
+
+    outline = {"slides": [{"title": "Wall of text", "bullets": [long * 12]}]}
+    (task_folder / "wall.json").write_text(json.dumps(outline))
+    run = run_script(OUTLINE_TO_DECK, "wall.json", "wall.pptx", cwd=task_folder)
     assert run.returncode == 3, run.text
     assert "[overflow]" in run.stdout and "slide 1" in run.stdout
-    assert (task_folder / "crowded.pptx").is_file()
+    assert (task_folder / "wall.pptx").is_file()
 
 
 def _crafted(task_folder):
@@ -142,6 +155,11 @@ def test_checker_reports_unreadable_file(task_folder):
     (task_folder / "junk.pptx").write_bytes(b"not a zip")
     run = run_script(CHECK_DECK, "junk.pptx", cwd=task_folder)
     assert run.returncode == 2 and "cannot read" in run.stderr
+    for args in (("junk.pptx", "--json"), ("--json",), ("a.pptx", "b.pptx", "--json")):
+        run = run_script(CHECK_DECK, *args, cwd=task_folder)
+        assert run.returncode == 2
+        report = json.loads(run.stdout)  # pure JSON on the error paths too
+        assert report["ok"] is False and report["error"]
 
 
 def test_template_layouts_are_used(deck_run, task_folder):

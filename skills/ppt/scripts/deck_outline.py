@@ -12,7 +12,12 @@ import re
 from pathlib import Path
 
 CHART_KINDS = ("bar", "column", "stacked_bar", "stacked_column", "line", "pie", "doughnut", "area")
-SLIDE_TYPES = ("title", "section", "bullets", "two_column", "table", "chart", "image")
+SLIDE_TYPES = ("title", "section", "bullets", "two_column", "comparison", "table", "chart", "image", "kpis", "cards",
+               "timeline", "process", "quote", "closing")
+THEMES = ("corporate", "academic", "minimal")
+# Kinds that hold a list of items, with how many fit a slide and the keys an item needs.
+ITEM_KINDS = {"kpis": ("kpis", 1, 4, "value"), "cards": ("cards", 2, 4, "title"),
+              "timeline": ("steps", 2, 6, "title"), "process": ("steps", 2, 6, "title")}
 
 
 class OutlineError(ValueError):
@@ -142,9 +147,11 @@ def parse_markdown_outline(text: str) -> dict:
 def slide_type(s: dict) -> str:
     if s.get("type"):
         return str(s["type"])
-    for key in ("chart", "table", "image"):
+    for key in ("chart", "table", "image", "kpis", "cards", "quote"):
         if key in s:
             return key
+    if "steps" in s:
+        return "timeline"
     if "left" in s or "right" in s:
         return "two_column"
     return "bullets"
@@ -167,6 +174,8 @@ def validate(outline: dict, base: Path) -> list[str]:
     slides = outline.get("slides") or []
     if not slides:
         problems.append("the outline has no slides")
+    if outline.get("theme") and str(outline["theme"]).lower() not in THEMES:
+        problems.append(f"theme {outline['theme']!r} unknown; use one of {', '.join(THEMES)}")
     for n, s in enumerate(slides, start=1):
         where = f"slide {n}"
         if not isinstance(s, dict):
@@ -177,8 +186,23 @@ def validate(outline: dict, base: Path) -> list[str]:
         if kind not in SLIDE_TYPES:
             problems.append(f"{where}: unknown type; use one of {', '.join(SLIDE_TYPES)}")
             continue
-        if not str(s.get("title", "")).strip() and kind != "image":
+        if not str(s.get("title", "")).strip() and kind not in ("image", "quote", "closing"):
             problems.append(f"{where}: needs a title")
+        if kind == "quote" and not str(s.get("quote", "")).strip():
+            problems.append(f'{where}: needs "quote" (the quoted text)')
+        if kind in ITEM_KINDS:
+            key, low, high, need = ITEM_KINDS[kind]
+            items = s.get(key)
+            if not isinstance(items, list) or not low <= len(items) <= high:
+                problems.append(f'{where}: needs "{key}", a list of {low} to {high} items (more belong on two slides)')
+            elif not all(isinstance(it, dict) and str(it.get(need, "")).strip() for it in items):
+                problems.append(f'{where}: every item of "{key}" needs "{need}"')
+            else:
+                for it in items:
+                    try:
+                        norm_bullets(it.get("bullets"), where)
+                    except OutlineError as exc:
+                        problems.append(str(exc))
         try:
             norm_bullets(s.get("bullets"), where)
             norm_bullets(s.get("left"), where)

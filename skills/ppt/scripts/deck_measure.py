@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Text measurement for decks (stdlib only): how wide a run is and how tall wrapped text gets.
+
+Calibrated against LibreOffice Impress with Noto Sans CJK + Liberation fonts (the renderer
+zcbot uses), measured by laying decks out in LibreOffice and reading the heights back:
+- Text boxes and placeholders use font-independent line spacing: every line is 1.2 em, CJK or not
+  (PowerPoint does the same).
+- Table cells use the fonts' own line heights: a line holding CJK is 1.437 em (Noto Sans CJK,
+  the fallback for Microsoft YaHei / SimHei), a Latin line 1.11-1.16 em depending on the family.
+  That difference is why a Chinese table renders taller than a 1.2 em estimate and an English
+  one shorter.
+- Latin advance widths are the real widths of the metric-compatible fonts (Arial = Liberation
+  Sans, Times New Roman = Liberation Serif); an unknown font (Calibri without Carlito) renders in
+  DejaVu Sans, the widest, which is also the safe guess.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+EMU_PER_PT = 12700
+EMU_PER_IN = 914400
+FRAME_LINE = 1.2
+CJK_CELL_LINE = 1.437
+
+# Advance widths (hundredths of an em) of the printable ASCII characters 32..126, per family,
+# read from the font files with PIL once (LiberationSans/-Bold, LiberationSerif, DejaVuSans).
+_WIDTHS = {
+    "sans": "2828355656896719333339582833282856565656565656565656282858585856996767727267617872285067568372786778"
+            "726761726794676761282828475633565650565628565622225022835656565633502856507250505033263358",
+    "sans_bold": "2833475656897224333339582833282856565656565656565656333358585861987272727267617872285672618372786778"
+                 "726761726794676761332833585633566156615633616128285628896161616139563361567856565039283958",
+    "serif": "2533415050837818333350562533252850505050505050505050282856565644927267677261567272333972618972725672"
+             "675661727294727261332833475033445044504433505028285028785050505033392850507250504448204854",
+    "dejavu": "3240468464957827393950843236323464646464646464646464343484848453996869707763587775292966568675796079"
+              "696361736899696169393439845050616355636235636328285828976361636341523963598259595264346484",
+}
+_TABLE = {k: [int(v[i:i + 2]) / 100.0 for i in range(0, len(v), 2)] for k, v in _WIDTHS.items()}
+_CELL_LINE = {"sans": 1.117, "sans_bold": 1.117, "serif": 1.107, "dejavu": 1.164}
+_SANS = ("arial", "helvetica", "liberation sans", "arimo", "microsoft sans serif")
+_SERIF = ("times", "liberation serif", "tinos", "georgia", "cambria", "songti", "simsun", "宋体")
+
+
+def family(font: str | None, bold: bool = False) -> str:
+    """The width table a Latin font renders with."""
+    name = (font or "").lower()
+    if any(name.startswith(s) for s in _SANS):
+        return "sans_bold" if bold else "sans"
+    if any(s in name for s in _SERIF):
+        return "serif"
+    return "dejavu"
+
+
+def is_wide(ch: str) -> bool:
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def has_cjk(text: str) -> bool:
+    return any(is_wide(c) for c in text)
+
+
+def char_em(ch: str, fam: str = "dejavu") -> float:
+    """Advance width of one character in ems."""
+    if is_wide(ch):
+        return 1.0
+    code = ord(ch)
+    if 32 <= code <= 126:
+        return _TABLE[fam][code - 32]
+    if unicodedata.category(ch).startswith("M"):
+        return 0.0
+    return 0.6
+
+
+def text_em(text: str, fam: str = "dejavu") -> float:
+    return sum(char_em(c, fam) for c in text)
+
+
+def _tokens(text: str) -> list[str]:
+    """Break opportunities: every wide character alone, Latin words with their trailing spaces."""
+    tokens: list[str] = []
+    word = ""
+    for ch in text:
+        if is_wide(ch):
+            if word:
+                tokens.append(word)
+                word = ""
+            tokens.append(ch)
+        elif ch == " ":
+            tokens.append(word + ch)
+            word = ""
+        else:
+            word += ch
+    if word:
+        tokens.append(word)
+    return tokens
+
+
+def wrap(text: str, width_emu: int, size_pt: float, fam: str = "dejavu") -> list[str]:
+    """The lines `text` breaks into in a column `width_emu` wide (greedy, like both renderers)."""
+    em = size_pt * EMU_PER_PT
+    out: list[str] = []
+    for hard in text.split("\n"):
+        line, used = "", 0.0
+        for tok in _tokens(hard):
+            w = text_em(tok, fam) * em
+            visible = text_em(tok.rstrip(), fam) * em
+            if line and used + visible > width_emu:
+                out.append(line)
+                line, used = "", 0.0
+            if visible > width_emu and width_emu > 0:  # a token longer than the line breaks inside
+                for ch in tok:
+                    cw = char_em(ch, fam) * em
+                    if line and used + cw > width_emu:
+                        out.append(line)
+                        line, used = "", 0.0
+                    line += ch
+                    used += cw
+                continue
+            line += tok
+            used += w
+        out.append(line)
+    return out
+
+
+def wrapped_lines(text: str, width_emu: int, size_pt: float, fam: str = "dejavu") -> int:
+    if width_emu <= 0:
+        return max(1, len(text))
+    return len(wrap(text, width_emu, size_pt, fam))
+
+
+def text_height(paragraphs: list[tuple], width_emu: int) -> int:
+    """Height in EMU of text-frame paragraphs (text, size_pt, left_margin_emu, space_before_pt
+    [, family [, line_spacing]]): 1.2 em lines."""
+    total = 0.0
+    for i, para in enumerate(paragraphs):
+        text, size, margin, before = para[:4]
+        fam = para[4] if len(para) > 4 else "dejavu"
+        spacing = para[5] if len(para) > 5 else 1.0
+        lines = wrapped_lines(text, width_emu - margin, size, fam)
+        total += lines * size * FRAME_LINE * spacing * EMU_PER_PT
+        if i:
+            total += before * EMU_PER_PT
+    return int(total)
+
+
+def cell_height(paragraphs: list[tuple[str, float, str]], width_emu: int) -> int:
+    """Height in EMU of a table cell's text (paragraphs as (text, size_pt, family)), each line as
+    tall as its fonts make it: CJK lines taller than Latin ones."""
+    total = 0.0
+    for text, size, fam in paragraphs:
+        for line in wrap(text, width_emu, size, fam):
+            factor = CJK_CELL_LINE if has_cjk(line) else _CELL_LINE.get(fam, 1.164)
+            total += factor * size * EMU_PER_PT
+    return int(total)
+
+
+def column_widths(rows: list[list[str]], total_emu: int, size_pt: float, fam: str = "dejavu",
+                  inset_emu: int = 2 * 91440) -> list[int]:
+    """Content-sized column widths summing to `total_emu`: a column gets what its longest cell
+    needs on one line when everything fits; otherwise short columns keep their natural width
+    (a label like "项目" stays on one line, a formula is not broken) and the long ones share the
+    rest in proportion to their text."""
+    ncols = max(len(r) for r in rows)
+    em = size_pt * EMU_PER_PT
+    natural = []
+    longest_word = []
+    for c in range(ncols):
+        cells = [r[c] for r in rows if c < len(r)]
+        natural.append(max(text_em(x, fam) * em for x in cells) + inset_emu)
+        words = [w for x in cells for w in _tokens(x)]
+        longest_word.append(max([text_em(w.rstrip(), fam) * em for w in words] or [0]) + inset_emu)
+    floor = [max(min(n, total_emu * 0.9 / ncols), lw) for n, lw in zip(natural, longest_word)]
+    if sum(natural) <= total_emu:
+        spare = total_emu - sum(natural)
+        widths = [n + spare * n / sum(natural) for n in natural]
+    else:
+        fixed = [i for i in range(ncols) if natural[i] <= total_emu / ncols]
+        flex = [i for i in range(ncols) if i not in fixed]
+        rest = total_emu - sum(natural[i] for i in fixed)
+        widths = list(natural)
+        weight = sum(natural[i] for i in flex) or 1
+        for i in flex:
+            widths[i] = max(floor[i], rest * natural[i] / weight)
+        scale = total_emu / sum(widths)
+        widths = [w * scale for w in widths]
+    out = [int(w) for w in widths]
+    out[-1] += total_emu - sum(out)
+    return out

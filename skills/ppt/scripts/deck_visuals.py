@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Visual slide kinds: native chart (+ takeaway), big numbers (KPIs), 2-4 cards, timeline /
+process. Every element stays editable: numbers are text in shapes, charts keep their data.
+
+Charts use the deck's palette (theme accents, or the template's), the deck's fonts, light
+gridlines and horizontal axis titles (a rotated Chinese title reads sideways).
+"""
+
+from __future__ import annotations
+
+from lxml import etree
+from pptx.chart.data import CategoryChartData
+from pptx.enum.chart import XL_CHART_TYPE, XL_LEGEND_POSITION
+from pptx.enum.shapes import MSO_SHAPE
+from pptx.enum.text import MSO_ANCHOR, PP_ALIGN
+from pptx.oxml.ns import qn
+from pptx.util import Inches, Pt
+
+import deck_build
+from deck_build import Deck, rgb
+from deck_outline import norm_bullets
+from deck_slides import caption, fill_list
+
+CHART_TYPES = {
+    "bar": XL_CHART_TYPE.BAR_CLUSTERED, "column": XL_CHART_TYPE.COLUMN_CLUSTERED,
+    "stacked_bar": XL_CHART_TYPE.BAR_STACKED, "stacked_column": XL_CHART_TYPE.COLUMN_STACKED,
+    "line": XL_CHART_TYPE.LINE_MARKERS, "pie": XL_CHART_TYPE.PIE, "doughnut": XL_CHART_TYPE.DOUGHNUT,
+    "area": XL_CHART_TYPE.AREA,
+}
+
+
+def _label(text) -> str:
+    f = deck_build.FORMULAS
+    return f.to_unicode(str(text)) if f is not None else str(text)
+
+
+def _chart_fonts(deck: Deck, chart) -> None:
+    chart.font.size = Pt(14)
+    chart.font.color.rgb = rgb(deck.theme.text)
+    if deck.templated:
+        return
+    chart.font.name = deck.theme.latin
+    rpr = chart._chartSpace.find(f".//{qn('c:txPr')}//{qn('a:defRPr')}")
+    if rpr is not None:
+        etree.SubElement(rpr, qn("a:ea"), typeface=deck.theme.ea)
+
+
+def _horizontal(title_tf) -> None:
+    body = title_tf._txBody.find(qn("a:bodyPr"))
+    body.set("rot", "0")
+    body.set("vert", "horz")
+
+
+def _colour_series(deck: Deck, chart, ctype: str) -> None:
+    palette = deck.theme.palette
+    plot = chart.plots[0]
+    if ctype in ("pie", "doughnut"):
+        for i, point in enumerate(plot.series[0].points):
+            point.format.fill.solid()
+            point.format.fill.fore_color.rgb = rgb(palette[i % len(palette)])
+        return
+    for i, series in enumerate(plot.series):
+        colour = rgb(palette[i % len(palette)])
+        if ctype == "line":
+            series.format.line.color.rgb = colour
+            series.format.line.width = Pt(2.5)
+            series.smooth = False
+            series.marker.format.fill.solid()
+            series.marker.format.fill.fore_color.rgb = colour
+            series.marker.format.line.color.rgb = colour
+        else:
+            series.format.fill.solid()
+            series.format.fill.fore_color.rgb = colour
+    if ctype in ("column", "bar", "stacked_column", "stacked_bar"):
+        plot.gap_width = 60
+        if ctype.startswith("stacked"):
+            plot.overlap = 100
+
+
+def add_chart(deck: Deck, slide, c: dict, x: int, y: int, w: int, h: int):
+    ctype = c.get("type", c.get("kind", "column"))
+    data = CategoryChartData()
+    data.categories = [_label(v) for v in c["categories"]]
+    for ser in c["series"]:
+        data.add_series(_label(ser.get("name", "")), ser["values"], number_format=c.get("number_format"))
+    frame = slide.shapes.add_chart(CHART_TYPES[ctype], x, y, w, h, data)
+    frame.name = "Chart"
+    chart = frame.chart
+    _chart_fonts(deck, chart)
+    _colour_series(deck, chart, ctype)
+    multi = len(c["series"]) > 1 or ctype in ("pie", "doughnut")
+    chart.has_legend = bool(c.get("legend", multi))
+    if chart.has_legend:
+        chart.legend.position = XL_LEGEND_POSITION.BOTTOM
+        chart.legend.include_in_layout = False
+    if c.get("data_labels", ctype in ("pie", "doughnut")):
+        plot = chart.plots[0]
+        plot.has_data_labels = True
+        labels = plot.data_labels
+        labels.font.size = Pt(12)
+        if ctype in ("pie", "doughnut"):
+            labels.font.color.rgb = rgb("FFFFFF")  # on the coloured slices
+            labels.font.bold = True
+            labels.show_percentage = not c.get("number_format")
+            labels.show_value = bool(c.get("number_format"))
+        if c.get("number_format"):
+            labels.number_format = c["number_format"]
+            labels.number_format_is_linked = False
+    chart.has_title = bool(c.get("title"))
+    if c.get("title"):
+        chart.chart_title.text_frame.text = _label(c["title"])
+    if ctype not in ("pie", "doughnut"):
+        value_axis = chart.value_axis
+        value_axis.has_major_gridlines = True
+        value_axis.major_gridlines.format.line.color.rgb = rgb("D9D9D9")
+        value_axis.format.line.fill.background()
+        chart.category_axis.format.line.color.rgb = rgb("A6A6A6")
+        if c.get("number_format"):
+            value_axis.tick_labels.number_format = c["number_format"]
+            value_axis.tick_labels.number_format_is_linked = False
+        for axis_key, axis in (("x_title", chart.category_axis), ("y_title", value_axis)):
+            if c.get(axis_key):
+                axis.has_title = True
+                axis.axis_title.text_frame.text = _label(c[axis_key])
+                _horizontal(axis.axis_title.text_frame)
+                for p in axis.axis_title.text_frame.paragraphs:
+                    for r in p.runs:
+                        r.font.size = Pt(13)
+                        r.font.bold = False
+                        r.font.color.rgb = rgb(deck.theme.muted)
+    return frame
+
+
+def chart_slide(deck: Deck, s: dict):
+    slide = deck.titled(s)
+    side = norm_bullets(s.get("bullets"), "")
+    takeaway = s.get("takeaway")
+    x, w = deck.M, deck.body_w
+    cap_h = int(deck.H * 0.07) if s.get("caption") else 0
+    if side or takeaway:
+        panel_w = int(deck.body_w * 0.32)
+        gap = int(deck.W * 0.025)
+        px = deck.M + deck.body_w - panel_w
+        panel = deck.rect(slide, px, deck.body_top, panel_w, deck.body_h, deck.theme.surface, "Takeaway")
+        tf = panel.text_frame
+        tf.vertical_anchor = MSO_ANCHOR.MIDDLE
+        tf.margin_left = tf.margin_right = Inches(0.25)
+        paras = ([(str(takeaway), 0)] if takeaway else []) + side
+        inner = (px, deck.body_top, panel_w - Inches(0.5) + 2 * deck_build.INSET_LR, deck.body_h)
+        fill_list(deck, panel, paras, inner, sizes=(24, 22, 20, 18, 16), placeholder=False, bullets=False)
+        if takeaway:
+            for r in tf.paragraphs[0].runs:
+                r.font.bold = True
+                r.font.color.rgb = rgb(deck.theme.accent)
+        w = deck.body_w - panel_w - gap
+    add_chart(deck, slide, s["chart"], x, deck.body_top, w, deck.body_h - cap_h)
+    if cap_h:
+        caption(deck, slide, s["caption"], deck.body_bottom - cap_h + int(deck.H * 0.01))
+    return slide
+
+
+def _card(deck: Deck, slide, x, y, w, h, name: str, colour: str):
+    deck.rect(slide, x, y, w, h, deck.theme.surface, name)
+    deck.rect(slide, x, y, w, Inches(0.08), colour, f"{name} Rule")
+
+
+def kpis_slide(deck: Deck, s: dict):
+    slide = deck.titled(s)
+    items = s["kpis"]
+    n = len(items)
+    w, gap = deck.columns(n, 0.025)
+    note = s.get("takeaway")
+    h = int(deck.body_h * (0.68 if note else 0.82))
+    y = deck.body_top + int(deck.body_h * 0.04)
+    value_size = 60 if n <= 2 else 54 if n == 3 else 44
+    for i, item in enumerate(items):
+        x = deck.M + i * (w + gap)
+        colour = deck.theme.palette[i % 3] if not deck.templated else deck.theme.accent
+        _card(deck, slide, x, y, w, h, f"KPI {i + 1}", colour)
+        box = deck.textbox(slide, x, y + Inches(0.3), w, h - Inches(0.4), [], None, f"KPI Text {i + 1}")
+        tf = box.text_frame
+        tf.vertical_anchor = MSO_ANCHOR.MIDDLE
+        value = str(item.get("value", ""))
+        size = deck.fit([(value, 0)], w, Inches(1.3), (value_size, value_size - 8, value_size - 16, 28), False,
+                        bold=True) or 28
+        deck.set_text(box, [(value, 0)], size, bold=True, colour=colour, align=PP_ALIGN.CENTER, bullets=False)
+        for text, sz, col in ((item.get("label"), 20, deck.theme.text), (item.get("note"), 14, deck.theme.muted)):
+            if text:
+                p = tf.add_paragraph()
+                p.alignment = PP_ALIGN.CENTER
+                p.space_before = Pt(6)
+                deck.add_runs(p, str(text), sz, colour=col, bold=(sz == 20))
+    if note:
+        deck.textbox(slide, deck.M, y + h + Inches(0.25), deck.body_w, deck.body_bottom - (y + h + Inches(0.25)),
+                     [(str(note), 0)], 20, "Takeaway", colour=deck.theme.text, align=PP_ALIGN.CENTER)
+    return slide
+
+
+def cards_slide(deck: Deck, s: dict):
+    """2-4 cards side by side: a numbered, coloured head and a few lines each; the cards are as
+    tall as the fullest one needs (at least 60 % of the body), so they never look half empty."""
+    slide = deck.titled(s)
+    items = s["cards"]
+    n = len(items)
+    w, gap = deck.columns(n, 0.022)
+    pad, head_h = Inches(0.18), Inches(1.35)
+    inner_w = w - 2 * pad
+    bodies = [([(str(it["text"]), 0)] if it.get("text") else []) + norm_bullets(it.get("bullets"), "") for it in items]
+    avail = deck.body_h - head_h - 2 * pad
+    size = 16
+    for size in (24, 22, 20, 18, 16):
+        if size <= deck.last_title_size - 2 and all(deck.need(b, inner_w, size, False, space=size * 0.5) <= avail
+                                                   for b in bodies if b):
+            break
+    need = max([deck.need(b, inner_w, size, False, space=size * 0.5) for b in bodies if b] or [0])
+    card_h = int(min(deck.body_h, max(deck.body_h * 0.6, head_h + need + 2 * pad)))
+    for i, (item, paras) in enumerate(zip(items, bodies)):
+        x = deck.M + i * (w + gap)
+        colour = deck.theme.palette[i % len(deck.theme.palette)] if not deck.templated else deck.theme.accent
+        _card(deck, slide, x, deck.body_top, w, card_h, f"Card {i + 1}", colour)
+        head = deck.textbox(slide, x + pad - deck_build.INSET_LR, deck.body_top + pad, inner_w + 2 * deck_build.INSET_LR,
+                            head_h - pad, [(f"{i + 1:02d}", 0)], 28, f"Card Head {i + 1}", bold=True, colour=colour,
+                            heading=True)
+        p = head.text_frame.add_paragraph()
+        deck.add_runs(p, str(item.get("title", "")), 22 if n <= 3 else 20, bold=True, colour=deck.theme.title, heading=True)
+        if paras:
+            rect = (x + pad - deck_build.INSET_LR, deck.body_top + head_h + pad, inner_w + 2 * deck_build.INSET_LR,
+                    card_h - head_h - 2 * pad)
+            box = deck.textbox(slide, *rect, [], None, f"Card Text {i + 1}")
+            deck.set_text(box, paras, size, colour=deck.theme.text, bullets="manual" if item.get("bullets") else False,
+                          space=size * 0.5)
+    return slide
+
+
+def timeline_slide(deck: Deck, s: dict, numbered: bool):
+    """Steps along a line: dates above (timeline) or step numbers in the markers (process)."""
+    slide = deck.titled(s)
+    steps = s["steps"]
+    n = len(steps)
+    col = deck.body_w // n
+    line_y = deck.body_top + int(deck.body_h * 0.28)
+    deck.rect(slide, deck.M + col // 2, line_y - Inches(0.02), col * (n - 1), Inches(0.04), deck.theme.muted, "Timeline")
+    dot = Inches(0.5)
+    for i, step in enumerate(steps):
+        cx = deck.M + col * i + col // 2
+        colour = deck.theme.palette[0] if not deck.templated else deck.theme.accent
+        marker = deck.rect(slide, cx - dot // 2, line_y - dot // 2, dot, dot, colour, f"Step Marker {i + 1}", MSO_SHAPE.OVAL)
+        if numbered:
+            deck.set_text(marker, [(str(i + 1), 0)], 16, bold=True, colour="FFFFFF", align=PP_ALIGN.CENTER, bullets=False)
+            marker.text_frame.margin_left = marker.text_frame.margin_right = 0
+        if step.get("label"):
+            deck.textbox(slide, cx - col // 2 + Inches(0.05), deck.body_top, col - Inches(0.1), Inches(0.7),
+                         [(str(step["label"]), 0)], 18, f"Step Label {i + 1}", bold=True, colour=colour,
+                         align=PP_ALIGN.CENTER).text_frame.vertical_anchor = MSO_ANCHOR.BOTTOM
+        ty = line_y + dot // 2 + Inches(0.25)
+        paras = [(str(step.get("title", "")), 0)] + ([(str(step["text"]), 0)] if step.get("text") else [])
+        rect = (deck.M + col * i, ty, col, deck.body_bottom - ty)
+        box = deck.textbox(slide, *rect, [], None, f"Step Text {i + 1}")
+        size = deck.fit(paras, rect[2], rect[3], (20, 18, 16), False) or 16
+        deck.set_text(box, paras, size, colour=deck.theme.text, align=PP_ALIGN.CENTER, bullets=False, space=6)
+        for r in box.text_frame.paragraphs[0].runs:
+            r.font.bold = True
+            r.font.color.rgb = rgb(deck.theme.title)
+    return slide
