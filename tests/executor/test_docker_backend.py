@@ -58,6 +58,9 @@ class FakeAPI:
         config = json.loads(cmd[prog + 2])
         if "root" in config:
             config["root"] = host_of[policy.WORKSPACE]
+        if config.get("venv"):  # the user's venv, made with the container's (here: the host's) python
+            config["venv"] = host_of[policy.WORKSPACE] + config["venv"][len(policy.WORKSPACE):]
+            config["python"] = sys.executable
             config["tmp"] = str(self.engine.tmp)
         config["calls_dir"] = str(self.engine.tmp / "calls")
         cmd[prog + 2] = json.dumps(config)
@@ -152,4 +155,58 @@ async def test_exec_per_call_round_trip(docker_backend) -> None:
     cmds = [e["cmd"] for e in engine.api.execs.values()]
     assert all(c[0] == "/usr/local/bin/python3" and c[c.index("-c") + 2] == "once" for c in cmds)
     assert all(e["user"] == backend.user and e["workdir"] == "/workspace" for e in engine.api.execs.values())
+    await box.close()
+
+
+async def test_egress_bridge_is_wired(docker_backend, tmp_path: Path) -> None:
+    """The container gets the user's egress socket and runs the forwarder as its main process; the
+    forwarder (run here as a host process on a free port, as the container would run it) carries a
+    request through the socket to the hub, which refuses it and meters it to the socket's user."""
+    import asyncio
+    import urllib.error
+    import urllib.request
+
+    from zcbot_devstack.embedded import free_port
+    from zcbot_executor import egress
+
+    backend, engine, config = docker_backend
+    root = config.storage_root / "u1"
+    (root / "task").mkdir(parents=True)
+    box = await backend.open("u1", root)
+    kw = engine.containers.created[0].kwargs
+    sock = await backend.egress.socket_for("u1")
+    assert kw["volumes"][str(sock)] == {"bind": egress.SANDBOX_SOCKET, "mode": "rw"}
+    command = engine.containers.created[0].kwargs["command"]
+    assert command[-3:] == [f"{policy.RUNNER_MOUNT}/egress_forward.py", egress.SANDBOX_SOCKET, str(egress.SANDBOX_PORT)]
+    assert kw["environment"]["HTTPS_PROXY"] == f"http://127.0.0.1:{egress.SANDBOX_PORT}"
+    assert kw["environment"]["PATH"].startswith(f"{egress.SANDBOX_VENV}/bin:")
+    r = await box.call("c1", "run_python", {"code": "import sys; print(sys.prefix)"}, "/workspace/task", 30)
+    assert r.ok and r.output.strip() == str(root / ".venv"), (r.output, r.error)  # the user's venv, made on first use
+
+    port = free_port()
+    forwarder = subprocess.Popen([sys.executable, "-I", "-S", str(backend.stage / "egress_forward.py"), str(sock), str(port)])
+    try:
+        def fetch() -> tuple[int, str]:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}"}))
+            for _ in range(50):
+                try:
+                    opener.open("http://blocked.example/", timeout=10)
+                except urllib.error.HTTPError as exc:
+                    return exc.code, exc.read().decode()
+                except urllib.error.URLError:  # the forwarder is not listening yet
+                    import time
+
+                    time.sleep(0.1)
+            raise AssertionError("the forwarder never answered")
+
+        code, body = await asyncio.to_thread(fetch)
+    finally:
+        forwarder.kill()
+        forwarder.wait()
+    assert code == 403 and "not on the egress allowlist" in body
+    for _ in range(50):
+        if backend.egress.usage.get("u1"):
+            break
+        await asyncio.sleep(0.05)
+    assert backend.egress.usage["u1"].refused == 1 and backend.egress.usage["u1"].total > 0
     await box.close()

@@ -18,6 +18,7 @@ IN_SANDBOX = {  # run inside the sandbox as its uid: the kernel, not path checks
     "services/executor/zcbot_executor/tool_runner.py", "services/executor/zcbot_executor/tools_fs.py",
     "services/executor/zcbot_executor/tools_exec.py", "services/executor/zcbot_executor/tools_search.py",
     "services/executor/zcbot_executor/proc_wrapper.py", "services/executor/zcbot_executor/sandbox_init.py",
+    "services/executor/zcbot_executor/egress_forward.py", "services/executor/zcbot_executor/user_venv.py",
     "libs/zcbot_core/zcbot_core/rendering/common.py", "libs/zcbot_core/zcbot_core/rendering/pdf.py",
 }
 ALLOWED = {  # (file, the matching text) -> why it is not an operation on a user tree
@@ -35,6 +36,8 @@ ALLOWED = {  # (file, the matching text) -> why it is not an operation on a user
     ("services/executor/zcbot_executor/sandbox/policy.py", "shutil.rmtree"): "staging the runner files (state folder)",
     ("services/executor/zcbot_executor/sandbox/policy.py", "os.path.realpath"): "the interpreter's install folders",
     ("services/executor/zcbot_executor/sandbox/unsafe.py", "os.path.realpath"): "the interpreter's path",
+    ("services/executor/zcbot_executor/egress/hub.py", "tempfile.mk"): "the egress sockets' own 0700 folder",
+    ("services/executor/zcbot_executor/egress/hub.py", "shutil.rmtree"): "the egress sockets' own 0700 folder",
 }
 
 

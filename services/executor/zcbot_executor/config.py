@@ -15,10 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from zcbot_core.config import Settings, load_settings
+from zcbot_executor.egress.allowlist import parse_entry
+
+DEFAULT_EGRESS_ALLOW = "pypi.org,files.pythonhosted.org,registry.npmjs.org"
 
 
 def sanitize_host(name: str) -> str:
@@ -84,6 +87,25 @@ class ExecutorSettings(Settings):
     zcbot_sandbox_cgroup: Literal["auto", "v1", "v2", "required", "off"] = Field(
         default="auto", alias="ZCBOT_SANDBOX_CGROUP",
         description="auto (v2, else v1, else warn) | v1 | v2 | required (refuse to start without) | off")
+    zcbot_egress: bool = Field(default=True, alias="ZCBOT_EGRESS", description=(
+        "package-install egress for sandboxes (bwrap, docker): a host proxy reached through a per-user unix socket"))
+    zcbot_egress_allow: str = Field(default=DEFAULT_EGRESS_ALLOW, alias="ZCBOT_EGRESS_ALLOW", description=(
+        "comma-separated hosts sandboxes may reach through the egress proxy: name, *.domain, IP, each optionally :port "
+        "(default ports 443, 80)"))
+    zcbot_egress_audit_log: Path | None = Field(default=None, alias="ZCBOT_EGRESS_AUDIT_LOG", description=(
+        "JSON-lines audit log of egress connections (default: $ZCBOT_HOME/executor/egress-audit.jsonl)"))
+    zcbot_egress_pip_index_url: str | None = Field(default=None, alias="ZCBOT_EGRESS_PIP_INDEX_URL", description=(
+        "PIP_INDEX_URL inside sandboxes (a mirror; its host must be on ZCBOT_EGRESS_ALLOW)"))
+    zcbot_sandbox_user_venv: bool = Field(default=True, alias="ZCBOT_SANDBOX_USER_VENV", description=(
+        "give each user a venv at <user_root>/.venv (created on first use, first on the sandbox PATH)"))
+
+    @field_validator("zcbot_egress_allow")
+    @classmethod
+    def _check_allow(cls, value: str) -> str:
+        for entry in value.split(","):
+            if entry.strip():
+                parse_entry(entry)
+        return value
 
     @classmethod
     def extend(cls, settings: Settings) -> "ExecutorSettings":
@@ -134,6 +156,11 @@ class ExecutorConfig:
     user_memory_mb: int = 4096
     user_max_procs: int = 1024
     cgroup_mode: str = "auto"
+    egress: bool = True
+    egress_allow: tuple[str, ...] = tuple(DEFAULT_EGRESS_ALLOW.split(","))
+    egress_audit_log: Path | None = None  # None: state_dir / egress-audit.jsonl
+    pip_index_url: str | None = None
+    user_venv: bool = True
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> "ExecutorConfig":
@@ -171,8 +198,17 @@ class ExecutorConfig:
             user_memory_mb=knobs.zcbot_user_memory_mb,
             user_max_procs=knobs.zcbot_user_max_procs,
             cgroup_mode=knobs.zcbot_sandbox_cgroup,
+            egress=knobs.zcbot_egress,
+            egress_allow=tuple(e.strip() for e in knobs.zcbot_egress_allow.split(",") if e.strip()),
+            egress_audit_log=knobs.zcbot_egress_audit_log,
+            pip_index_url=knobs.zcbot_egress_pip_index_url,
+            user_venv=knobs.zcbot_sandbox_user_venv,
         )
         return replace(config, **overrides) if overrides else config
+
+    @property
+    def audit_log_path(self) -> Path:
+        return self.egress_audit_log or self.state_dir / "egress-audit.jsonl"
 
     @property
     def drops_privileges(self) -> bool:

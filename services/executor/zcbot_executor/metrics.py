@@ -10,3 +10,7 @@ TOOL_SECONDS = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )
 SANDBOXES = Gauge("zcbot_executor_sandboxes", "Live sandboxes on this executor")
+# Egress (egress/hub.py): totals only; the per-user figures are in the audit log and EgressHub.usage
+# (a user label would make one time series per user).
+EGRESS_BYTES = Counter("zcbot_egress_bytes_total", "Bytes through the sandbox egress proxy", ["direction"])
+EGRESS_CONNECTIONS = Counter("zcbot_egress_connections_total", "Sandbox egress connections by outcome", ["outcome"])

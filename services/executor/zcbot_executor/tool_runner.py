@@ -15,7 +15,9 @@ Usage: `python -S tool_runner.py MODE CONFIG_JSON [ARG]`
 - `proc`   background process wrapper: ARG is the proc folder (see proc_wrapper.py).
 
 CONFIG_JSON: root, virtual, drop [uid, gid] | null, userns, limits {memory_mb, max_procs,
-max_file_mb, max_open_files}, sweep, python, shell, tmp, calls_dir, fs_workers.
+max_file_mb, max_open_files}, sweep, python, shell, tmp, calls_dir, fs_workers,
+venv (the user's venv: created if missing, its python runs `run_python`) | null,
+egress {socket, port} (serve/proc: the egress forwarder, egress_forward.py) | null.
 """
 
 from __future__ import annotations
@@ -170,6 +172,19 @@ def once(config: dict, request_path: str) -> int:
     return 0
 
 
+def prepare_user(config: dict, mode: str) -> None:
+    """After the sandbox setup, as the sandbox user: the user's venv and the egress forwarder."""
+    if config.get("venv"):
+        import user_venv
+
+        config["python"] = user_venv.ensure(config["venv"], config.get("python") or sys.executable)
+    egress = config.get("egress")
+    if egress and mode in ("serve", "proc"):  # docker runs the forwarder as the container's process
+        import egress_forward
+
+        egress_forward.start(egress["socket"], int(egress["port"]))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3:
         sys.stderr.write(__doc__ or "")
@@ -179,6 +194,7 @@ def main(argv: list[str]) -> int:
     if mode == "kill":
         return 0 if tools_exec.kill_call(config.get("calls_dir") or "/tmp/.zcbot-calls", arg) else 1
     sandbox_init.setup(config)
+    prepare_user(config, mode)
     if mode == "serve":
         return serve(config)
     if mode == "once":

@@ -90,6 +90,25 @@ class Sandbox(abc.ABC):
 class SandboxBackend(abc.ABC):
     name: str = "?"
     cgroups: Any = None  # cgroups.UserCgroups when this host has per-user cgroups (bwrap, unsafe)
+    egress: Any = None  # egress.hub.EgressHub when sandboxes get package-install egress (bwrap, docker)
+
+    async def start_egress(self, config: Any) -> None:
+        """Start the egress proxy when ZCBOT_EGRESS is on (a backend whose sandboxes have no network)."""
+        if config.egress:
+            from zcbot_executor.egress.hub import EgressHub
+
+            self.egress = EgressHub(config.egress_allow, config.audit_log_path)
+            await self.egress.start()
+
+    async def egress_socket(self, user_id: str) -> Path | None:
+        """The host path of the user's egress socket, to bind into the user's sandbox (None: no egress)."""
+        return None if self.egress is None else await self.egress.socket_for(user_id)
+
+    def egress_env(self, config: Any) -> dict[str, str]:
+        """The sandbox variables for the egress bridge (none when egress is off)."""
+        from zcbot_executor import egress
+
+        return egress.proxy_env(config.pip_index_url) if config.egress else {}
 
     def cgroup_procs(self, user_id: str, leaf: str) -> list[str]:
         """The `cgroup.procs` files a new sandbox process of `user_id` joins (none without cgroups)."""
@@ -131,6 +150,8 @@ class SandboxBackend(abc.ABC):
 
     async def close(self) -> None:
         """Release backend resources (sandboxes are closed by the pool)."""
+        if self.egress is not None:
+            await self.egress.close()
         if self.cgroups is not None:
             self.cgroups.close()
 

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zcbot_executor import egress
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.sandbox import cgroups, policy
 from zcbot_executor.sandbox.base import BackgroundSpec, Sandbox, SandboxBackend, SandboxError
@@ -65,7 +66,9 @@ class BwrapBackend(SandboxBackend):
         self.bwrap = bwrap or find_bwrap()
         self.stage: Path | None = None
         self.python_dirs: list[str] = []
-        self.env = policy.sandbox_env(config.python, config.env_passthrough)
+        self.env = policy.sandbox_env(config.python, config.env_passthrough,
+                                      venv=egress.SANDBOX_VENV if config.user_venv else None,
+                                      extra=self.egress_env(config))
 
     async def start(self) -> None:
         if not self.bwrap:
@@ -75,6 +78,7 @@ class BwrapBackend(SandboxBackend):
         self.stage = await asyncio.to_thread(policy.stage_runner, self.config.state_dir)
         self.python_dirs = await asyncio.to_thread(policy.python_dirs, self.config.python)
         await self._self_check()
+        await self.start_egress(self.config)
         try:
             self.cgroups = await asyncio.to_thread(cgroups.for_config, self.config)
         except cgroups.CgroupError as exc:
@@ -88,7 +92,7 @@ class BwrapBackend(SandboxBackend):
         probe_root = self.config.state_dir / "selfcheck"
         probe_root.mkdir(parents=True, exist_ok=True)
         policy.ensure_owned(probe_root, self.config.owner)
-        argv = self.argv(probe_root, self.runner_command("serve", self.runner_config(sweep=False)))
+        argv = self.argv(probe_root, self.runner_command("serve", self.runner_config(sweep=False, user=False)))
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                                                     stderr=asyncio.subprocess.PIPE, env=self.env)
         try:
@@ -101,9 +105,12 @@ class BwrapBackend(SandboxBackend):
                                f"{err.decode(errors='replace').strip()[-1000:]}")
 
     # ---- argv -------------------------------------------------------------------------------
-    def runner_config(self, *, sweep: bool) -> dict[str, Any]:
+    def runner_config(self, *, sweep: bool, user: bool = True) -> dict[str, Any]:
+        """`user`: a user's sandbox (the self-check's probe gets no venv and no forwarder)."""
         cfg = self.config
         return {
+            "venv": egress.SANDBOX_VENV if user and cfg.user_venv else None,
+            "egress": {"socket": egress.SANDBOX_SOCKET, "port": egress.SANDBOX_PORT} if user and cfg.egress else None,
             "root": policy.WORKSPACE, "virtual": policy.WORKSPACE,
             "drop": [cfg.sandbox_uid, cfg.sandbox_gid] if cfg.drops_privileges else None, "userns": True,
             "limits": cfg.limits.runner_limits(), "sweep": sweep, "python": cfg.python, "tmp": "/tmp",
@@ -111,7 +118,8 @@ class BwrapBackend(SandboxBackend):
             "caps_clear": not cfg.drops_privileges,  # bwrap's own user namespace: empty bounding/ambient sets
         }
 
-    def argv(self, user_root: Path, command: list[str], *, die_with_parent: bool = True) -> list[str]:
+    def argv(self, user_root: Path, command: list[str], *, die_with_parent: bool = True,
+             egress_socket: Path | None = None) -> list[str]:
         assert self.bwrap and self.stage
         cfg = self.config
         a = [self.bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -155,6 +163,9 @@ class BwrapBackend(SandboxBackend):
             a += ["--perms", "0755", "--dir", parent]
         for src, dest in mounts:
             a += ["--ro-bind", src, dest]
+        if egress_socket is not None:  # the user's own egress socket, nothing else of the host's /run
+            a += ["--perms", "0755", "--dir", "/run", "--perms", "0755", "--dir", os.path.dirname(egress.SANDBOX_SOCKET),
+                  "--bind", str(egress_socket), egress.SANDBOX_SOCKET]
         a += ["--ro-bind", str(self.stage), policy.RUNNER_MOUNT,
               "--bind", str(user_root), policy.WORKSPACE, "--chdir", policy.WORKSPACE,
               "--clearenv"]
@@ -170,7 +181,8 @@ class BwrapBackend(SandboxBackend):
     # ---- sandboxes ---------------------------------------------------------------------------
     async def open(self, user_id: str, user_root: Path) -> Sandbox:
         await asyncio.to_thread(policy.ensure_owned, user_root, self.config.owner, True)
-        argv = self.argv(user_root, self.runner_command("serve", self.runner_config(sweep=True)))
+        argv = self.argv(user_root, self.runner_command("serve", self.runner_config(sweep=True)),
+                         egress_socket=await self.egress_socket(user_id))
         split = argv.index("--")
         read_fd = args_pipe(argv[1:split])
         try:  # options through a pipe: the sandbox's pid 1 shows `bwrap --args N -- cmd`, not host paths
@@ -184,7 +196,8 @@ class BwrapBackend(SandboxBackend):
 
     async def start_background(self, spec: BackgroundSpec) -> dict[str, Any]:
         cfg = self.runner_config(sweep=False)
-        argv = self.argv(spec.user_root, self.runner_command("proc", cfg, spec.proc_dir_virtual), die_with_parent=False)
+        argv = self.argv(spec.user_root, self.runner_command("proc", cfg, spec.proc_dir_virtual), die_with_parent=False,
+                         egress_socket=await self.egress_socket(spec.user_id))
         return await launch_detached(argv, self.env, args_fd=True, cgroup_procs=self.cgroup_procs(spec.user_id, spec.proc_id))
 
     async def kill_background(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:

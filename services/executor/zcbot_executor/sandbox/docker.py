@@ -9,6 +9,12 @@ Idle containers are reaped by the pool; names and labels carry the executor host
 starting executor removes its own leftovers. Background processes get a container of their own
 (`zcbot-proc-<id>`, label product=proc, no instance label) so reaping and restarts never touch them.
 
+Egress (ZCBOT_EGRESS): the user's unix socket of the host's egress proxy is bind-mounted at
+`/run/zcbot/egress.sock` and the container's main process is the forwarder (`egress_forward.py`,
+listening on the container's own 127.0.0.1:3128; `network_mode=none` keeps that loopback), so
+pip/npm work through `HTTP(S)_PROXY` exactly as in the bwrap backend. The socket's folder is the
+executor's, so here too dockerd must share the executor's filesystem.
+
 The image (ZCBOT_DOCKER_IMAGE) needs python3 and the packages skills use: see
 `services/executor/sandbox.Dockerfile`. Paths are passed to the engine as the executor sees
 them, so the executor and dockerd must share the filesystem (same host, or the same volume path).
@@ -24,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zcbot_executor import egress
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.sandbox import policy
 from zcbot_executor.sandbox.base import BackgroundSpec, Sandbox, SandboxBackend, SandboxError, ToolResult
@@ -58,7 +65,9 @@ class DockerBackend(SandboxBackend):
         self.config = config
         self.client = None
         self.stage: Path | None = None
-        self.env = policy.sandbox_env("/usr/local/bin/python3", config.env_passthrough)
+        self.env = policy.sandbox_env(CONTAINER_PYTHON, config.env_passthrough,
+                                      venv=egress.SANDBOX_VENV if config.user_venv else None,
+                                      extra=self.egress_env(config))
         owner = config.owner or (os.getuid(), os.getgid())
         self.user = f"{owner[0]}:{owner[1]}"
 
@@ -71,6 +80,7 @@ class DockerBackend(SandboxBackend):
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         self.stage = await asyncio.to_thread(policy.stage_runner, self.config.state_dir)
         await asyncio.to_thread(self._remove_leftovers)
+        await self.start_egress(self.config)
 
     def _labels(self, user_id: str, product: str) -> dict[str, str]:
         labels = {"zcbot.product": product, "zcbot.user": user_id}
@@ -89,9 +99,18 @@ class DockerBackend(SandboxBackend):
     def runner_config(self) -> dict[str, Any]:
         return {"root": policy.WORKSPACE, "virtual": policy.WORKSPACE, "drop": None, "limits": self.config.limits.runner_limits(),
                 "sweep": False, "python": CONTAINER_PYTHON, "tmp": "/tmp", "calls_dir": CALLS_DIR,
+                "venv": egress.SANDBOX_VENV if self.config.user_venv else None,
+                "egress": {"socket": egress.SANDBOX_SOCKET, "port": egress.SANDBOX_PORT} if self.config.egress else None,
                 "nnp_set": True}  # security_opt no-new-privileges
 
-    def _run_kwargs(self, user_id: str, user_root: Path, product: str) -> dict[str, Any]:
+    def main_command(self) -> list[str]:
+        """The sandbox container's own process: the egress forwarder, or just a sleeper without egress."""
+        if not self.config.egress:
+            return ["sleep", "infinity"]
+        return [CONTAINER_PYTHON, "-I", "-S", f"{policy.RUNNER_MOUNT}/egress_forward.py", egress.SANDBOX_SOCKET,
+                str(egress.SANDBOX_PORT)]
+
+    def _run_kwargs(self, user_id: str, user_root: Path, product: str, egress_socket: Path | None = None) -> dict[str, Any]:
         import docker
 
         lim = self.config.limits
@@ -104,7 +123,8 @@ class DockerBackend(SandboxBackend):
             network_mode="none", runtime=self.config.docker_runtime, init=True, shm_size="64m",
             volumes={str(user_root): {"bind": policy.WORKSPACE, "mode": "rw"},
                      str(self.stage): {"bind": policy.RUNNER_MOUNT, "mode": "ro"},
-                     **{src: {"bind": dest, "mode": "ro"} for src, dest in policy.platform_mounts()}},
+                     **{src: {"bind": dest, "mode": "ro"} for src, dest in policy.platform_mounts()},
+                     **({str(egress_socket): {"bind": egress.SANDBOX_SOCKET, "mode": "rw"}} if egress_socket else {})},
             ulimits=[docker.types.Ulimit(name="fsize", soft=lim.max_file_mb * 1024 * 1024, hard=lim.max_file_mb * 1024 * 1024),
                      docker.types.Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files)],
         )
@@ -112,7 +132,7 @@ class DockerBackend(SandboxBackend):
     def container_name(self, user_id: str) -> str:
         return f"zcbot-sbx-{self.config.host}-{user_id}"
 
-    def _open_sync(self, user_id: str, user_root: Path):
+    def _open_sync(self, user_id: str, user_root: Path, egress_socket: Path | None):
         import docker
 
         policy.ensure_owned(user_root, self.config.owner, recursive=True)
@@ -121,12 +141,13 @@ class DockerBackend(SandboxBackend):
             self.client.containers.get(name).remove(force=True)
         except docker.errors.NotFound:
             pass
-        return self.client.containers.run(self.config.docker_image, ["sleep", "infinity"], name=name,
-                                          **self._run_kwargs(user_id, user_root, "sandbox"))
+        return self.client.containers.run(self.config.docker_image, self.main_command(), name=name,
+                                          **self._run_kwargs(user_id, user_root, "sandbox", egress_socket))
 
     async def open(self, user_id: str, user_root: Path) -> Sandbox:
         try:
-            container = await asyncio.to_thread(self._open_sync, user_id, user_root)
+            sock = await self.egress_socket(user_id)
+            container = await asyncio.to_thread(self._open_sync, user_id, user_root, sock)
         except Exception as exc:
             raise SandboxError(f"could not start the sandbox container: {exc}") from exc
         log.info("sandbox container started", extra={"user_id": user_id, "container": container.name})
@@ -136,7 +157,7 @@ class DockerBackend(SandboxBackend):
         name = f"zcbot-proc-{spec.proc_id}"
         cmd = policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, "proc", json.dumps(self.runner_config()),
                                     spec.proc_dir_virtual)
-        kwargs = self._run_kwargs(spec.user_id, spec.user_root, "proc")
+        kwargs = self._run_kwargs(spec.user_id, spec.user_root, "proc", await self.egress_socket(spec.user_id))
         kwargs["auto_remove"] = True
         await asyncio.to_thread(self.client.containers.run, self.config.docker_image, cmd, name=name, **kwargs)
         return {"container": name}
@@ -159,6 +180,7 @@ class DockerBackend(SandboxBackend):
             return False
 
     async def close(self) -> None:
+        await super().close()  # the egress hub
         if self.client is not None:
             await asyncio.to_thread(self.client.close)
 

@@ -19,15 +19,17 @@ from zcbot_core import safe_fs
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
 RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_search.py", "tools_exec.py", "proc_wrapper.py",
-                "sandbox_init.py", "wire.py")
+                "sandbox_init.py", "wire.py", "egress_forward.py", "user_venv.py")
 RUNNER_MOUNT = "/opt/zcbot"
 WORKSPACE = "/workspace"
 INNER_UID = 1000
 
 
-def sandbox_env(python: str, passthrough: tuple[str, ...] = (), home: str = WORKSPACE, tmp: str = "/tmp") -> dict[str, str]:
+def sandbox_env(python: str, passthrough: tuple[str, ...] = (), home: str = WORKSPACE, tmp: str = "/tmp",
+                venv: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """`venv`: the user's venv, first on PATH; `extra`: the egress proxy variables (egress.proxy_env)."""
     py_bin = os.path.dirname(python)
-    path = ":".join(dict.fromkeys([py_bin, "/usr/local/bin", "/usr/bin", "/bin"]))
+    path = ":".join(dict.fromkeys([*([f"{venv}/bin"] if venv else []), py_bin, "/usr/local/bin", "/usr/bin", "/bin"]))
     env = {
         "PATH": path,
         "HOME": home,
@@ -46,6 +48,9 @@ def sandbox_env(python: str, passthrough: tuple[str, ...] = (), home: str = WORK
         "PIP_NO_INPUT": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
+    if venv:
+        env["VIRTUAL_ENV"] = venv
+    env.update(extra or {})
     for name in passthrough:
         if name in os.environ:
             env[name] = os.environ[name]

@@ -44,12 +44,15 @@ class UnsafeBackend(SandboxBackend):
     def _config(self, user_root: Path) -> dict[str, Any]:
         tmp = policy.make_dirs_owned(user_root, ".zcbot_tmp", None)
         return {"root": str(user_root), "virtual": policy.WORKSPACE, "drop": None,
+                "venv": str(user_root / ".venv") if self.config.user_venv else None,
                 "limits": self.config.limits.runner_limits(), "sweep": False, "python": self.config.python,
                 "tmp": str(tmp)}
 
     def _env(self, user_root: Path) -> dict[str, str]:
+        # No egress bridge: an unsafe runner has the host's network anyway.
         return policy.sandbox_env(self.config.python, self.config.env_passthrough, home=str(user_root),
-                                  tmp=str(user_root / ".zcbot_tmp"))
+                                  tmp=str(user_root / ".zcbot_tmp"),
+                                  venv=str(user_root / ".venv") if self.config.user_venv else None)
 
     def _cmd(self, mode: str, user_root: Path, arg: str | None = None) -> list[str]:
         assert self.stage is not None
