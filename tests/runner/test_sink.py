@@ -46,3 +46,119 @@ async def test_deltas_are_throttled_with_a_leading_edge(nats_server_url: str, bu
     assert deltas[0].delta == "w0 "  # the first went out alone, at once (not held for the interval)
     assert max(len(d.delta.split()) for d in deltas) <= 5  # later ones merge about interval x 30 chunks
     assert isinstance(events[0], ev.RunStart) and isinstance(events[-1], ev.Done)
+
+
+async def _stored_raw(js, topo: Topology, task_id: str) -> list:  # type: ignore[no-untyped-def]
+    out, seq = [], 1
+    while True:
+        try:
+            raw = await js.get_msg(topo.events_stream, seq=seq, subject=topo.event_subject(task_id), next=True)
+        except Exception:
+            return out
+        out.append(raw)
+        seq = raw.seq + 1
+
+
+async def _refuse_new_events(js, topo: Topology) -> None:  # type: ignore[no-untyped-def]
+    """The events stream refuses every publish (503 `maximum messages exceeded`), as a stream
+    without a leader does: nothing is stored until `_accept_events`."""
+    info = await js.stream_info(topo.events_stream)
+    config = info.config
+    config.max_msgs, config.discard = max(int(info.state.messages), 1), "new"
+    if not info.state.messages:
+        await js.publish(topo.event_subject("filler"), b"x")
+    await js.update_stream(config)
+
+
+async def _accept_events(js, topo: Topology) -> None:  # type: ignore[no-untyped-def]
+    config = (await js.stream_info(topo.events_stream)).config
+    config.max_msgs, config.discard = -1, "old"
+    await js.update_stream(config)
+
+
+async def test_refused_publishes_are_retried_in_order_before_flush_returns(nats_server_url: str,
+                                                                          bus_prefix: str) -> None:
+    """Issue 23 item 3: while the stream refuses events the loop goes on (emit does not wait for acks),
+    nothing is reordered or dropped, and `flush` (what the runner awaits before the run's end and
+    `done`) returns only once every event is stored, each once."""
+    topo = Topology(bus_prefix)
+    nc = await connect(nats_server_url, "sink-refused")
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js, topo)
+        sink = BusEventSink(js, topo, "task2", "run2", retry_seconds=20)
+        await sink.emit(ev.RunStart(run_id="run2", task_id="task2"))
+        await sink.flush()
+        await _refuse_new_events(js, topo)
+        t0 = asyncio.get_running_loop().time()
+        for i in range(20):
+            await sink.emit(ev.ToolCallEvent(run_id="run2", call_id=f"c{i}", name="t", args={}, args_preview=""))
+            await sink.emit(ev.TextDelta(run_id="run2", delta=f"d{i} "))
+        assert asyncio.get_running_loop().time() - t0 < 1.0  # the loop was not held by the refusals
+        restore = asyncio.get_running_loop().call_later(1.5, lambda: asyncio.ensure_future(_accept_events(js, topo)))
+        await sink.emit(ev.Done(run_id="run2", status="ok"))
+        await sink.flush()
+        restore.cancel()
+        raws = await _stored_raw(js, topo, "task2")
+    finally:
+        await nc.close()
+    events = [decode(r.data, ev.RunEvent) for r in raws]
+    assert sink.lost == 0 and sink.republished > 0
+    assert isinstance(events[0], ev.RunStart) and isinstance(events[-1], ev.Done)
+    calls = [e.call_id for e in events if isinstance(e, ev.ToolCallEvent)]
+    assert calls == [f"c{i}" for i in range(20)]
+    assert "".join(e.delta for e in events if isinstance(e, ev.TextDelta)) == "".join(f"d{i} " for i in range(20))
+    kinds = [type(e).__name__ for e in events]  # each delta stays between the calls it was emitted between
+    assert kinds[1:-1] == ["ToolCallEvent", "TextDelta"] * 20
+    ids = [r.headers["Nats-Msg-Id"] for r in raws]
+    assert ids == [f"run2:1:{n}" for n in range(1, len(raws) + 1)]
+
+
+async def test_a_lost_ack_is_republished_and_deduplicated(nats_server_url: str, bus_prefix: str,
+                                                          monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Acks that come too late for the publisher (a first wait of 0.2 ms): every event is sent again
+    under its Nats-Msg-Id and JetStream keeps one copy; the order is the emission order."""
+    monkeypatch.setattr(sink_module, "ACK_TIMEOUT_SECONDS", 0.0002)
+    topo = Topology(bus_prefix)
+    nc = await connect(nats_server_url, "sink-dedupe")
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js, topo)
+        sink = BusEventSink(js, topo, "task3", "run3", attempt=2)
+        for i in range(15):
+            await sink.emit(ev.Warn(run_id="run3", msg=f"w{i}"))
+        await sink.emit(ev.Done(run_id="run3", status="ok"))
+        await sink.flush()
+        raws = await _stored_raw(js, topo, "task3")
+    finally:
+        await nc.close()
+    events = [decode(r.data, ev.RunEvent) for r in raws]
+    assert sink.republished > 0 and sink.lost == 0
+    assert [e.msg for e in events if isinstance(e, ev.Warn)] == [f"w{i}" for i in range(15)]
+    assert len(events) == 16 and isinstance(events[-1], ev.Done)
+    assert [r.headers["Nats-Msg-Id"] for r in raws] == [f"run3:2:{n}" for n in range(1, 17)]
+
+
+async def test_events_that_cannot_be_stored_are_counted_never_silently_dropped(nats_server_url: str,
+                                                                               bus_prefix: str) -> None:
+    topo = Topology(bus_prefix)
+    nc = await connect(nats_server_url, "sink-lost")
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js, topo)
+        await _refuse_new_events(js, topo)
+        sink = BusEventSink(js, topo, "task4", "run4", retry_seconds=0.6)
+        t0 = asyncio.get_running_loop().time()
+        for i in range(5):
+            await sink.emit(ev.Warn(run_id="run4", msg=f"w{i}"))
+        await sink.flush()
+        elapsed = asyncio.get_running_loop().time() - t0
+        await _accept_events(js, topo)
+        await sink.emit(ev.Done(run_id="run4", status="error"))  # stored again once the stream takes it
+        await sink.flush()
+        events = [decode(r.data, ev.RunEvent) for r in await _stored_raw(js, topo, "task4")]
+    finally:
+        await nc.close()
+    assert sink.lost == 5
+    assert elapsed < 5  # one outage budget in all, not one per event
+    assert [type(e) for e in events] == [ev.Done]

@@ -14,7 +14,7 @@ from sqlalchemy import exc as sa_exc
 from zcbot_core import budgets
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.fold import prepare_run_context
-from zcbot_core.agent.lang import stop_text, user_language
+from zcbot_core.agent.lang import say, stop_text, user_language
 from zcbot_core.agent.context import MessagePreparer
 from zcbot_core.agent.loop import AgentLoop, LoopResult
 from zcbot_core.agent.prompt import PromptContext, build_system_prompt
@@ -139,7 +139,8 @@ class RunExecutor:
         if attempt == 1:
             metrics.QUEUE_WAIT.observe(queue_wait)
         metrics.RUNS_STARTED.inc()
-        sink = BusEventSink(self.rt.js, self.rt.topo, task.task_id, req.run_id)
+        sink = BusEventSink(self.rt.js, self.rt.topo, task.task_id, req.run_id, attempt=attempt,
+                            retry_seconds=settings.zcbot_event_publish_retry_seconds)
         pending = await pending_cancel
         if claim.cancelling or pending:
             active.token.cancel(pending or "user")
@@ -204,6 +205,7 @@ class RunExecutor:
                    "total": round(time.monotonic() - active.started, 4)}
         finish_started = time.monotonic()
         try:
+            result = await self._events_stored(req, result, sink, user_language(claim.history))
             finished = await self._finish(req, result, timings, sink, store)
             if budget is not None:  # the last step is stored now: its reservation goes
                 await budget.close()
@@ -218,6 +220,22 @@ class RunExecutor:
             return
         metrics.FINISH_SECONDS.observe(time.monotonic() - finish_started)
         await active.msg.ack()
+
+    async def _events_stored(self, req: RunRequest, result: LoopResult, sink: BusEventSink, lang: Any) -> LoopResult:
+        """Wait until the stream holds every event of the run, before its end is written to PostgreSQL
+        and before `done` (a client that reloads once the run has ended then replays all of it). An
+        event that could not be stored turns the run into an error that says so: never a success
+        over a partial answer."""
+        await sink.flush()
+        if not sink.lost:
+            return result
+        message = say("events_lost_error", lang, count=sink.lost)
+        log.warning("run events were lost; the run ends in error", extra={"run_id": req.run_id, "lost": sink.lost})
+        sink.fresh_budget()
+        await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=message, code="events_lost"))
+        await sink.flush()
+        return LoopResult(status=RunOutcome.ERROR.value, error=message, final_text=result.final_text,
+                          timings=result.timings)
 
     async def _leave_for_redelivery(self, req: RunRequest, sink: BusEventSink, exc: BaseException) -> None:
         """A database outage mid-run: say so, and neither finish nor ack. The request is redelivered
@@ -270,8 +288,9 @@ class RunExecutor:
             await sink.flush()
             return False
         metrics.RUNS_FINISHED.labels(status=status).inc()
-        if timings.get("ttft", -1) >= 0:
+        if timings.get("ttft") is not None:  # null when no token came
             metrics.TTFT.observe(timings["ttft"])
+        sink.fresh_budget()
         await sink.emit(ev.Done(run_id=req.run_id, status=status, timings=timings, final_text=result.final_text[:2000]))
         await sink.flush()
         try:

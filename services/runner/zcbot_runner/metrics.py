@@ -13,3 +13,9 @@ FINISH_SECONDS = Histogram("zcbot_run_finish_seconds", "Time to record a run's t
                            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
 TOOL_RPC_SECONDS = Histogram("zcbot_tool_rpc_seconds", "Sandbox tool round trip runner -> executor -> sandbox -> back",
                              ["tool"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120))
+EVENTS_REPUBLISHED = Counter("zcbot_events_republished_total",
+                             "Run event publishes retried (no ack: a leader election, a NATS restart); deduplicated "
+                             "by Nats-Msg-Id")
+EVENTS_FAILED = Counter("zcbot_events_failed_total",
+                        "Run events that could not be stored within ZCBOT_EVENT_PUBLISH_RETRY_SECONDS (their run "
+                        "ends in error saying so)")

@@ -1,79 +1,151 @@
-"""Run events onto the events stream, with text/reasoning deltas coalesced (at most one event per
-`DELTA_INTERVAL_SECONDS`, 100 ms).
+"""Run events onto the events stream: in order, each stored before the next is sent, deduplicated on
+republish, with text/reasoning deltas coalesced (at most one event per `DELTA_INTERVAL_SECONDS`).
 
-Coalescing bounds the number of stream messages (and SSE frames) for fast token streams while
-keeping order: any non-delta event flushes the buffer first.
+Why one event in flight per run (issue 23): with several unacked publishes in flight, a leader
+change can lose event k while k+1 is stored by the new leader; republishing k then puts it after
+k+1 and the client reads the answer out of order. One publisher task per run sends an event, waits
+for its ack (retrying the same `Nats-Msg-Id` until the stream has it, for at most
+`retry_seconds` of an outage) and only then sends the next, so the stream holds the run's events in
+emission order; runs publish concurrently with each other. The agent loop does not wait for acks:
+`emit` queues (bounded: a loop that outruns the stream waits for room), and deltas still queued
+behind a slow ack are merged, so an election costs one late chunk, not one chunk per timeout.
+
+`flush()` returns when every queued event is stored or given up; `lost` counts those given up, so
+the run can end in error instead of reporting success over a partial answer. Coalescing keeps
+order too: any non-delta event flushes the delta buffer first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 
+from nats.errors import MaxPayloadError
 from nats.js import JetStreamContext
+from nats.js.errors import BadRequestError
 
 from zcbot_core.bus import Topology
 from zcbot_core.bus import events as ev
+from zcbot_runner import metrics
 
 log = logging.getLogger(__name__)
 # Text and reasoning deltas: the first after a quiet spell goes out at once, later ones at most every
 # DELTA_INTERVAL_SECONDS, merged (a model streaming 30 chunks/s costs 10 events/s, not 30).
 DELTA_INTERVAL_SECONDS = 0.1
-MAX_UNACKED = 256
+MAX_QUEUED = 1000  # events waiting for the publisher; past it `emit` waits (backpressure on the loop)
+ACK_TIMEOUT_SECONDS = 2.0  # one publish's wait for its ack, doubled per retry (a slow leader is not hammered)
+ACK_TIMEOUT_MAX_SECONDS = 5.0
+RETRY_MAX_DELAY_SECONDS = 1.0
+_DELTAS = (ev.TextDelta, ev.ReasoningDelta)
 
 
 class BusEventSink:
-    def __init__(self, js: JetStreamContext, topo: Topology, task_id: str, run_id: str) -> None:
+    def __init__(self, js: JetStreamContext, topo: Topology, task_id: str, run_id: str, *, attempt: int = 1,
+                 retry_seconds: float = 30.0) -> None:
         self.js = js
         self.subject = topo.event_subject(task_id)
         self.run_id = run_id
+        # The attempt is part of the id: a redelivered run's events are new events, not duplicates.
+        self._id_prefix = f"{run_id}:{attempt}:"
+        self.retry_seconds = retry_seconds
         self._kind: type[ev.RunEvent] | None = None
         self._buffer: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
         self._last_delta_at = float("-inf")
         self._lock = asyncio.Lock()
-        self._acks: list[tuple[asyncio.Future[object], bytes, str]] = []
-        self.published = 0
+        self._queue: deque[ev.RunEvent] = deque()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._publisher: asyncio.Task[None] | None = None
+        self._outage_since: float | None = None
+        self.seq = 0  # events sent, the last part of each Nats-Msg-Id
+        self.published = 0  # stored (or already stored: a deduplicated republish)
+        self.republished = 0
+        self.lost = 0
         nc = getattr(js, "_nc", None)  # the server's limit (1 MB unless raised), learnt at connect
         self.max_bytes = int(getattr(nc, "max_payload", 0) or ev.DEFAULT_MAX_PAYLOAD)
 
-    async def _publish(self, event: ev.RunEvent) -> None:
-        """Publish now (order is the call order), collect the ack later: no round trip per event.
-        An event over the bus's max payload is cut to fit (with a marker), never dropped."""
-        event, data = ev.fit_event(event, self.max_bytes)
+    # ---- the publisher -----------------------------------------------------------------------
+    async def _enqueue(self, event: ev.RunEvent) -> None:
+        while len(self._queue) >= MAX_QUEUED:
+            self._room.clear()
+            await self._room.wait()
+        self._queue.append(event)
+        self._idle.clear()
+        if self._publisher is None or self._publisher.done():
+            self._publisher = asyncio.create_task(self._publish_queued(), name=f"events-{self.run_id}")
+
+    def _next(self) -> ev.RunEvent:
+        """The next event; deltas of one kind queued behind it are merged into it (they were waiting
+        for an ack anyway, and the client sees the same text)."""
+        event = self._queue.popleft()
+        if isinstance(event, _DELTAS):
+            parts = [event.delta]
+            while self._queue and type(self._queue[0]) is type(event):
+                parts.append(self._queue.popleft().delta)  # type: ignore[attr-defined]
+            if len(parts) > 1:
+                event = type(event)(run_id=event.run_id, delta="".join(parts), ts=event.ts)
+        return event
+
+    async def _publish_queued(self) -> None:
         try:
-            ack = await self.js.publish_async(self.subject, data, wait_stall=5)
-        except Exception as exc:  # stalled or disconnected: fall back to an acked publish with retries
-            log.warning("async event publish failed", extra={"type": event.type, "error": repr(exc)})
-            await self._publish_acked(data, event.type)
-            return
-        self._acks.append((ack, data, event.type))
-        if len(self._acks) >= MAX_UNACKED:
-            await self._settle()
+            while self._queue:
+                event = self._next()
+                self._room.set()
+                await self._store(event)
+        finally:
+            # No await between the empty check and here: an event queued meanwhile starts a new task.
+            self._idle.set()
 
-    async def _publish_acked(self, data: bytes, kind: str) -> None:
-        for attempt in range(3):
+    async def _store(self, event: ev.RunEvent) -> None:
+        """Publish and wait for the ack; retried with the same id (JetStream drops the duplicate if
+        an earlier try was stored after all) until stored or the outage outlasts `retry_seconds`."""
+        event, data = ev.fit_event(event, self.max_bytes)  # over the max payload: cut, with a marker
+        self.seq += 1
+        headers = {"Nats-Msg-Id": f"{self._id_prefix}{self.seq}"}
+        loop = asyncio.get_running_loop()
+        tries = 0
+        while True:
             try:
-                await self.js.publish(self.subject, data, timeout=5)
-                self.published += 1
+                timeout = min(ACK_TIMEOUT_SECONDS * 2 ** tries, ACK_TIMEOUT_MAX_SECONDS)
+                await self.js.publish(self.subject, data, timeout=timeout, headers=headers)
+            except (MaxPayloadError, BadRequestError) as exc:  # this event can never be stored
+                self._give_up(event, exc)
                 return
-            except Exception as exc:  # NATS reconnecting: retry briefly, then give up on this event
-                if attempt == 2:
-                    log.warning("event publish failed", extra={"type": kind, "error": repr(exc)})
+            except Exception as exc:  # no ack: an election, NATS reconnecting, a slow leader
+                now = loop.time()
+                if self._outage_since is None:
+                    self._outage_since = now
+                if now - self._outage_since >= self.retry_seconds:
+                    self._give_up(event, exc)
                     return
-                await asyncio.sleep(0.2 * (attempt + 1))
+                tries += 1
+                self.republished += 1
+                metrics.EVENTS_REPUBLISHED.inc()
+                await asyncio.sleep(min(0.05 * 2 ** tries, RETRY_MAX_DELAY_SECONDS))
+                continue
+            self.published += 1
+            self._outage_since = None
+            return
 
-    async def _settle(self) -> None:
-        """Wait for the stream's acks of everything published; republish what was not stored."""
-        acks, self._acks = self._acks, []
-        for ack, data, kind in acks:
-            try:
-                await asyncio.wait_for(ack, 5)
-                self.published += 1
-            except Exception:
-                await self._publish_acked(data, kind)
+    def _give_up(self, event: ev.RunEvent, exc: BaseException) -> None:
+        """Counted, never silent: the run's end reports it. Later events of a long outage get one try
+        each (the outage clock keeps running) until one is stored."""
+        self.lost += 1
+        metrics.EVENTS_FAILED.inc()
+        log.warning("run event could not be stored", extra={"run_id": self.run_id, "type": event.type,
+                                                             "error": repr(exc)})
 
-    async def _flush_locked(self) -> None:  # publishes buffered deltas; acks settle in flush()
+    def fresh_budget(self) -> None:
+        """The events that end a run (the error saying events were lost, `done`) get a retry budget of
+        their own, so an outage that used up the budget mid-run does not also take the run's end."""
+        self._outage_since = None
+
+    # ---- the agent loop's side ---------------------------------------------------------------
+    async def _flush_locked(self) -> None:  # queues buffered deltas; `flush` waits for their acks
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -81,13 +153,13 @@ class BusEventSink:
             event = self._kind(run_id=self.run_id, delta="".join(self._buffer))  # type: ignore[call-arg]
             self._buffer = []
             self._last_delta_at = asyncio.get_running_loop().time()
-            await self._publish(event)
+            await self._enqueue(event)
 
     async def flush(self) -> None:
-        """Publish buffered deltas and wait until the stream has stored every event."""
+        """Send buffered deltas and wait until the stream has stored (or given up) every event."""
         async with self._lock:
             await self._flush_locked()
-            await self._settle()
+        await self._idle.wait()
 
     async def _timer_flush(self) -> None:
         async with self._lock:
@@ -102,7 +174,7 @@ class BusEventSink:
 
     async def emit(self, event: ev.RunEvent) -> None:
         async with self._lock:
-            if isinstance(event, (ev.TextDelta, ev.ReasoningDelta)):
+            if isinstance(event, _DELTAS):
                 if self._kind is not type(event):
                     await self._flush_locked()
                     self._kind = type(event)
@@ -110,4 +182,4 @@ class BusEventSink:
                 self._schedule_flush()
                 return
             await self._flush_locked()
-            await self._publish(event)
+            await self._enqueue(event)
