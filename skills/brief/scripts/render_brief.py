@@ -3,8 +3,10 @@
 
     python render_brief.py brief.md [--docx [OUT.docx]] [--pdf [OUT.pdf]]
 
-Without --docx/--pdf both are written next to the Markdown (same name). Reports the size and warns
-when the brief is longer than about two pages. Exit status: 0 done; 1 written with problems listed
+Without --docx/--pdf both are written next to the Markdown (same name). The page budget is the
+frontmatter's `pages:` (default 2); the brief is measured on a LibreOffice render, set in a compact
+variant of the layout when it runs over or a few lines spill onto its last page, and the measured
+page count is reported (without LibreOffice: a length estimate). Exit status: 0 done; 1 written with problems listed
 (e.g. a missing figure, PDF not available); 2 nothing written (the message says why).
 """
 
@@ -72,30 +74,27 @@ def main(argv: list[str] | None = None) -> int:
               "tell the user the brief could not be rendered here.", file=sys.stderr)
         return 2
     text = src.read_text(encoding="utf-8")
-    problems: list[str] = []
+    base = src.resolve().parent
+
+    def render(out: Path, overrides: dict) -> object:
+        return rendering.markdown_to_docx(text, out, profile="brief", base_dir=base, **overrides)
+
     try:
-        if want_docx:
-            report = rendering.markdown_to_docx(text, docx_out, profile="brief", base_dir=src.resolve().parent)
-            print(report.summary())
-            problems += report.problems
-        if want_pdf:
-            try:
-                if want_docx:
-                    rendering.convert_to_pdf(docx_out, pdf_out)
-                else:
-                    report = rendering.markdown_to_pdf(text, pdf_out, profile="brief", base_dir=src.resolve().parent)
-                    problems += report.problems
-                print(f"wrote {pdf_out}")
-            except rendering.RenderError as exc:
-                if not want_docx:
-                    raise
-                problems.append(f"PDF not produced: {exc}")
+        fit = rendering.fit_to_budget(render, text, docx_out if want_docx else None, pdf_out if want_pdf else None)
     except (OSError, ValueError, rendering.RenderError) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
-    note = length_note(text)
-    if note:
-        print(f"note: {note}")
+    print(fit.report.summary().split("\nproblems:")[0])
+    problems = list(fit.report.problems) + fit.problems
+    if fit.pages is None:
+        if want_pdf:
+            problems.append("PDF not produced: LibreOffice is not available here; deliver the .docx and say so")
+        note = length_note(text)
+        if note:
+            print(f"note: {note}")
+    elif want_pdf:
+        print(f"wrote {pdf_out}")
+    print(fit.summary())
     if problems:
         print("problems:\n" + "\n".join(f"- {p}" for p in problems))
         return 1

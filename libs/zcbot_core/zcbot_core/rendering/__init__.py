@@ -19,12 +19,14 @@ from .common import RenderError
 from .docx_brief import BRIEF, render_brief
 from .docx_manuscript import PROFILES, render_manuscript
 from .docx_writer import DocStyle, RenderReport, render_docx
+from .fit import FitReport, fit_to_budget, page_budget
 from .mdparse import parse as parse_markdown
 from .pdf import find_soffice, to_pdf, to_pdf_many
 
 __all__ = [
-    "BRIEF", "PROFILES", "DocStyle", "RenderError", "RenderReport", "convert_to_pdf", "find_soffice", "markdown_to_docx",
-    "markdown_to_pdf", "parse_markdown", "render_brief", "render_docx", "render_manuscript", "to_pdf_many",
+    "BRIEF", "PROFILES", "DocStyle", "FitReport", "RenderError", "RenderReport", "convert_to_pdf", "find_soffice",
+    "fit_to_budget", "markdown_to_docx", "markdown_to_pdf", "page_budget", "parse_markdown", "render_brief", "render_docx",
+    "render_manuscript", "to_pdf_many",
 ]
 
 

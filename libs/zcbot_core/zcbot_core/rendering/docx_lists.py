@@ -119,3 +119,33 @@ class ListState:
     def add(self, paragraph, level: int, ordered: bool) -> None:
         level = min(level, LEVELS - 1)
         self.numbering.apply(paragraph, self.num_for(level, ordered), level)
+
+
+# ---- heading numbers (typed labels: 一、/（一）/1. are part of the heading text by convention) ----
+
+CN_NUM = "零一二三四五六七八九十"
+
+
+def chinese_number(n: int) -> str:
+    if n <= 10:
+        return CN_NUM[n]
+    if n < 20:
+        return "十" + (CN_NUM[n % 10] if n % 10 else "")
+    return CN_NUM[n // 10] + "十" + (CN_NUM[n % 10] if n % 10 else "")
+
+
+class Numberer:
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.counts = [0] * 7
+
+    def label(self, level: int) -> str:
+        self.counts[level] += 1
+        for deeper in range(level + 1, 7):
+            self.counts[deeper] = 0
+        if self.mode == "decimal":
+            return ".".join(str(self.counts[i]) for i in range(1, level + 1)) + " "
+        if self.mode == "chinese":
+            n = self.counts[level]
+            return {1: f"{chinese_number(n)}、", 2: f"（{chinese_number(n)}）", 3: f"{n}. ", 4: f"（{n}）"}.get(level, "")
+        return ""

@@ -17,7 +17,7 @@ from docx.enum.text import WD_ALIGN_PARAGRAPH, WD_LINE_SPACING
 from docx.shared import Pt, RGBColor
 
 from . import common
-from .docx_lists import ListNumbering
+from .docx_lists import ListNumbering, Numberer
 from .docx_notes import Footnotes, set_metadata
 from .mdparse import Code, Document, Heading, Image, ListBlock, PageBreak, Paragraph, Quote, Rule, Table, parse, plain_text
 
@@ -68,36 +68,10 @@ class RenderReport:
         return text
 
 
-CN_NUM = "零一二三四五六七八九十"
 REFERENCE_TITLES = re.compile(r"^\s*(参考文献|references|bibliography|引用文献|主要参考文献)\s*$", re.I)
 UNNUMBERED = re.compile(r"^\s*(参考文献|references|bibliography|摘要|abstract|致谢|acknowledg(e)?ments?|附录.*|appendix.*|目录|contents)\s*$", re.I)
 ALREADY_NUMBERED = re.compile(r"^\s*(\d+(\.\d+)*[.、\s]|[一二三四五六七八九十]+[、.．]|[（(][一二三四五六七八九十\d]+[)）]|第[一二三四五六七八九十\d]+[章节部分])")
 REF_PREFIX = re.compile(r"^\s*\[\d+\]\s*")
-
-
-def chinese_number(n: int) -> str:
-    if n <= 10:
-        return CN_NUM[n]
-    if n < 20:
-        return "十" + (CN_NUM[n % 10] if n % 10 else "")
-    return CN_NUM[n // 10] + "十" + (CN_NUM[n % 10] if n % 10 else "")
-
-
-class Numberer:
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.counts = [0] * 7
-
-    def label(self, level: int) -> str:
-        self.counts[level] += 1
-        for deeper in range(level + 1, 7):
-            self.counts[deeper] = 0
-        if self.mode == "decimal":
-            return ".".join(str(self.counts[i]) for i in range(1, level + 1)) + " "
-        if self.mode == "chinese":
-            n = self.counts[level]
-            return {1: f"{chinese_number(n)}、", 2: f"（{chinese_number(n)}）", 3: f"{n}. ", 4: f"（{n}）"}.get(level, "")
-        return ""
 
 
 class DocxWriter:
@@ -251,7 +225,7 @@ class DocxWriter:
         self._spans(para, title)
         if self.style.title_rule:
             common.bottom_border(para, 12, self.style.accent)
-        subtitle_bits = [meta.get(k, "") for k in ("subtitle", "author", "date") if meta.get(k)]
+        subtitle_bits = [meta.get(k, "") for k in ("subtitle", "author", "date") if meta.get(k) and meta[k] not in title]
         if self.style.title_rule and subtitle_bits:
             subtitle_bits = [" · ".join(subtitle_bits)]  # briefs: one byline under the rule, not three
         for bit in subtitle_bits:
@@ -317,7 +291,8 @@ class DocxWriter:
             self._caption("table", self.report.tables, block.caption)
         ncols = max(1, len(block.header))
         table = self.doc.add_table(rows=1 + len(block.rows), cols=ncols)
-        table.alignment = WD_TABLE_ALIGNMENT.CENTER
+        # Academic tables are centred; a brief's tables line up with its left-aligned text.
+        table.alignment = WD_TABLE_ALIGNMENT.LEFT if self.style.table_style == "grid" else WD_TABLE_ALIGNMENT.CENTER
         for r, row in enumerate([block.header, *block.rows]):
             for c in range(ncols):
                 value = row[c] if c < len(row) else ""
@@ -338,6 +313,10 @@ class DocxWriter:
                     para.alignment = WD_ALIGN_PARAGRAPH.LEFT
                 if r == 0 and self.style.header_fill:
                     common.shade_cell(cell, self.style.header_fill)
+        plain_rows = [[plain_text(c) for c in row] for row in [block.header, *block.rows]]
+        shrink = self.style.table_size if self.style.table_style == "grid" else None  # academic tables span the text
+        common.set_column_widths(table, common.column_widths(plain_rows, common.text_width(self.doc),
+                                                             shrink_to_fit=shrink))
         common.repeat_header(table.rows[0])
         common.set_table_borders(table, self.style.table_style)
         spacer = self.doc.add_paragraph()
