@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.helpers.sse import sse_events
-from zcbot_core.config import Settings
+from zcbot_core.config import Settings, get_settings
 from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http
 from zcbot_fakellm import FakeLLM
 
@@ -155,6 +155,7 @@ async def bare_stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPat
            "ZCBOT_ACK_WAIT_SECONDS": "3", "ZCBOT_SSE_HEARTBEAT_SECONDS": "1"}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    get_settings.cache_clear()  # code that reads the process's settings agrees with this stack's
     settings = Settings()
     port = int(env["ZCBOT_HTTP_PORT"])
     stack = Stack(settings=settings, base_url=f"http://127.0.0.1:{port}", fake=fake_llm)

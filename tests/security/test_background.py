@@ -166,3 +166,32 @@ async def test_run_cancel_kills_the_runs_background_processes(stack: Stack) -> N
     async with stack.client(token) as c:
         assert (await c.post(f"/v1/tasks/{task['task_id']}/cancel")).status_code == 202
     assert await wait_no_processes(_exact(4248), timeout=5) == []
+
+
+async def test_a_background_stop_needs_the_tasks_grant(exec_stack: ExecutorStack) -> None:
+    """Issue 22: `BackgroundStop` is signed like a tool call. A bus client without the grant key (a
+    runner identity, say) cannot stop another user's processes; the gateway's signed stop can."""
+    from tests.helpers.executor_stack import GRANT_KEY
+    from zcbot_core.bus import BackgroundStop, grants
+    from zcbot_core.bus.codec import encode
+
+    await exec_stack.executor("h1")
+    await _start(exec_stack, FREEZE.format(n=_n(4249)))
+    await wait_processes(_exact(4249))
+    subject = exec_stack.topo.exec_background_stop_subject()
+    forged = {
+        "no grant": "",
+        "another key": grants.issue("not-the-grant-key-" + "x" * 30, "", "u1", "t1"),
+        "another user's grant": grants.issue(GRANT_KEY, "", "u2", "t1"),
+        "another task's grant": grants.issue(GRANT_KEY, "", "u1", "t2"),
+    }
+    for case, grant in forged.items():
+        await exec_stack.nc.publish(subject, encode(BackgroundStop(user_id="u1", task_id="t1", reason="forged",
+                                                                   grant=grant)))
+    await exec_stack.nc.flush()
+    await asyncio.sleep(1.0)
+    assert await wait_no_processes(_exact(4249), timeout=0) == [f"sleep {_n(4249)}"], "a forged stop was obeyed"
+    signed = grants.issue(GRANT_KEY, "", "u1", "t1")
+    await exec_stack.nc.publish(subject, encode(BackgroundStop(user_id="u1", task_id="t1", reason="task deleted",
+                                                               grant=signed)))
+    assert await wait_no_processes(_exact(4249), timeout=5) == []

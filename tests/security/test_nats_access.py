@@ -116,6 +116,20 @@ async def test_non_runner_identities_cannot_call_or_read_tools(auth_nats: AuthNa
         await nc.close()
 
 
+# Who may broadcast a background stop (issue 22): the services that cancel runs or delete tasks, no other.
+BGSTOP_ALLOWED = {"gateway": True, "scheduler": True, "runner": False, "channels": False}
+
+
+@pytest.mark.parametrize(("service", "allowed"), sorted(BGSTOP_ALLOWED.items()))
+async def test_background_stop_publishers(auth_nats: AuthNats, service: str, allowed: bool) -> None:
+    nc = await auth_nats.client(service)
+    try:
+        denied = await _violation(nc, auth_nats.topo.exec_background_stop_subject(), publish=True)
+        assert denied is not allowed, f"{service}: publish exec.bgstop {'refused' if denied else 'allowed'}"
+    finally:
+        await nc.close()
+
+
 async def test_runner_cannot_serve_the_executor_subjects(auth_nats: AuthNats) -> None:
     nc = await auth_nats.client("runner")
     try:
@@ -147,6 +161,11 @@ async def test_the_services_run_a_tool_call_with_their_own_identities(
     assert events[-1]["event"] == "done" and events[-1]["data"]["status"] == "ok", events
     tool_results = [e for e in events if e["event"] == "tool_result"]
     assert tool_results and "hi-from-sandbox" in str(tool_results[0]["data"]), events
+    # A task deletion broadcasts a signed background stop: allowed for the gateway's identity.
+    token = await stack.login("alice")
+    async with stack.client(token) as c:
+        assert (await c.delete(f"/v1/tasks/{task['task_id']}")).status_code == 204
+    await asyncio.sleep(0.5)
     for proc in procs:
         assert "Permissions Violation" not in proc.log_tail(), proc.log_tail()
 

@@ -70,21 +70,22 @@ def service_permissions(service: str, topo: Topology) -> Permissions:
     leases = _kv(topo.leases_bucket)
     submit = [f"{p}.runs.*", f"{p}.cancel.*", _kv(topo.cancel_bucket)]  # runstate.submit / transitions.cancel
     if service == "gateway":
-        return Permissions(publish=(*js, *submit, f"{p}.chin.*", f"{p}.push.*"),
+        return Permissions(publish=(*js, *submit, f"{p}.chin.*", f"{p}.push.*", f"{p}.exec.bgstop",
+                                    f"{p}.exec.procs"),  # the web's process cards (ProcsRequest)
                            subscribe=(own_inbox,))  # events arrive through a JetStream consumer's inbox
     if service == "runner":
         return Permissions(
-            publish=(*js, *submit, f"{p}.ev.*", f"{p}.exec.*.call", f"{p}.exec.*.cancel", f"{p}.exec.bgstop",
-                     leases),
+            publish=(*js, *submit, f"{p}.ev.*", f"{p}.exec.*.call", f"{p}.exec.*.cancel", leases),
             subscribe=(own_inbox, f"{p}.cancel.*",
                        f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{topo.runs_stream}.{topo.runners_consumer}"))
     if service == "executor":
         return Permissions(
             publish=(*js, _kv(topo.sandbox_leases_bucket), "$SRV.>"),
-            subscribe=(own_inbox, f"{p}.exec.*.call", f"{p}.exec.*.cancel", f"{p}.exec.bgstop", "$SRV.>"),
+            subscribe=(own_inbox, f"{p}.exec.*.call", f"{p}.exec.*.cancel", f"{p}.exec.bgstop", f"{p}.exec.procs",
+                       "$SRV.>"),
             responds=True)
-    if service == "scheduler":
-        return Permissions(publish=(*js, *submit, f"{p}.push.*", leases),
+    if service == "scheduler":  # cancels timed-out runs, and with them their background processes
+        return Permissions(publish=(*js, *submit, f"{p}.push.*", f"{p}.exec.bgstop", leases),
                            subscribe=(own_inbox, f"{p}.ev.*"))
     if service == "channels":
         return Permissions(publish=(*js, *submit, f"{p}.push.*", leases),

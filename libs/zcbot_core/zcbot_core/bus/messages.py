@@ -90,6 +90,34 @@ class BackgroundStop:
     user_id: str
     task_id: str
     reason: str  # "run cancelled" | "task deleted"
+    # The sender's proof that this user's task is meant (`bus/grants.py`): signed by the gateway or
+    # the scheduler, which hold the grant key; the executor refuses a stop without it.
+    run_id: str = ""
+    grant: str = ""
+
+
+# The web's background-process cards (GET /v1/procs, POST /v1/procs/{id}/kill): the gateway asks any
+# executor (queue group on `exec_procs_subject`); the process folders are the user's, so any host
+# lists them and any host can kill through the wrapper's kill file (zcbot_executor/procs_api.py).
+PROCS_GRANT_RUN = "procs"  # the grant's run id for these requests (signed for the user, task "")
+
+
+@message("procs")
+@dataclass
+class ProcsRequest:
+    user_id: str
+    action: str = "list"  # list | kill
+    proc_id: str = ""  # kill: the one to stop
+    task_id: str = ""  # list: only this task's ("" = all of the user's)
+    grant: str = ""  # grants.issue(key, PROCS_GRANT_RUN, user_id, ""): only the gateway can ask for a user
+
+
+@message("procs_reply")
+@dataclass
+class ProcsReply:
+    ok: bool
+    procs: list[dict[str, Any]] = field(default_factory=list)  # kill: the stopped one, when found
+    error: str = ""  # "not_found" | "refused" | "bad_request: ..."
 
 
 @message("push")

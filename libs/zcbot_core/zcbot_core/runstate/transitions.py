@@ -18,6 +18,8 @@ is locked too so the per-user cap on concurrent runs holds under races (Slark D-
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -27,7 +29,8 @@ from typing import Any, Literal
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.errors import MaxPayloadError
+from nats.js.errors import BadRequestError, NotFoundError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
@@ -37,6 +40,8 @@ from zcbot_core.errors import ZcbotError
 from zcbot_core.runstate import sql
 from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
 from zcbot_core.tools.executor_client import stop_background
+
+log = logging.getLogger(__name__)
 
 Multitask = Literal["reject", "enqueue", "interrupt"]
 MAX_PENDING_INPUTS = 20
@@ -172,8 +177,32 @@ async def queue_run(
     return req, idx
 
 
-async def publish_run(js: JetStreamContext, topo: Topology, req: RunRequest) -> None:
-    await js.publish(topo.run_subject(req.task_id), encode(req), headers={"Nats-Msg-Id": req.run_id}, timeout=5)
+PUBLISH_RETRY_SECONDS = 10.0  # ZCBOT_RUN_PUBLISH_RETRY_SECONDS: a JetStream election takes 5-7 s
+
+
+async def publish_run(js: JetStreamContext, topo: Topology, req: RunRequest, *,
+                      retry_seconds: float = PUBLISH_RETRY_SECONDS, msg_id: str | None = None) -> None:
+    """Queue the run's request. Idempotent (`Nats-Msg-Id` = the run id: a retry whose first try was
+    stored after all is dropped as a duplicate), so it is retried with backoff through a leader
+    election or a NATS reconnect for up to `retry_seconds`; the last error is raised after that.
+    `msg_id`: another id, for a re-publish of a request that was lost (the sweeper) and whose id
+    JetStream may still remember."""
+    data, headers = encode(req), {"Nats-Msg-Id": msg_id or req.run_id}
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + retry_seconds, 0.1
+    while True:
+        timeout = max(min(5.0, deadline - loop.time()), 1.0)
+        try:
+            await js.publish(topo.run_subject(req.task_id), data, headers=headers, timeout=timeout)
+            return
+        except (BadRequestError, MaxPayloadError):
+            raise  # retrying cannot help
+        except Exception as exc:
+            if loop.time() + delay >= deadline:
+                raise
+            log.warning("run publish failed; retrying", extra={"run_id": req.run_id, "error": repr(exc)})
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
 async def signal_cancel(nc: NATS, js: JetStreamContext, topo: Topology, task_id: str, run_id: str, reason: str) -> None:
@@ -211,7 +240,7 @@ async def request_cancel(
     await signal_cancel(nc, js, topo, task_id, run_id, reason)
     # The run's background processes go with it (every cancel path: user, scheduler timeout), except
     # keep=true ones (docs/security.md, Layer 3).
-    await stop_background(nc, topo, user_id, task_id, "run cancelled")
+    await stop_background(nc, topo, user_id, task_id, "run cancelled", run_id=run_id)
     return run_id, False
 
 
@@ -309,7 +338,7 @@ async def end_run(
 
 
 async def promote_waiting(autocommit: AsyncEngine, js: JetStreamContext, topo: Topology, user_id: str,
-                          max_active: int) -> list[str]:
+                          max_active: int, retry_seconds: float = PUBLISH_RETRY_SECONDS) -> list[str]:
     """Start the user's oldest waiting runs into its free slots (after any run of the user ended) and
     publish them; their run ids. A publish that fails leaves the run `queued` for the reaper."""
     async with autocommit.connect() as conn:
@@ -320,7 +349,7 @@ async def promote_waiting(autocommit: AsyncEngine, js: JetStreamContext, topo: T
         req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(),
                          origin=request.get("origin", "web"), scheduled_job_id=request.get("scheduled_job_id"),
                          grant=request.get("grant", ""))
-        await publish_run(js, topo, req)
+        await publish_run(js, topo, req, retry_seconds=retry_seconds)
     return [row[1] for row in rows]
 
 
