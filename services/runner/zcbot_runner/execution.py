@@ -300,7 +300,8 @@ class RunExecutor:
             pass
         if outcome.next_request is not None:
             try:
-                await publish_run(self.rt.js, self.rt.topo, outcome.next_request)
+                await publish_run(self.rt.js, self.rt.topo, outcome.next_request,
+                                  retry_seconds=self.rt.settings.zcbot_run_publish_retry_seconds)
             except Exception:
                 log.exception("could not publish the next enqueued run; the reaper will surface it")
         await self._start_waiting(req.user_id)
@@ -310,6 +311,7 @@ class RunExecutor:
         """A slot of this user is free: its oldest waiting runs start (the reaper's sweep retries)."""
         try:
             await promote_waiting(self.rt.autocommit, self.rt.js, self.rt.topo, user_id,
-                                  self.rt.settings.zcbot_max_runs_per_user)
+                                  self.rt.settings.zcbot_max_runs_per_user,
+                                  self.rt.settings.zcbot_run_publish_retry_seconds)
         except Exception:
             log.exception("could not start the user's waiting runs; the reaper's sweep will")

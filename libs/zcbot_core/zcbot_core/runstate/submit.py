@@ -51,11 +51,13 @@ class RunLimits:
     max_queued_runs: int = 1000
     # Runs of one user waiting for one of its slots (FIFO, Slark D-5); over it: 429 `queue_full`.
     max_waiting_per_user: int = 20
+    # How long the request's publish is retried (a JetStream election) before the 503.
+    publish_retry_seconds: float = 10.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> "RunLimits":
         return cls(settings.zcbot_max_runs_per_user, settings.zcbot_max_queued_runs,
-                   settings.zcbot_max_waiting_runs_per_user)
+                   settings.zcbot_max_waiting_runs_per_user, settings.zcbot_run_publish_retry_seconds)
 
 
 class UserQueueFull(QuotaExceeded):
@@ -86,10 +88,11 @@ def _user_queue_full(active: int, limits: RunLimits) -> QuotaExceeded:
 
 
 async def _publish_or_fail(
-    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, req: RunRequest
+    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, req: RunRequest,
+    limits: RunLimits,
 ) -> None:
     try:
-        await publish_run(js, topo, req)
+        await publish_run(js, topo, req, retry_seconds=limits.publish_retry_seconds)
     except Exception as exc:
         log.error("run publish failed", extra={"task_id": req.task_id, "run_id": req.run_id, "error": repr(exc)})
         async with sessions() as session, session.begin():
@@ -163,7 +166,7 @@ async def submit_message(
                             events_from=events_from)
     req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(), origin=origin,
                      scheduled_job_id=scheduled_job_id, grant=grant)
-    await _publish_or_fail(sessions, js, topo, req)
+    await _publish_or_fail(sessions, js, topo, req, limits)
     return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
 
 
@@ -248,7 +251,7 @@ async def _submit_in_transaction(
     if position:
         return SubmitResult(run_id=run_id, task_id=task_id, status="waiting", position=position, message_idx=idx,
                             events_from=events_from)
-    await _publish_or_fail(sessions, js, topo, req)
+    await _publish_or_fail(sessions, js, topo, req, limits)
     return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
 
 
