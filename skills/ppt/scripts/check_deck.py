@@ -126,8 +126,9 @@ class SlideCheck:
             if kind is None:
                 continue
             footer = _is_footer(shape)
-            if not footer and kind in ("text", "table", "chart", "picture") and used[1] + used[3] > sh * FOOTER_BAND + TOL \
-                    and used[1] < sh * FOOTER_BAND:
+            bottom = used[1] + used[3]
+            if not footer and kind in ("text", "table", "chart", "picture") and sh * FOOTER_BAND + TOL < bottom <= sh + TOL \
+                    and used[1] < sh * FOOTER_BAND:  # (running off the slide is already an overflow)
                 self.add("footer", "error", name, f"'{name}' ({kind}) reaches {_fmt_in(used[1] + used[3] - int(sh * FOOTER_BAND))} "
                          "into the footer band (slide number / footer): move it up or make it smaller")
             if footer:

@@ -12,6 +12,7 @@ zcbot uses), measured by laying decks out in LibreOffice and reading the heights
 - Latin advance widths are the real widths of the metric-compatible fonts (Arial = Liberation
   Sans, Times New Roman = Liberation Serif); an unknown font (Calibri without Carlito) renders in
   DejaVu Sans, the widest, which is also the safe guess.
+- LibreOffice puts about a fifth of an em between Chinese and Latin neighbours (autospace).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ EMU_PER_PT = 12700
 EMU_PER_IN = 914400
 FRAME_LINE = 1.2
 CJK_CELL_LINE = 1.437
+SCRIPT_GAP = 0.22  # em between CJK and Latin neighbours (LibreOffice's Asian autospace)
 
 # Advance widths (hundredths of an em) of the printable ASCII characters 32..126, per family,
 # read from the font files with PIL once (LiberationSans/-Bold, LiberationSerif, DejaVuSans).
@@ -101,9 +103,14 @@ def wrap(text: str, width_emu: int, size_pt: float, fam: str = "dejavu") -> list
     out: list[str] = []
     for hard in text.split("\n"):
         line, used = "", 0.0
+        prev_wide: bool | None = None
         for tok in _tokens(hard):
-            w = text_em(tok, fam) * em
-            visible = text_em(tok.rstrip(), fam) * em
+            wide = is_wide(tok[0])
+            # LibreOffice spaces Asian and non-Asian text apart (autospace, on by default)
+            gap = SCRIPT_GAP if prev_wide is not None and wide != prev_wide and line else 0.0
+            prev_wide = is_wide(tok[-1])
+            w = (text_em(tok, fam) + gap) * em
+            visible = (text_em(tok.rstrip(), fam) + gap) * em
             if line and used + visible > width_emu:
                 out.append(line)
                 line, used = "", 0.0
