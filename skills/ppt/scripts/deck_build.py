@@ -101,6 +101,10 @@ class Deck:
             self.layouts.setdefault(layout._element.get("type"), layout)
             self.layouts.setdefault(layout.name, layout)
         if self.templated:
+            from deck_read import _master_sizes  # the template's own text sizes
+
+            sizes = _master_sizes(self.prs)
+            self.tpl_title, self.tpl_body = sizes["title"][0], sizes["body"][0]
             self._template_geometry()
         else:
             self._layout_geometry()
@@ -297,9 +301,15 @@ class Deck:
 
     def title_sizes(self) -> tuple[float, ...]:
         """Titles shrink to fit, but never below the body size (hierarchy stays right side up)."""
-        top = self.theme.title_size
+        top = self.tpl_title if self.templated else self.theme.title_size
         floor = max(self.theme.body_size + 2, 22)
-        return tuple(s for s in (top, top - 2, top - 4, top - 6, top - 8) if s >= floor) or (floor,)
+        return tuple(s for s in (top, top - 2, top - 4, top - 6, top - 8, top - 10, top - 12) if s >= floor) or (floor,)
+
+    def own_size(self, size: float, template_size: float) -> float | None:
+        """With a template, a size is written only when the template's own does not fit."""
+        if not self.templated:
+            return size
+        return size if size < template_size else None
 
     def add_title(self, slide, title: str):
         ph = slide.shapes.title
@@ -311,7 +321,8 @@ class Deck:
         x, y, w, h = self.title_rect
         size = self.fit([(title, 0)], w, h, self.title_sizes(), False, bold=True, heading=True) or self.title_sizes()[-1]
         self.last_title_size = size  # the body on this slide stays smaller than this
-        self.set_text(ph, [(title, 0)], None if self.templated else size, bold=None if self.templated else self.theme.heading_bold,
+        self.set_text(ph, [(title, 0)], self.own_size(size, getattr(self, "tpl_title", 0)),
+                      bold=None if self.templated else self.theme.heading_bold,
                       colour=None if self.templated else self.theme.title, align=PP_ALIGN.LEFT, bullets=False, heading=True)
         ph.text_frame.vertical_anchor = MSO_ANCHOR.MIDDLE
         if self.theme.title_rule != "none":

@@ -37,14 +37,17 @@ def _spread(deck: Deck, paras, width: int, height: int, size: float, placeholder
 
 def fill_list(deck: Deck, shape, paras, rect, sizes=BULLET_SIZES, placeholder=True, bullets=True, colour=None):
     x, y, w, h = rect
+    own = deck.templated and placeholder
+    if own:  # the template's body size first, smaller only when it does not fit
+        sizes = tuple(z for z in range(int(deck.tpl_body), 15, -2))
     sizes = tuple(z for z in sizes if z <= deck.last_title_size - 2) or sizes[-1:]
     size = deck.fit(paras, w, h, sizes, placeholder, space=0.0) or sizes[-1]
     space = _spread(deck, paras, w, h, size, placeholder)
     # the fit used no spacing: make sure the spacing still fits, else keep it tight
     if deck.need(paras, w, size, placeholder, space=space) > h * 0.97:
         space = size * 0.3
-    deck.set_text(shape, paras, None if deck.templated and placeholder else size, space=space,
-                  bullets=bullets, colour=None if deck.templated and placeholder else (colour or deck.theme.text))
+    deck.set_text(shape, paras, deck.own_size(size, deck.tpl_body) if own else size, space=space,
+                  bullets=bullets, colour=None if own else (colour or deck.theme.text))
     return size
 
 
