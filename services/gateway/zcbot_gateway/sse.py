@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
 from zcbot_core.bus import BusDecodeError, decode
 from zcbot_core.bus import events as ev
@@ -28,7 +28,17 @@ from zcbot_core.service import Runtime
 log = logging.getLogger(__name__)
 ACTIVE_STREAMS = Gauge("zcbot_sse_active_streams", "Open SSE streams on this gateway")
 QUEUE_LIMIT = 10_000
+FEED_RESUBSCRIBES = Counter("zcbot_sse_feed_resubscribes_total",
+                            "Times the gateway's live event feed subscribed again", ["reason"])
 RECONNECT_POLL_SECONDS = 0.25
+# The feed is stuck when the stream moved on and it did not for this long (its ordered consumer died
+# with the stream's leader); with the ordered consumer's own heartbeat check below, a leader change
+# costs the live feed about this, not the ~10 s of nats-py's default (two missed 5 s heartbeats).
+FEED_STALL_SECONDS = 1.0
+FEED_IDLE_HEARTBEAT_SECONDS = 0.5
+# A history read that times out (no stream leader for a moment) is retried this long, then the
+# client gets a clean `error` event and a reconnect hint instead of a cut body.
+HISTORY_RETRY_SECONDS = 5.0
 
 
 @dataclass
@@ -136,39 +146,68 @@ class EventHub:
 
     async def _subscribe(self, start_seq: int | None) -> None:
         if start_seq is None:  # from now on
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW, idle_heartbeat=FEED_IDLE_HEARTBEAT_SECONDS)
         else:
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq)
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq,
+                                    idle_heartbeat=FEED_IDLE_HEARTBEAT_SECONDS)
         self._sub = await self.rt.js.subscribe(
             self.rt.topo.events_wildcard(), ordered_consumer=True, config=config, cb=self._on_msg,
             stream=self.rt.topo.events_stream,
         )
 
     async def _resubscribe_after_reconnects(self) -> None:
+        """The feed's watchdog, every RECONNECT_POLL_SECONDS: after a reconnect of this gateway's
+        connection, and when the feed is stuck (the stream's last sequence moved past the feed's
+        and the feed has not moved for FEED_STALL_SECONDS: its consumer died with the stream's
+        leader, issue 23 item 6), the feed subscribes again after the last event it saw."""
         nc = self.rt.nc
         seen = nc.stats["reconnects"]
+        loop = asyncio.get_running_loop()
+        progress = (self._last_seq, loop.time())  # the feed's position and when it last moved
         while not self.closing.is_set():
             await asyncio.sleep(RECONNECT_POLL_SECONDS)
-            if nc.stats["reconnects"] == seen or not nc.is_connected:
+            if not nc.is_connected:
                 continue
+            reason = "reconnect" if nc.stats["reconnects"] != seen else None
+            if reason is None:
+                if self._last_seq != progress[0]:
+                    progress = (self._last_seq, loop.time())
+                    continue
+                if loop.time() - progress[1] < FEED_STALL_SECONDS:
+                    continue
+                try:
+                    last = int((await self.rt.js.stream_info(self.rt.topo.events_stream)).state.last_seq)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    continue  # no leader yet: asked again at the next poll
+                if last <= self._last_seq:
+                    progress = (self._last_seq, loop.time())  # idle, not stuck
+                    continue
+                reason = "stalled"
             try:
-                old, self._sub = self._sub, None
-                if old is not None:  # first, so two feeds never interleave (a subscriber could skip a gap)
-                    try:
-                        await old.unsubscribe()
-                    except Exception:
-                        pass
-                info = await self.rt.js.stream_info(self.rt.topo.events_stream)
-                start = min(self._last_seq, int(info.state.last_seq)) + 1  # (the stream may have been lost)
-                self._last_seq = start - 1  # keeps `events_from` a bound for a stream that restarted lower
-                await self._subscribe(start)
+                await self._resubscribe(reason)
                 seen = nc.stats["reconnects"]
-                log.info("event feed resubscribed after a NATS reconnect", extra={"from_seq": start})
+                progress = (self._last_seq, loop.time())
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # JetStream not ready yet after a server restart: retry
+            except Exception as exc:  # JetStream not ready yet after a server restart or election: retry
                 log.warning("event feed resubscribe failed; retrying", extra={"error": repr(exc)})
                 await asyncio.sleep(0.5)
+
+    async def _resubscribe(self, reason: str) -> None:
+        old, self._sub = self._sub, None
+        if old is not None:  # first, so two feeds never interleave (a subscriber could skip a gap)
+            try:
+                await old.unsubscribe()
+            except Exception:
+                pass
+        info = await self.rt.js.stream_info(self.rt.topo.events_stream)
+        start = min(self._last_seq, int(info.state.last_seq)) + 1  # (the stream may have been lost)
+        self._last_seq = start - 1  # keeps `events_from` a bound for a stream that restarted lower
+        await self._subscribe(start)
+        FEED_RESUBSCRIBES.labels(reason=reason).inc()
+        log.info("event feed resubscribed", extra={"from_seq": start, "reason": reason})
 
     def events_from(self) -> int | None:
         """A stream sequence at or before every event still to be published: the run of a message
@@ -226,13 +265,29 @@ class EventHub:
                 self.subscribers.pop(sub.task_id, None)
         ACTIVE_STREAMS.dec()
 
+    async def _read(self, seq: int, subject: str):  # type: ignore[no-untyped-def]
+        """The next stored event of `subject` from `seq`, a timeout retried (NotFoundError: none)."""
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + HISTORY_RETRY_SECONDS, 0.1
+        while True:
+            try:
+                return await self.rt.js.get_msg(self.rt.topo.events_stream, seq=seq, subject=subject, next=True)
+            except (NotFoundError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                if loop.time() + delay >= deadline:
+                    log.warning("event history unavailable", extra={"error": repr(exc)})
+                    raise HistoryUnavailable() from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
     async def history(self, task_id: str, start_seq: int) -> AsyncIterator[StoredEvent]:
         """Stored events of the task from `start_seq` on, until caught up."""
         seq = max(start_seq, 1)
         subject = self.rt.topo.event_subject(task_id)
         while True:
             try:
-                raw = await self.rt.js.get_msg(self.rt.topo.events_stream, seq=seq, subject=subject, next=True)
+                raw = await self._read(seq, subject)
             except NotFoundError:
                 return
             try:
@@ -242,6 +297,19 @@ class EventHub:
                 continue
             yield StoredEvent(seq=raw.seq, event=event)
             seq = raw.seq + 1
+
+
+class HistoryUnavailable(Exception):
+    """The stored events could not be read for HISTORY_RETRY_SECONDS (the stream had no leader)."""
+
+
+def history_error_frame(run_id: str | None) -> str:
+    """A clean end for a replay that cannot go on: an `error` (not a run's end) asking the client to
+    reconnect; it resumes from its Last-Event-ID, so nothing is lost. Both languages: the gateway
+    does not know the user's language here."""
+    body = {"run_id": run_id or "", "code": "events_unavailable", "reconnect": True,
+            "msg": "运行事件暂时无法读取，正在重新连接 (run events are unavailable for a moment; reconnecting)"}
+    return f"event: error\ndata: {json.dumps(body, ensure_ascii=False)}\n\n: reconnect\n\n"
 
 
 def done_frame(run_id: str | None, status: str) -> str:
@@ -276,13 +344,17 @@ async def stream_events(hub: EventHub, task_id: str, plan: StreamPlan) -> AsyncI
         yield "retry: 1000\n\n"
         if plan.queued_position:
             yield queued_frame(follow, plan.queued_position)
-        async for stored in hub.history(task_id, plan.start_seq):
-            last_sent = stored.seq
-            if follow and stored.event.run_id != follow:
-                continue
-            yield stored.frame
-            if isinstance(stored.event, ev.Done) and (follow is None or stored.event.run_id == follow):
-                return
+        try:
+            async for stored in hub.history(task_id, plan.start_seq):
+                last_sent = stored.seq
+                if follow and stored.event.run_id != follow:
+                    continue
+                yield stored.frame
+                if isinstance(stored.event, ev.Done) and (follow is None or stored.event.run_id == follow):
+                    return
+        except HistoryUnavailable:
+            yield history_error_frame(follow)
+            return
         deadline = None
         if plan.idle_when_caught_up:
             if plan.done_grace <= 0:
