@@ -14,6 +14,7 @@ Function scope
   free ports); `settings`: a `Settings` built from them (applied with monkeypatch.setenv).
 - `start_service`: factory starting real services (`python -m zcbot_devstack.cli NAME`) with
   `settings_env` (+ overrides); all are stopped at teardown. See `helpers.procs.ServiceProcess`.
+- `module_settings_env` (module scope): the same environment shared by one module's tests.
 - `os_tmp_dir`: a temp dir outside pytest's private (0700) tree, for data that the embedded
   PostgreSQL's OS user must reach when tests run as root.
 """
@@ -21,6 +22,7 @@ Function scope
 from __future__ import annotations
 
 import asyncio
+from contextlib import contextmanager
 import os
 import secrets
 import shutil
@@ -139,9 +141,8 @@ def template_db(pg_admin_url: str) -> Iterator[str]:
 # ---- per test ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def db_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
-    """URL of a fresh, migrated database of this test's own (dropped afterwards)."""
+@contextmanager
+def _fresh_database(pg_admin_url: str, template_db: str) -> Iterator[str]:
     name = f"zcbot_t_{secrets.token_hex(5)}"
     _admin_exec(
         pg_admin_url,
@@ -151,6 +152,13 @@ def db_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
         yield _with_database(pg_admin_url, name)
     finally:
         _admin_exec(pg_admin_url, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def db_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """URL of a fresh, migrated database of this test's own (dropped afterwards)."""
+    with _fresh_database(pg_admin_url, template_db) as url:
+        yield url
 
 
 async def _delete_bus_objects(nats_url: str, topo: Topology) -> None:
@@ -174,12 +182,18 @@ async def _delete_bus_objects(nats_url: str, topo: Topology) -> None:
         await nc.close()
 
 
-@pytest.fixture
-def bus_prefix(nats_server_url: str) -> Iterator[str]:
-    """A unique bus prefix; `Topology(bus_prefix)` names this test's subjects, streams and buckets."""
+@contextmanager
+def _fresh_bus_prefix(nats_server_url: str) -> Iterator[str]:
     prefix = f"t{secrets.token_hex(4)}"
     yield prefix
     run_coro_in_thread(lambda: _delete_bus_objects(nats_server_url, Topology(prefix)))
+
+
+@pytest.fixture
+def bus_prefix(nats_server_url: str) -> Iterator[str]:
+    """A unique bus prefix; `Topology(bus_prefix)` names this test's subjects, streams and buckets."""
+    with _fresh_bus_prefix(nats_server_url) as prefix:
+        yield prefix
 
 
 @pytest.fixture
@@ -191,9 +205,7 @@ def os_tmp_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def settings_env(nats_server_url: str, db_url: str, bus_prefix: str, tmp_path: Path) -> dict[str, str]:
-    """Environment for a service (or `Settings`) under test; tests may add or override keys."""
+def _service_env(nats_server_url: str, db_url: str, bus_prefix: str, tmp_path: Path) -> dict[str, str]:
     env = {
         "ZCBOT_NATS_URL": nats_server_url,
         "ZCBOT_DB_URL": db_url,
@@ -211,6 +223,21 @@ def settings_env(nats_server_url: str, db_url: str, bus_prefix: str, tmp_path: P
     for key in SERVICE_PORT_ENV.values():
         env[key] = str(free_port())
     return env
+
+
+@pytest.fixture
+def settings_env(nats_server_url: str, db_url: str, bus_prefix: str, tmp_path: Path) -> dict[str, str]:
+    """Environment for a service (or `Settings`) under test; tests may add or override keys."""
+    return _service_env(nats_server_url, db_url, bus_prefix, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_settings_env(nats_server_url: str, pg_admin_url: str, template_db: str,
+                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """`settings_env` shared by a whole module (own database, bus prefix and dirs): for suites that
+    start one stack per module because a stack costs seconds (the browser tests)."""
+    with _fresh_database(pg_admin_url, template_db) as url, _fresh_bus_prefix(nats_server_url) as prefix:
+        yield _service_env(nats_server_url, url, prefix, tmp_path_factory.mktemp("module"))
 
 
 @pytest.fixture

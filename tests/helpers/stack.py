@@ -4,15 +4,17 @@ Every service is the real one, talking over the real NATS and PostgreSQL of the 
 the only fake is the LLM (reached by LiteLLM through `api_base`).
 
 The fixtures here (`fake_llm`, `strict_fake_llm`, `bare_stack`, `stack`) are made available to a suite by importing
-them into its conftest (e2e, agent, browser, channels, providers, security do); the helpers are
-imported by the tests that use them.
+them into its conftest (e2e, agent, channels, providers, security do); the helpers are
+imported by the tests that use them. `open_stack` is the stack itself, for a suite that keeps one
+per module (the browser tests).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,16 +147,16 @@ async def start_gateway(settings: Settings, port: int) -> tuple[Any, Any]:
     return task, server
 
 
-@pytest.fixture
-async def bare_stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+@asynccontextmanager
+async def open_stack(settings_env: dict[str, str], setenv: Callable[[str, str], None], tmp_path: Path,
                      fake_llm: FakeLLM) -> AsyncIterator[Stack]:
-    """Gateway + executor in process, no runner (tests add in-process or subprocess runners)."""
+    """Gateway + executor in process, no runner; `setenv` applies the environment (monkeypatch)."""
     models = tmp_path / "models"
     write_fake_profile(models, fake_llm.base_url)
     env = {**settings_env, "ZCBOT_MODELS_DIR": str(models), "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake",
            "ZCBOT_ACK_WAIT_SECONDS": "3", "ZCBOT_SSE_HEARTBEAT_SECONDS": "1"}
     for key, value in env.items():
-        monkeypatch.setenv(key, value)
+        setenv(key, value)
     get_settings.cache_clear()  # code that reads the process's settings agrees with this stack's
     settings = Settings()
     port = int(env["ZCBOT_HTTP_PORT"])
@@ -177,6 +179,14 @@ async def bare_stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPat
             await close_runtime(rt)
         await executor.drain()
         await close_runtime(ex_rt)
+
+
+@pytest.fixture
+async def bare_stack(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                     fake_llm: FakeLLM) -> AsyncIterator[Stack]:
+    """Gateway + executor in process, no runner (tests add in-process or subprocess runners)."""
+    async with open_stack(settings_env, monkeypatch.setenv, tmp_path, fake_llm) as stack:
+        yield stack
 
 
 @pytest.fixture

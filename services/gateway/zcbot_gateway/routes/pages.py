@@ -1,9 +1,11 @@
 """The dev SPA (seed 003 §7.9: "dev SPA 留一份"): `GET /` serves `static/dev.html`, and
 `/static/*` serves the page assets and `static/admin.html`.
 
-Plain files, no build step. Both pages talk to the `/v1` API with a Bearer token kept in
+Plain files, no build step: ES modules under `static/js/` (one concept each), the vendored
+markdown renderer, sanitizer and highlighter under `static/vendor/` (see its README). Both pages talk to the `/v1` API with a Bearer token kept in
 localStorage (SSE is read with `fetch()` so the Authorization header can be sent). Every page
-response carries a strict same-origin Content-Security-Policy: the pages load no third-party code.
+response carries a strict same-origin Content-Security-Policy: the pages load no third-party code
+(frames: only this origin and blob: URLs, for the previews).
 
 `install_pages(app)` includes the router and mounts the static files; `create_app` calls it.
 """
@@ -23,7 +25,7 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
-        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+        "connect-src 'self'; frame-src 'self' blob:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
     ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",

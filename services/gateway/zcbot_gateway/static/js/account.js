@@ -1,0 +1,40 @@
+/* Your own password (POST /v1/auth/change_password). The change revokes every older token, this
+ * one too, so the page signs out and asks to sign in with the new password. */
+
+import { api, auth } from "./api.js";
+import { $ } from "./dom.js";
+import { t } from "./i18n.js";
+
+export function setupAccount(afterChange) {
+  const dialog = $("account-dialog");
+  const form = $("password-form");
+  const status = $("password-status");
+  $("account-button").addEventListener("click", () => {
+    form.reset();
+    status.textContent = "";
+    dialog.showModal();
+    form.old_password.focus();
+  });
+  $("account-close").addEventListener("click", () => dialog.close());
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (form.new_password.value !== form.confirm_password.value) {
+      status.textContent = t("account.mismatch");
+      return;
+    }
+    const button = form.querySelector("button[type=submit]");
+    button.disabled = true;
+    status.textContent = "";
+    try {
+      await api("/v1/auth/change_password", { method: "POST",
+        json: { old_password: form.old_password.value, new_password: form.new_password.value } });
+      dialog.close();
+      auth.clear();
+      afterChange(t("account.changed"));
+    } catch (err) {
+      status.textContent = t("account.failed", { msg: err.message });
+    } finally {
+      button.disabled = false;
+    }
+  });
+}

@@ -1,0 +1,111 @@
+/* The /v1 API client: the Bearer token in localStorage, the one error envelope
+ * (problem+json: `detail` is always a string, `errors[]` on 422), and the connection state that
+ * the disconnected indicator shows (connection.js). */
+
+import { t } from "./i18n.js";
+
+const TOKEN_KEY = "zcbot.token";
+const USER_KEY = "zcbot.user_id";
+
+export const auth = {
+  get token() { return localStorage.getItem(TOKEN_KEY); },
+  get userId() { return localStorage.getItem(USER_KEY); },
+  set(token, userId) {
+    localStorage.setItem(TOKEN_KEY, token);
+    localStorage.setItem(USER_KEY, userId);
+  },
+  clear() {
+    localStorage.removeItem(TOKEN_KEY);
+    localStorage.removeItem(USER_KEY);
+  },
+};
+
+export class ApiError extends Error {
+  constructor(status, detail, code = "", body = null) {
+    super(detail || t("error.http", { status }));
+    this.status = status;
+    this.code = code;
+    this.body = body;
+  }
+}
+
+/** A fetch that never reached the server (stack stopped, network down). */
+export class NetworkError extends Error {
+  constructor() {
+    super(t("error.network"));
+    this.status = 0;
+  }
+}
+
+/** The message of an error body: the envelope's `detail` (+ the fields of a 422), older shapes too. */
+export function detailText(body) {
+  if (!body || typeof body !== "object") return "";
+  const d = body.detail;
+  let text = typeof d === "string" ? d : Array.isArray(d) ? d.map((x) => (x && x.msg) || "").join("; ") : "";
+  if (Array.isArray(body.errors) && body.errors.length) {
+    const fields = body.errors.map((e) => {
+      const loc = Array.isArray(e.loc) ? e.loc.filter((p) => p !== "body" && p !== "query").join(".") : "";
+      return (loc ? loc + ": " : "") + (e.msg || "");
+    });
+    text = fields.join("; ") || text;
+  }
+  return text || body.title || body.message || "";
+}
+
+const listeners = { unauthorized: null, online: new Set() };
+let online = true;
+
+export function onUnauthorized(fn) { listeners.unauthorized = fn; }
+export function onConnectionChange(fn) { listeners.online.add(fn); }
+export function isOnline() { return online; }
+
+export function setOnline(value) {
+  if (value === online) return;
+  online = value;
+  for (const fn of listeners.online) fn(value);
+}
+
+export async function errorFrom(resp) {
+  let body = null;
+  try { body = await resp.json(); } catch (_) { /* not JSON */ }
+  const err = new ApiError(resp.status, detailText(body) || resp.statusText, (body && body.code) || "", body);
+  if (resp.status === 401 && listeners.unauthorized) listeners.unauthorized(err);
+  return err;
+}
+
+export function authHeaders(extra = {}) {
+  const h = { ...extra };
+  if (auth.token) h.Authorization = "Bearer " + auth.token;
+  return h;
+}
+
+export async function api(path, { method = "GET", json, body, headers = {}, signal, raw = false } = {}) {
+  const h = authHeaders(headers);
+  if (json !== undefined) {
+    h["Content-Type"] = "application/json";
+    body = JSON.stringify(json);
+  }
+  let resp;
+  try {
+    resp = await fetch(path, { method, headers: h, body, signal, cache: "no-store" });
+  } catch (err) {
+    if (signal && signal.aborted) throw err;
+    setOnline(false);
+    throw new NetworkError();
+  }
+  setOnline(true);
+  if (!resp.ok) throw await errorFrom(resp);
+  if (raw) return resp;
+  if (resp.status === 204) return null;
+  const ct = resp.headers.get("content-type") || "";
+  return ct.includes("json") ? resp.json() : resp.text();
+}
+
+export const enc = encodeURIComponent;
+
+/** A blob URL of an authorized GET (previews, downloads: an <img>/<iframe> cannot send the header). */
+export async function blobOf(path) {
+  const resp = await api(path, { raw: true });
+  const blob = await resp.blob();
+  return { blob, type: resp.headers.get("content-type") || blob.type };
+}

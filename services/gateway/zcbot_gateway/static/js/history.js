@@ -1,0 +1,67 @@
+/* A task's stored conversation, as the person saw it live: user bubbles, assistant markdown,
+ * reasoning, tool cards with their results, guard stops, and the stored "cancelled" notice. */
+
+import { api, enc } from "./api.js";
+import { el, itemsOf, notice } from "./dom.js";
+import { t } from "./i18n.js";
+import { ACTIVE_RUN, state } from "./state.js";
+import { assistantBubble, continueHint, messageText, messagesBox, reasoningBlock, userBubble } from "./bubbles.js";
+import { setToolResult, settlePendingCards, toolCard } from "./toolcard.js";
+
+const FAILED_RESULT = /^\s*\[?(error|not run|cancelled)\b/i;
+
+function cancelledNotice(text) {
+  return notice("warn", text || t("run.cancelled"), "run-cancelled");
+}
+
+export async function loadHistory(task, seq, send) {
+  const box = messagesBox();
+  box.replaceChildren(el("p", { class: "muted empty" }, t("chat.loading")));
+  let msgs = [];
+  try {
+    const out = await api("/v1/tasks/" + enc(task.task_id) + "/messages?page_size=1000");
+    msgs = itemsOf(out, "messages");
+  } catch (err) {
+    if (seq === state.selectSeq) box.replaceChildren(notice("error", t("chat.history_failed", { msg: err.message }), "history-error"));
+    return;
+  }
+  if (seq !== state.selectSeq) return;
+  box.replaceChildren();
+  const cards = new Map();
+  // The active run's own steps are replayed from its event stream (run.js), not shown twice.
+  const live = ACTIVE_RUN.has(task.run_status) ? task.run_id : null;
+  for (const m of msgs) {
+    const p = m.payload || {};
+    if (live && m.run_id === live && p.role !== "user") continue;
+    if (m.kind === "notice" || p.type === "cancelled") {
+      if (p.type === "cancelled") box.append(cancelledNotice(p.text));
+      else box.append(notice("info", messageText(p.text || p.content), "run-notice"));
+    } else if (p.role === "user") {
+      box.append(userBubble(messageText(p.content)));
+    } else if (p.role === "assistant") {
+      if (m.kind === "guard") {
+        box.append(notice("warn", messageText(p.content), "run-warn"), continueHint(send));
+        continue;
+      }
+      if (p.reasoning_content) box.append(reasoningBlock(p.reasoning_content));
+      const text = messageText(p.content);
+      if (text) box.append(assistantBubble(text));
+      for (const tc of p.tool_calls || []) {
+        const fn = tc.function || {};
+        const card = toolCard(tc.id, fn.name || "tool", fn.arguments || "{}");
+        cards.set(tc.id, card);
+        box.append(card);
+      }
+    } else if (p.role === "tool") {
+      const card = cards.get(p.tool_call_id);
+      const content = messageText(p.content);
+      if (card) setToolResult(card, content, !FAILED_RESULT.test(content), false);
+    }
+  }
+  if (!live) settlePendingCards(box, t("tool.no_result"));
+  if (task.run_status === "error" && task.run_error) {
+    box.append(notice("error", t("run.last_failed", { msg: task.run_error }), "run-error"));
+  }
+  if (!msgs.length) box.append(el("p", { class: "muted empty", "data-testid": "chat-empty" }, t("chat.empty")));
+  box.scrollTop = box.scrollHeight;
+}

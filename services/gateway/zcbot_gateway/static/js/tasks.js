@@ -1,0 +1,133 @@
+/* The task list (polled, re-rendered only on change), creating a task, selecting one, and the
+ * soft warning when another task in the same folder is running. */
+
+import { api, enc } from "./api.js";
+import { $, el, itemsOf } from "./dom.js";
+import { t, statusLabel } from "./i18n.js";
+import { ACTIVE_RUN, emit, on, state } from "./state.js";
+
+const TASK_POLL_MS = 15000;
+let signature = "";
+let poll = null;
+
+function sig() {
+  return JSON.stringify([state.current && state.current.task_id,
+    state.tasks.map((x) => [x.task_id, x.name, x.working_dir, x.run_status])]);
+}
+
+export async function loadTasks() {
+  try {
+    state.tasks = itemsOf(await api("/v1/tasks?page_size=100"));
+    $("tasks-error").textContent = "";
+  } catch (err) {
+    $("tasks-error").textContent = t("tasks.load_failed", { msg: err.message });
+    return;
+  }
+  if (sig() !== signature) renderTasks(); // a poll must not move keyboard focus for nothing
+}
+
+function renderTasks() {
+  signature = sig();
+  const list = $("task-list");
+  list.replaceChildren();
+  if (!state.tasks.length) {
+    list.append(el("li", { class: "muted empty", "data-testid": "tasks-empty" }, t("tasks.empty")));
+    return;
+  }
+  for (const task of state.tasks) {
+    const selected = state.current && state.current.task_id === task.task_id;
+    const busy = ACTIVE_RUN.has(task.run_status);
+    list.append(el("li", {},
+      el("button", {
+        type: "button", class: "task-item" + (selected ? " selected" : ""), "aria-current": selected ? "true" : null,
+        "data-testid": "task-item", "data-task-id": task.task_id, onclick: () => selectTask(task.task_id),
+      },
+      el("span", { class: "task-name" }, task.name),
+      el("span", { class: "task-meta muted" }, task.working_dir + (busy ? " · " + statusLabel(task.run_status) : "")))));
+  }
+}
+
+export function updateTask(task) {
+  const i = state.tasks.findIndex((x) => x.task_id === task.task_id);
+  if (i >= 0) state.tasks[i] = task;
+  if (state.current && state.current.task_id === task.task_id) state.current = task;
+  renderTasks();
+}
+
+export async function refreshCurrentTask() {
+  if (!state.current) return null;
+  try {
+    const task = await api("/v1/tasks/" + enc(state.current.task_id));
+    updateTask(task);
+    return task;
+  } catch (_) {
+    return state.current; // keep what we have
+  }
+}
+
+export async function selectTask(taskId) {
+  const seq = ++state.selectSeq;
+  let task;
+  try {
+    task = await api("/v1/tasks/" + enc(taskId));
+  } catch (err) {
+    $("tasks-error").textContent = t("tasks.open_failed", { msg: err.message });
+    return;
+  }
+  if (seq !== state.selectSeq) return;
+  state.current = task;
+  updateTask(task);
+  emit("task-selected", { task, seq });
+  checkFolder();
+}
+
+export async function checkFolder() {
+  const task = state.current;
+  const box = $("folder-notice");
+  if (!task) { box.hidden = true; return; }
+  try {
+    const page = await api("/v1/tasks?page_size=20&run_status=running&working_dir=" + enc(task.working_dir));
+    if (!state.current || state.current.task_id !== task.task_id) return;
+    const others = itemsOf(page).filter((x) => x.task_id !== task.task_id);
+    box.textContent = others.length
+      ? t("tasks.folder_busy", { folder: task.working_dir, names: others.map((x) => x.name).join("、") }) : "";
+    box.hidden = !others.length;
+  } catch (_) {
+    box.hidden = true;
+  }
+}
+
+export function stopTaskPoll() {
+  clearInterval(poll);
+  poll = null;
+}
+
+export function setupTasks() {
+  $("create-task-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const f = e.target;
+    const body = { name: f.name.value.trim() };
+    if (f.working_dir.value.trim()) body.working_dir = f.working_dir.value.trim();
+    const button = f.querySelector("button[type=submit]");
+    button.disabled = true;
+    try {
+      const task = await api("/v1/tasks", { method: "POST", json: body });
+      $("tasks-error").textContent = "";
+      f.reset();
+      state.tasks.unshift(task);
+      await Promise.all([selectTask(task.task_id), loadTasks()]);
+    } catch (err) {
+      $("tasks-error").textContent = t("tasks.create_failed", { msg: err.message });
+    } finally {
+      button.disabled = false;
+    }
+  });
+  on("run-ended", () => { checkFolder(); });
+}
+
+export function startTaskPoll() {
+  if (poll === null) {
+    // Run states of other tasks change too (other tabs, channels, schedules start runs).
+    poll = setInterval(() => { if (state.me && !document.hidden) loadTasks(); }, TASK_POLL_MS);
+  }
+}
