@@ -19,6 +19,7 @@ from docx.shared import Pt, RGBColor
 from . import common
 from .docx_lists import ListNumbering, Numberer
 from .docx_notes import Footnotes, set_metadata
+from .docx_tables import column_widths, set_column_widths
 from .mdparse import Code, Document, Heading, Image, ListBlock, PageBreak, Paragraph, Quote, Rule, Table, parse, plain_text
 
 
@@ -48,6 +49,9 @@ class DocStyle:
     margins: tuple[float, float, float, float] = (2.54, 2.54, 3.17, 3.17)  # top, bottom, left, right (cm)
     page_numbers: bool = True
     title_rule: bool = False
+    quote_color: str = ""  # e.g. the export's grey tool lines; "" = body colour
+    quote_size: float = 0.0  # 0 = body size
+    code_fill: str = "F3F3F3"  # background of code blocks ("" = none)
 
 
 @dataclass
@@ -207,7 +211,11 @@ class DocxWriter:
                 para.paragraph_format.left_indent = Pt(self.style.size * 2)
                 para.paragraph_format.first_line_indent = Pt(0)
                 for run in para.runs:
-                    run.italic = not self.cjk
+                    run.italic = not self.cjk and not self.style.quote_color
+                    if self.style.quote_color:
+                        run.font.color.rgb = RGBColor.from_string(self.style.quote_color)
+                    if self.style.quote_size:
+                        run.font.size = Pt(self.style.quote_size)
             elif isinstance(block, Rule):
                 common.bottom_border(self.doc.add_paragraph(), 6, "999999")
             elif isinstance(block, PageBreak):
@@ -315,8 +323,7 @@ class DocxWriter:
                     common.shade_cell(cell, self.style.header_fill)
         plain_rows = [[plain_text(c) for c in row] for row in [block.header, *block.rows]]
         shrink = self.style.table_size if self.style.table_style == "grid" else None  # academic tables span the text
-        common.set_column_widths(table, common.column_widths(plain_rows, common.text_width(self.doc),
-                                                             shrink_to_fit=shrink))
+        set_column_widths(table, column_widths(plain_rows, common.text_width(self.doc), shrink_to_fit=shrink))
         common.repeat_header(table.rows[0])
         common.set_table_borders(table, self.style.table_style)
         spacer = self.doc.add_paragraph()
@@ -356,6 +363,8 @@ class DocxWriter:
             pf.left_indent = Pt(self.style.size)
             pf.line_spacing = 1.0
             pf.space_after = Pt(0)
+            if self.style.code_fill:
+                common.shade_paragraph(para, self.style.code_fill)
 
 
 def render_docx(source: str | Document, out: Path, style: DocStyle, base_dir: Path | None = None,
