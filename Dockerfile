@@ -49,11 +49,15 @@ LABEL org.opencontainers.image.title="zcbot" \
 
 # CLI tools the agent's shell tool expects inside a bwrap sandbox (which sees this filesystem), and
 # tini: PID 1 of the executor container, reaping orphaned sandbox processes (deploy/k8s executor).
+# LibreOffice (writer + impress, headless) and poppler-utils make PDFs and previews of the .docx /
+# .pptx deliverables (rendering/pdf.py, the brief's page measurement, the deck checker's renders);
+# fonts-noto-cjk gives those renders and matplotlib charts Chinese glyphs instead of boxes.
 # Versions follow the base image's Debian release; pin the base image by digest to freeze them.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         file git jq less procps ripgrep tini unzip xz-utils zip \
+        libreoffice-writer-nogui libreoffice-impress-nogui poppler-utils fontconfig fonts-noto-cjk \
     && rm -rf /var/lib/apt/lists/*
 
 RUN groupadd --system --gid 10001 zcbot \

@@ -184,6 +184,15 @@ def dockerignore(repo: Path) -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
 
 
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "deploy/sandbox/Dockerfile"])
+def test_images_can_make_pdfs_with_chinese_fonts(repo: Path, dockerfile: str) -> None:
+    """Issue 24: both images install headless LibreOffice (PDF and previews of .docx/.pptx),
+    poppler (page renders, the brief's page count) and the Noto CJK fonts, in the final stage."""
+    runs = " ".join(a for k, a in stages(repo / dockerfile)[-1] if k == "RUN" and "apt-get install" in a)
+    for package in ("libreoffice-writer-nogui", "libreoffice-impress-nogui", "poppler-utils", "fonts-noto-cjk"):
+        assert re.search(rf"(?<![\w-]){re.escape(package)}(?![\w-])", runs), (dockerfile, package)
+
+
 def test_dockerignore_sends_only_the_sources(repo: Path) -> None:
     patterns = dockerignore(repo)
     kept = ["pyproject.toml", "setup.py", "libs/zcbot_core/zcbot_core/config.py", "services/gateway/zcbot_gateway/app.py",
