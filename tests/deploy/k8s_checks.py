@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+from cnpg_schemas import CNPG_SCHEMAS
 import kustomize_lite
 import yaml
 
@@ -352,6 +353,7 @@ CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): SCALED_OBJECT,
     ("monitoring.coreos.com/v1", "PrometheusRule"): PROMETHEUS_RULE,
     ("monitoring.coreos.com/v1", "PodMonitor"): POD_MONITOR,
+    **CNPG_SCHEMAS,  # components/cloudnative-pg
 }
 
 

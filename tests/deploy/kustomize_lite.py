@@ -11,7 +11,10 @@ has to be exact for the features deploy/k8s uses:
 - `patches` (strategic-merge patches from `path` or inline `patch`, target taken from the patch's
   kind/name; `$patch: delete`; list merge keys of the core workload fields),
 - `secretGenerator` / `configMapGenerator` with `envs` / `literals` / `files` and
-  `options.disableNameSuffixHash: true`.
+  `options.disableNameSuffixHash: true`; a resource annotated `config.kubernetes.io/local-config`
+  is left out of the output,
+- `replacements` (a source's `fieldPath` into targets selected by kind and name; dotted field paths,
+  list items by index; no options), after the kustomization's patches.
 
 Anything else in a kustomization raises `Unsupported`, so a manifest change that needs more never
 renders silently wrong.
@@ -55,8 +58,9 @@ MERGE_KEYS = {
 
 SUPPORTED_KEYS = {
     "apiVersion", "kind", "resources", "components", "namespace", "labels", "images", "patches",
-    "secretGenerator", "configMapGenerator",
+    "secretGenerator", "configMapGenerator", "replacements",
 }
+LOCAL_CONFIG = "config.kubernetes.io/local-config"
 
 
 class Unsupported(RuntimeError):
@@ -231,6 +235,38 @@ def _generate(spec: dict[str, Any], kind: str, root: Path) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": values}
 
 
+# ---- replacements -------------------------------------------------------------------------------
+def _path(field_path: str) -> list[str | int]:
+    return [int(part) if part.isdigit() else part for part in field_path.split(".")]
+
+
+def _select(resources: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str, Any]]:
+    if set(spec) - {"kind", "name"}:
+        raise Unsupported(f"replacement selectors {sorted(set(spec) - {'kind', 'name'})}")
+    return [r for r in resources if r["kind"] == spec.get("kind", r["kind"])
+            and r["metadata"]["name"] == spec.get("name", r["metadata"]["name"])]
+
+
+def _replace(resources: list[dict[str, Any]], spec: dict[str, Any]) -> None:
+    source = spec["source"]
+    if set(spec) - {"source", "targets"} or set(source) - {"kind", "name", "fieldPath"}:
+        raise Unsupported(f"replacement fields {sorted(set(spec) | set(source))}")
+    (origin,) = _select(resources, {"kind": source["kind"], "name": source["name"]})
+    value: Any = origin
+    for part in _path(source["fieldPath"]):
+        value = value[part]
+    for target in spec["targets"]:
+        if set(target) - {"select", "fieldPaths"}:
+            raise Unsupported(f"replacement target fields {sorted(target)}")
+        for res in _select(resources, target["select"]):
+            for field_path in target["fieldPaths"]:
+                *parents, last = _path(field_path)
+                node: Any = res
+                for part in parents:
+                    node = node[part]
+                node[last] = copy.deepcopy(value)
+
+
 # ---- build ----------------------------------------------------------------------------------
 def _patches(spec: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -267,6 +303,8 @@ def _apply(kust: dict[str, Any], root: Path, resources: list[dict[str, Any]], *,
         resources.append(_generate(spec, "Secret", root))
     for patch in _patches(kust.get("patches") or [], root):
         resources = _apply_patch(resources, patch)
+    for spec in kust.get("replacements") or []:
+        _replace(resources, spec)
     if kust.get("namespace"):
         for res in resources:
             if res["kind"] not in CLUSTER_SCOPED:
@@ -284,6 +322,7 @@ def build(directory: str | Path) -> list[dict[str, Any]]:
     root = Path(directory).resolve()
     kust = yaml.load(_kustomization_file(root).read_text(), Loader=Loader)
     resources = _apply(kust, root, [], component=False)
+    resources = [r for r in resources if (r["metadata"].get("annotations") or {}).get(LOCAL_CONFIG) != "true"]
     seen: set[tuple[str, str, str, str | None]] = set()
     for res in resources:
         ident = (*_gvk_name(res), res["metadata"].get("namespace"))

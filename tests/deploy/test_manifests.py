@@ -30,9 +30,11 @@ def workloads(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def container(doc: dict[str, Any]) -> dict[str, Any]:
+    """The pod's one container; NATS also has its exporter sidecar `metrics`, and then the main one."""
     containers = kc.pod_spec(doc)["containers"]
-    assert len(containers) == 1, doc["metadata"]["name"]
-    return containers[0]
+    main = [c for c in containers if c["name"] != "metrics"] if doc["metadata"]["name"] == "nats" else containers
+    assert len(main) == 1, doc["metadata"]["name"]
+    return main[0]
 
 
 def env_names(doc: dict[str, Any]) -> set[str]:
@@ -54,7 +56,8 @@ def test_overlay_renders_every_piece(rendered: tuple[list[dict[str, Any]], str])
         ("PodDisruptionBudget", "zcbot-gateway"), ("PodDisruptionBudget", "zcbot-runner"),
         ("NetworkPolicy", "zcbot-executor"), ("NetworkPolicy", "zcbot-postgres"), ("NetworkPolicy", "zcbot-nats"),
         ("PersistentVolumeClaim", "zcbot-users"), ("PodMonitor", "zcbot"), ("PrometheusRule", "zcbot"),
-        ("Secret", "zcbot-nats"), ("ConfigMap", "nats-auth"),
+        ("Secret", "zcbot-nats"), ("ConfigMap", "nats-config"), ("PodDisruptionBudget", "nats"),
+        ("PodMonitor", "nats"), ("PrometheusRule", "zcbot-nats"),
     }
     assert kinds == expected, f"rendered by {renderer}"
     assert len(docs) == len(kinds), "duplicate objects"
@@ -268,13 +271,11 @@ def test_services_select_pods_and_name_their_ports(docs: list[dict[str, Any]]) -
 def test_nats_runs_jetstream_on_a_persistent_volume(docs: list[dict[str, Any]]) -> None:
     nats = kc.by_kind(docs, "StatefulSet")["nats"]
     c = container(nats)
-    assert c["args"][:2] == ["-c", "/etc/nats/nats-auth.conf"]  # users and permissions (test_nats_auth.py)
-    assert c["args"][2:6] == ["-js", "-sd", "/data", "-m"]
+    # the cluster and JetStream (store /data); users and permissions included (test_nats_cluster.py)
+    assert c["args"] == ["-c", "/etc/nats/nats-server.conf"]
     assert {"name": "data", "mountPath": "/data"} in c["volumeMounts"]
     claim = nats["spec"]["volumeClaimTemplates"][0]
     assert claim["metadata"]["name"] == "data" and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
-    config = kc.by_kind(docs, "ConfigMap")["zcbot-config"]["data"]
-    assert config["ZCBOT_NATS_URL"] == "nats://nats:4222"
 
 
 def test_postgres_in_cluster_by_default(docs: list[dict[str, Any]]) -> None:
@@ -396,9 +397,11 @@ def test_keda_scales_runners_on_the_runs_consumer(docs: list[dict[str, Any]]) ->
     assert meta["account"] == "$G"
     # KEDA's lag is pending + ack-pending runs; per runner it must stay within what a runner drives
     assert 0 < int(meta["lagThreshold"]) < int(config["ZCBOT_RUNNER_CONCURRENCY"])
-    nats_service = kc.by_kind(docs, "Service")["nats"]
+    # clustered: KEDA asks the consumer's leader as <server_name>.<endpoint host>, so the endpoint is the
+    # headless Service, whose pod names are the server names (test_nats_cluster.py)
+    nats_service = kc.by_kind(docs, "Service")["nats-headless"]
     monitor = next(p["port"] for p in nats_service["spec"]["ports"] if p["name"] == "monitor")
-    assert meta["natsServerMonitoringEndpoint"] == f"nats.{NAMESPACE}.svc.cluster.local:{monitor}"
+    assert meta["natsServerMonitoringEndpoint"] == f"nats-headless.{NAMESPACE}.svc.cluster.local:{monitor}"
 
 
 def test_ingress_is_sse_friendly_and_keeps_internals_private(docs: list[dict[str, Any]]) -> None:

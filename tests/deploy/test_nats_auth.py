@@ -50,8 +50,8 @@ def test_manifests_give_each_service_its_own_identity(docs: list[dict[str, Any]]
     env = {e["name"]: e for e in container(nats_pod)["env"]}
     for service in SERVICES:
         assert _secret_ref(env[password_env(service)]) == ("zcbot-nats", service)
-    assert {"name": "auth", "mountPath": "/etc/nats", "readOnly": True} in container(nats_pod)["volumeMounts"]
-    volume = next(v for v in nats_pod["spec"]["template"]["spec"]["volumes"] if v["name"] == "auth")
+    assert {"name": "config", "mountPath": "/etc/nats", "readOnly": True} in container(nats_pod)["volumeMounts"]
+    volume = next(v for v in nats_pod["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
     config = kc.by_kind(docs, "ConfigMap")[volume["configMap"]["name"]]
     assert config["data"]["nats-auth.conf"] == deploy_config()
     assert set(kc.by_kind(docs, "Secret")["zcbot-nats"]["data"]) == set(SERVICES)
