@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 SEARCH_RESULTS = [
@@ -125,3 +127,11 @@ class FakeWeb:
     async def _slow(self, request: web.Request) -> web.Response:
         await asyncio.sleep(5)
         return web.Response(text="late", content_type="text/plain")
+
+
+@pytest.fixture
+async def fake_web() -> AsyncIterator[FakeWeb]:
+    """A started `FakeWeb` (import the fixture into the suite's module or conftest)."""
+    fake = await FakeWeb().start()
+    yield fake
+    await fake.stop()

@@ -9,22 +9,14 @@ refuses in production); the refusal tests run without it. Names are resolved by 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.helpers.fake_web import FakeWeb
+from tests.helpers.fake_web import FakeWeb, fake_web  # noqa: F401  (fixture)
 from zcbot_core.config import ConfigError
 from zcbot_core.web.fetch import Fetcher, FetchFailed, FetchLimits
 from zcbot_core.web.settings import HostToolSettings
 from zcbot_core.web.ssrf import FetchRefused, Policy, address_problem
-
-
-@pytest.fixture
-async def site() -> AsyncIterator[FakeWeb]:
-    fake = await FakeWeb().start()
-    yield fake
-    await fake.stop()
 
 
 class Names:
@@ -45,9 +37,9 @@ def fetcher(allow_loopback: bool = False, names: Names | None = None, **limits: 
                    resolver=names or Names({}))
 
 
-async def test_a_local_page_becomes_markdown_with_its_links(site: FakeWeb) -> None:
+async def test_a_local_page_becomes_markdown_with_its_links(fake_web: FakeWeb) -> None:
     f = fetcher(allow_loopback=True)
-    got = await f.fetch(f"{site.base_url}/article")
+    got = await f.fetch(f"{fake_web.base_url}/article")
     await f.close()
     assert got.page.title == "Solar output hits record"
     assert "record solar generation in May" in got.page.markdown
@@ -56,33 +48,33 @@ async def test_a_local_page_becomes_markdown_with_its_links(site: FakeWeb) -> No
     assert got.content_type == "text/html" and got.url.endswith("/article")
 
 
-async def test_a_pdf_becomes_text(site: FakeWeb) -> None:
+async def test_a_pdf_becomes_text(fake_web: FakeWeb) -> None:
     f = fetcher(allow_loopback=True)
-    got = await f.fetch(f"{site.base_url}/report.pdf")
+    got = await f.fetch(f"{fake_web.base_url}/report.pdf")
     await f.close()
     assert "Quarterly revenue grew 18 percent" in got.page.markdown
 
 
-async def test_the_request_goes_to_the_pinned_address_with_the_name_in_host(site: FakeWeb) -> None:
+async def test_the_request_goes_to_the_pinned_address_with_the_name_in_host(fake_web: FakeWeb) -> None:
     names = Names({"news.example": ["127.0.0.1"]})
     f = fetcher(allow_loopback=True, names=names)
-    got = await f.fetch(f"http://news.example:{site.port}/article")
+    got = await f.fetch(f"http://news.example:{fake_web.port}/article")
     await f.close()
     assert names.calls == ["news.example"]  # resolved once; the connection used that answer
-    [hit] = site.hits_on("/article")
-    assert hit["headers"]["Host"] == f"news.example:{site.port}"
-    assert got.url == f"http://news.example:{site.port}/article"
+    [hit] = fake_web.hits_on("/article")
+    assert hit["headers"]["Host"] == f"news.example:{fake_web.port}"
+    assert got.url == f"http://news.example:{fake_web.port}/article"
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:{port}/article", "http://[::1]:{port}/article",
                                  "http://localhost:{port}/article", "http://0.0.0.0:{port}/article",
                                  "http://[::ffff:127.0.0.1]:{port}/article", "http://2130706433:{port}/article"])
-async def test_loopback_is_refused_without_the_test_override(site: FakeWeb, url: str) -> None:
+async def test_loopback_is_refused_without_the_test_override(fake_web: FakeWeb, url: str) -> None:
     f = fetcher(names=Names({"localhost": ["127.0.0.1"]}))
     with pytest.raises(FetchRefused):
-        await f.fetch(url.format(port=site.port))
+        await f.fetch(url.format(port=fake_web.port))
     await f.close()
-    assert site.hits == []  # nothing reached the server
+    assert fake_web.hits == []  # nothing reached the server
 
 
 @pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/",
@@ -108,16 +100,16 @@ async def test_a_name_resolving_to_a_private_address_is_refused() -> None:
 
 @pytest.mark.parametrize("target", ["http://169.254.169.254/latest/meta-data/", "http://intranet.example/admin",
                                     "http://[::ffff:a9fe:a9fe]/", "http://127.0.0.9:{port}/article"])
-async def test_a_redirect_to_a_forbidden_address_is_refused(site: FakeWeb, target: str) -> None:
+async def test_a_redirect_to_a_forbidden_address_is_refused(fake_web: FakeWeb, target: str) -> None:
     # The first hop is a public name pinned to the loopback fixture (the test override); the
     # redirect's target is checked again: metadata, a name resolving to a private address, metadata
     # as IPv4-mapped IPv6, and a loopback address listed as one of the deployment's own.
-    names = Names({"public.example": [site.host], "intranet.example": ["10.9.8.7"]})
+    names = Names({"public.example": [fake_web.host], "intranet.example": ["10.9.8.7"]})
     f = Fetcher(Policy.build(["127.0.0.9/32"], allow_loopback=True), FetchLimits(), resolver=names)
     with pytest.raises(FetchRefused):
-        await f.fetch(f"http://public.example:{site.port}/redirect?to={target.format(port=site.port)}")
+        await f.fetch(f"http://public.example:{fake_web.port}/redirect?to={target.format(port=fake_web.port)}")
     await f.close()
-    assert [h["path"] for h in site.hits] == ["/redirect"]  # the target was never requested
+    assert [h["path"] for h in fake_web.hits] == ["/redirect"]  # the target was never requested
 
 
 async def test_the_deployments_own_hosts_are_refused() -> None:
@@ -132,15 +124,15 @@ async def test_the_deployments_own_hosts_are_refused() -> None:
     await f.close()
 
 
-async def test_limits_type_size_time_and_redirects(site: FakeWeb) -> None:
+async def test_limits_type_size_time_and_redirects(fake_web: FakeWeb) -> None:
     f = fetcher(allow_loopback=True, max_bytes=100_000, timeout=1.0, max_redirects=1)
     with pytest.raises(FetchFailed, match="content type image/png"):
-        await f.fetch(f"{site.base_url}/image.png")
+        await f.fetch(f"{fake_web.base_url}/image.png")
     with pytest.raises(FetchFailed, match="limit"):
-        await f.fetch(f"{site.base_url}/big")
+        await f.fetch(f"{fake_web.base_url}/big")
     with pytest.raises(FetchFailed, match="longer than 1 s"):
-        await f.fetch(f"{site.base_url}/slow")
-    loop = f"{site.base_url}/redirect?to=/redirect%3Fto%3D/article"
+        await f.fetch(f"{fake_web.base_url}/slow")
+    loop = f"{fake_web.base_url}/redirect?to=/redirect%3Fto%3D/article"
     with pytest.raises(FetchFailed, match="redirects"):
         await f.fetch(loop)
     await f.close()

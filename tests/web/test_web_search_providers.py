@@ -4,11 +4,10 @@ never carry the key."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.helpers.fake_web import SEARCH_RESULTS, FakeWeb
+from tests.helpers.fake_web import SEARCH_RESULTS, FakeWeb, fake_web  # noqa: F401  (fixture)
 from zcbot_core.web.search import BochaProvider, SearchError, format_results, make_provider
 from zcbot_core.web.settings import HostToolSettings
 
@@ -16,20 +15,13 @@ TAVILY_KEY = "tvly-test-secret-key"
 BOCHA_KEY = "sk-bocha-test-secret"
 
 
-@pytest.fixture
-async def provider_site() -> AsyncIterator[FakeWeb]:
-    fake = await FakeWeb().start()
-    yield fake
-    await fake.stop()
-
-
 def settings(**values: str) -> HostToolSettings:
     return HostToolSettings.model_validate(values)
 
 
 @pytest.mark.parametrize("name", ["searxng", "tavily", "bocha"])
-async def test_each_provider_returns_title_url_snippet_date(provider_site: FakeWeb, name: str) -> None:
-    base = provider_site.base_url
+async def test_each_provider_returns_title_url_snippet_date(fake_web: FakeWeb, name: str) -> None:
+    base = fake_web.base_url
     config = {"searxng": {"ZCBOT_SEARXNG_URL": base},
               "tavily": {"ZCBOT_TAVILY_API_KEY": TAVILY_KEY, "ZCBOT_TAVILY_URL": base},
               "bocha": {"ZCBOT_BOCHA_API_KEY": BOCHA_KEY, "ZCBOT_BOCHA_URL": base}}[name]
@@ -43,7 +35,7 @@ async def test_each_provider_returns_title_url_snippet_date(provider_site: FakeW
     assert results[0].title == "Solar output hits record"
     assert results[0].snippet.startswith("Grid operators report record solar")
     assert results[0].date is not None and results[0].date.startswith("2026-05-30")
-    [hit] = provider_site.hits
+    [hit] = fake_web.hits
     if name == "searxng":
         assert hit["query"] == {"q": "solar record", "format": "json"}
     else:
@@ -54,9 +46,9 @@ async def test_each_provider_returns_title_url_snippet_date(provider_site: FakeW
     assert "[Solar output hits record](https://news.example.com/solar-record) (2026-05-30" in text
 
 
-async def test_a_refused_key_is_an_error_without_the_key(provider_site: FakeWeb) -> None:
+async def test_a_refused_key_is_an_error_without_the_key(fake_web: FakeWeb) -> None:
     wrong = "sk-bocha-wrong-key-123"
-    provider = BochaProvider(provider_site.base_url, 5.0, wrong)
+    provider = BochaProvider(fake_web.base_url, 5.0, wrong)
     with pytest.raises(SearchError) as caught:
         await provider.search("x", 3)
     await provider.close()

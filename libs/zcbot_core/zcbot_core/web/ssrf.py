@@ -85,10 +85,11 @@ class Policy:
         policy = cls(allow_loopback=allow_loopback)
         hosts = list(entries)
         for url in service_urls:
-            if url:
-                host = urlsplit(url.replace("postgresql+psycopg", "postgresql")).hostname
-                if host:
-                    hosts.append(host)
+            host = urlsplit(url.replace("postgresql+psycopg", "postgresql")).hostname if url else None
+            if host and not (allow_loopback and _is_loopback_name(host)):
+                # (under the test override the whole stack runs on loopback: its services stay reachable
+                # like the fixtures; production refuses loopback anyway)
+                hosts.append(host)
         for entry in hosts:
             try:
                 policy.deny_networks.append(ipaddress.ip_network(entry, strict=False))
@@ -130,6 +131,13 @@ class Policy:
                 raise FetchRefused(f"refused: {host} resolves to one of this deployment's own service addresses")
             self.check_ip(ip, f"{host} ({ip})")
         return addresses[0].split("%", 1)[0]
+
+
+def _is_loopback_name(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
 
 
 async def _resolve_quiet(host: str, port: int, resolver: Resolver) -> list[str]:
