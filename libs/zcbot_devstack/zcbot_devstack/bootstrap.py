@@ -29,12 +29,15 @@ EXECUTOR_DB_URL = "postgresql://no-database@executor.invalid/none"
 
 # The runner serves every user's runs but must not be able to make a run grant (bus/grants.py).
 RUNNER_WITHOUT = ("ZCBOT_RUN_GRANT_KEY",)
+# The web search keys serve the runner's host tools (zcbot_core/web) alone: no other service holds them.
+RUNNER_ONLY = ("ZCBOT_TAVILY_API_KEY", "ZCBOT_BOCHA_API_KEY")
 
 
 def service_env(name: str, env: dict[str, str]) -> dict[str, str]:
     """A child service's environment: the stack's, less what that service must not hold."""
     if name == "runner":
         return {k: v for k, v in env.items() if k not in RUNNER_WITHOUT}
+    env = {k: v for k, v in env.items() if k not in RUNNER_ONLY}
     if name != "executor":
         return env
     out = {k: v for k, v in env.items() if k not in EXECUTOR_WITHOUT}
