@@ -147,9 +147,17 @@ def chart_slide(deck: Deck, s: dict):
         tf.margin_left = tf.margin_right = Inches(0.25)
         paras = ([(str(takeaway), 0)] if takeaway else []) + side
         inner = (px, deck.body_top, panel_w - Inches(0.5) + 2 * deck_build.INSET_LR, deck.body_h)
-        fill_list(deck, panel, paras, inner, sizes=(24, 22, 20, 18, 16), placeholder=False, bullets=False)
-        if takeaway:
-            for r in tf.paragraphs[0].runs:
+        fill_list(deck, panel, paras, inner, sizes=(24, 22, 20, 18, 16), placeholder=False,
+                  bullets="manual" if side else False)
+        for p in tf.paragraphs:
+            p.alignment = PP_ALIGN.LEFT
+        if takeaway:  # the takeaway leads, in the accent colour, without a bullet
+            first = tf.paragraphs[0]
+            ppr = first._p.get_or_add_pPr()
+            ppr.set("marL", "0")
+            ppr.set("indent", "0")
+            deck_build.set_bullet(ppr, "a:buNone")
+            for r in first.runs:
                 r.font.bold = True
                 r.font.color.rgb = rgb(deck.theme.accent)
         w = deck.body_w - panel_w - gap
