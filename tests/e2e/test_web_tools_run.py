@@ -44,7 +44,7 @@ async def test_search_and_fetch_through_the_runner(bare_stack: Stack, fake_web: 
                         {"name": "web_fetch", "arguments": {"url": "http://169.254.169.254/latest/meta-data/"}}]},
         {"tool_calls": [{"name": "web_search", "arguments": {"query": "battery prices"}},
                         {"name": "web_search", "arguments": {"query": "third search"}}]},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "env; tr '\\0' '\\n' < /proc/self/environ"}}]},
+        {"tool_calls": [{"name": "shell", "arguments": {"command": "env; tr '\\0' '\\n' < /proc/self/environ; printf 'nul:\\0:end'"}}]},
         {"text": "Solar output hit a record in May [Solar output hits record](https://news.example.com/solar-record)."},
     ])
     token = await stack.login("wendy")
@@ -71,6 +71,7 @@ async def test_search_and_fetch_through_the_runner(bare_stack: Stack, fake_web: 
     seen = json.dumps(tool_messages, ensure_ascii=False)
     assert "(2026-05-28)" in seen and "https://energy.example.org/batteries" in seen
     assert "https://grid.example.com/bulletin-may" in seen  # the article's link, for citations
+    assert "nul:\ufffd:end" in seen  # a NUL byte in a tool's output neither reaches JSONB nor breaks the run
 
     # The long page is kept whole in the task folder, with its source URL on top.
     folder = stack.settings.storage_root / "wendy" / task["working_dir"] / "sources"

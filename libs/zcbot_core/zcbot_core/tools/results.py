@@ -36,6 +36,9 @@ class ToolOutcome:
 
     @classmethod
     def make(cls, ok: bool, text: str, truncated: bool = False) -> "ToolOutcome":
+        # PostgreSQL's JSONB refuses U+0000, and the result is stored as a message: a command that
+        # prints a NUL (`cat` of a binary file, /proc/*/environ) would otherwise crash its own run.
+        text = text.replace("\x00", "\ufffd")
         shown, cut = truncate_for_model(text)
         return cls(ok=ok, output=shown, preview=preview(text), truncated=truncated or cut)
 
