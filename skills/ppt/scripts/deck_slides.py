@@ -93,10 +93,14 @@ def section_slide(deck: Deck, s: dict, number: int):
     t = deck.theme
     x, w = deck.M, deck.W - 2 * deck.M
     ty, th = int(deck.H * 0.40), int(deck.H * 0.17)
-    if not deck.templated:
+    if not deck.templated:  # a coloured band with the section number, the title beside it
+        band = int(deck.W * 0.3)
+        deck.rect(slide, 0, 0, band, deck.H, t.accent, "Section Band")
+        number_box = deck.textbox(slide, 0, int(deck.H * 0.3), band, int(deck.H * 0.4), [(f"{number:02d}", 0)], 80,
+                                  "Section Number", colour="FFFFFF", bold=True, heading=True, align=PP_ALIGN.CENTER)
+        number_box.text_frame.vertical_anchor = MSO_ANCHOR.MIDDLE
+        x, w = band + deck.M, deck.W - band - 2 * deck.M
         deck.place(title, x, ty, w, th)
-        deck.textbox(slide, x, ty - int(deck.H * 0.2), Inches(3), int(deck.H * 0.19), [(f"{number:02d}", 0)], 54,
-                     "Section Number", colour=t.accent, bold=True, heading=True)
     heading(deck, title, s["title"], w, th, (40, 36, 32, 28), MSO_ANCHOR.TOP)
     keep = [title]
     if s.get("subtitle"):
