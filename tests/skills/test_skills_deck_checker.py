@@ -78,7 +78,8 @@ def test_adversarial_outline_is_split_and_warned_not_shrunk(tmp_path):
 
 def test_outline_errors_are_pure_json(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({"theme": "neon", "slides": [{"type": "kpis", "title": "x", "kpis": []}]}))
-    for args in (("bad.json", "bad.pptx"), ("missing.json", "x.pptx"), ("bad.json", "bad.ppt")):
+    for args in (("bad.json", "bad.pptx"), ("missing.json", "x.pptx"), ("bad.json", "bad.ppt"),
+                 ("bad.json", "x.pptx", "--theme", "neon"), ("only-one-arg.json",)):
         run = run_script(OUTLINE_TO_DECK, *args, "--json", cwd=tmp_path)
         assert run.returncode == 2
         report = json.loads(run.stdout)

@@ -116,6 +116,18 @@ def build(outline: dict, out: Path, base: Path, template: Path | None = None, si
     return len(slides), notes
 
 
+class JsonArgs(argparse.ArgumentParser):
+    """Usage errors as JSON too when --json was asked for (stdout stays parseable)."""
+
+    as_json = False
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        if self.as_json:
+            print(json.dumps({"ok": False, "written": False, "error": message, "problems": []}, ensure_ascii=False))
+            sys.exit(2)
+        super().error(message)
+
+
 def _fail(args, message: str, problems: list[str] | None = None) -> int:
     if args.json:  # --json: stdout is one JSON document on every path
         print(json.dumps({"ok": False, "written": False, "error": message, "problems": problems or []},
@@ -126,7 +138,9 @@ def _fail(args, message: str, problems: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    argv = sys.argv[1:] if argv is None else argv
+    ap = JsonArgs(description=__doc__.split("\n\n")[0])
+    ap.as_json = "--json" in argv
     ap.add_argument("outline")
     ap.add_argument("out")
     ap.add_argument("--template", help="the user's .pptx: its masters, layouts, fonts and colours are used")
