@@ -13,6 +13,7 @@ import ipaddress
 import pytest
 
 from tests.helpers.fake_web import FakeWeb, fake_web  # noqa: F401  (fixture)
+from tests.helpers.tls import make_ca_and_server_cert
 from zcbot_core.config import ConfigError
 from zcbot_core.web.fetch import Fetcher, FetchFailed, FetchLimits
 from zcbot_core.web.settings import HostToolSettings
@@ -157,3 +158,37 @@ def test_production_refuses_the_test_override(monkeypatch: pytest.MonkeyPatch) -
         HostToolSettings.from_env()
     monkeypatch.setenv("ZCBOT_ENV", "local")
     assert HostToolSettings.from_env().fetch_allow_loopback is True
+
+
+async def test_https_to_the_pinned_address_verifies_the_certificate_for_the_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The connection goes to the checked IP, yet TLS sends the name (SNI) and checks the certificate
+    against it: a certificate for the name passes, the same server under another name does not."""
+    import ssl
+
+    from aiohttp import web
+
+    ca, cert, key = make_ca_and_server_cert(tmp_path, dns_names=("secure.example",), ips=())
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    seen_sni: list[str | None] = []
+    server_ctx.sni_callback = lambda sock, name, ctx: seen_sni.append(name)  # type: ignore[assignment]
+    app = web.Application()
+    app.router.add_get("/article", lambda r: web.Response(text="<html><body><article><p>" + "Secure text. " * 20
+                                                          + "</p></article></body></html>", content_type="text/html"))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client_ctx = ssl.create_default_context(cafile=str(ca))
+    names = Names({"secure.example": ["127.0.0.1"], "other.example": ["127.0.0.1"]})
+    f = Fetcher(Policy(allow_loopback=True), FetchLimits(), resolver=names, verify=client_ctx)
+    try:
+        got = await f.fetch(f"https://secure.example:{port}/article")
+        assert "Secure text." in got.page.markdown and seen_sni == ["secure.example"]
+        with pytest.raises(FetchFailed):  # same address, a name the certificate does not cover (and no
+            await f.fetch(f"https://other.example:{port}/article")  # kept connection carries it past the check)
+        assert seen_sni == ["secure.example", "other.example"]
+    finally:
+        await f.close()
+        await runner.cleanup()

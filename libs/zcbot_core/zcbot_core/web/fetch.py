@@ -12,6 +12,7 @@ can route around the check.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
@@ -63,10 +64,14 @@ def _checked_url(raw: str) -> httpx.URL:
 
 class Fetcher:
     def __init__(self, policy: Policy, limits: FetchLimits, resolver: Resolver = system_resolver,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 verify: ssl.SSLContext | bool = True) -> None:
+        """`verify`: the TLS trust (tests pass a context trusting their own CA)."""
         self.policy = policy
         self.limits = limits
         self.resolver = resolver
+        # No keep-alive: the pool is keyed by (scheme, IP, port), so a kept connection would carry a
+        # request for another name to the same address over TLS verified for the first name.
+        transport = httpx.AsyncHTTPTransport(verify=verify, limits=httpx.Limits(max_keepalive_connections=0))
         self._http = httpx.AsyncClient(trust_env=False, follow_redirects=False, transport=transport,
                                        timeout=httpx.Timeout(limits.timeout))
 
