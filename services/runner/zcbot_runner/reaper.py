@@ -8,7 +8,8 @@ database outage) counts as ownerless: its owner being alive says nothing about i
 
 A request whose deliveries ran out (`max_deliver`) stays in the work-queue stream but is never
 delivered again; `drop_exhausted` (on JetStream's max-deliveries advisory) deletes it, so the
-reaper sees the run as no longer queued. The advisory is a core NATS message and can be missed, so
+reaper sees the run as no longer queued. A run still `queued` (never claimed) whose request is gone
+is not reaped: the scheduler's sweep (`zcbot_scheduler/requeue.py`) publishes it again. The advisory is a core NATS message and can be missed, so
 the sweep also removes a request that sits at or below the runners consumer's ack floor: acked
 requests leave a work queue at once, so one still there below the floor ran out of deliveries.
 """
@@ -124,6 +125,11 @@ class Reaper:
         ack_floor = await self._ack_floor() if rows else 0
         for row in rows:
             if await self._still_queued(row.task_id, ack_floor):
+                continue
+            if row.run_status == RunStatus.QUEUED:
+                # Never claimed, its request gone (exhausted and removed just above, or lost): the
+                # scheduler's sweep publishes it again (PostgreSQL is the truth; it holds the grant
+                # key). Reaping it here would throw away a run that can still run.
                 continue
             if row.run_status != RunStatus.QUEUED and await self._owner_alive(row.run_owner):
                 mine = self.runner_id is not None and row.run_owner == self.runner_id

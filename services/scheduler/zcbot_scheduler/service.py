@@ -4,7 +4,9 @@
 1. enabled jobs without `next_run_at` get one;
 2. due jobs are claimed one by one (`firing.fire_next`, SKIP LOCKED: replicas are safe) and their
    runs submitted;
-3. in-flight runs are checked (`outcomes.check_inflight`): timeouts cancel through the normal
+3. runs queued in PostgreSQL whose request is missing from the runs stream are published again
+   (`requeue.QueuedRunSweeper`, PostgreSQL is the truth);
+4. in-flight runs are checked (`outcomes.check_inflight`): timeouts cancel through the normal
    cancel path (`runs.request_cancel(reason="timeout")`), and outcomes whose `done` event was
    missed are reconciled from the DB.
 
@@ -31,6 +33,7 @@ from zcbot_core.worker import TaskGroup, periodic
 from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.firing import FireResult, fire_next, schedule_unscheduled
 from zcbot_scheduler.outcomes import check_inflight, deliver, record_outcome
+from zcbot_scheduler.requeue import QueuedRunSweeper
 
 log = logging.getLogger(__name__)
 DRAIN_TIMEOUT = 10.0
@@ -46,6 +49,7 @@ class TickReport:
     results: list[FireResult] = field(default_factory=list)
     finished: int = 0
     timed_out: int = 0
+    requeued: int = 0
 
     def outcomes(self, kind: str) -> list[FireResult]:
         return [r for r in self.results if r.outcome == kind]
@@ -74,6 +78,7 @@ class SchedulerService:
         rt.require_db()
         self.rt = rt
         self.limits = RunLimits.from_settings(rt.settings)
+        self.sweeper = QueuedRunSweeper(rt, rt.settings.zcbot_requeue_after_seconds)
         self._sub = await rt.nc.subscribe(rt.topo.events_wildcard(), cb=self._on_event, pending_msgs_limit=1_000_000,
                                           pending_bytes_limit=256 * 1024 * 1024)
         if self.config.tick_seconds > 0:
@@ -102,6 +107,10 @@ class SchedulerService:
                 report.results.append(result)
                 if result.push is not None:
                     await deliver(self.rt, self.config, result.push)
+            try:
+                report.requeued = await self.sweeper.sweep()
+            except Exception:  # the next tick sweeps again; due jobs must not wait for it
+                log.exception("queued-run sweep failed")
             checked = await check_inflight(self.rt, self.config, now, self.inflight)
             report.finished, report.timed_out = checked.finished, checked.timed_out
             return report
