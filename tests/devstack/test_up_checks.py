@@ -77,6 +77,7 @@ def test_user_commands_reach_the_running_stack_and_keep_an_admin(os_tmp_dir: Pat
         # The model word comes before anything starts, with the exact variable to export.
         assert "default model profile: deepseek_v4.flash" in text and "export DEEPSEEK_API_KEY=" in text
         assert text.index("default model profile") < text.index("starting embedded")
+        assert "PDF and previews: " in text and text.index("PDF and previews") < text.index("starting embedded")
         stack_file = home / "stack.json"
         assert stat.S_IMODE(stack_file.stat().st_mode) == 0o600
         seen = _env_seen(state, "gateway")

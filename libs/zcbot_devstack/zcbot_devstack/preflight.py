@@ -1,6 +1,7 @@
 """What `zcbot up` checks and says before it starts anything: every port it needs is free (else it
-exits at once naming the port and the variable to change), and which model profile is the default
-and whether its API key is set (else the exact variable to export)."""
+exits at once naming the port and the variable to change), which model profile is the default
+and whether its API key is set (else the exact variable to export), and whether documents can be
+turned into PDFs and previews here (LibreOffice found, else how to install it)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,18 @@ def model_word(settings: Settings) -> str:
         return f"default model profile: {name} ({profile.model}; {profile.api_key_env} is set)"
     return (f"default model profile: {name} ({profile.model}); its API key is NOT set: "
             f"export {profile.api_key_env}=... before `zcbot up` (or set ZCBOT_DEFAULT_MODEL to another profile)")
+
+
+OFFICE_INSTALL = ("sudo apt-get install libreoffice-writer-nogui libreoffice-impress-nogui poppler-utils "
+                  "fonts-noto-cjk (macOS: brew install --cask libreoffice), or set ZCBOT_SOFFICE to soffice's path")
+
+
+def office_word() -> str:
+    """One line: PDF/preview of .docx/.pptx works here (LibreOffice found) or how to enable it."""
+    from zcbot_core.rendering import find_soffice
+
+    soffice = find_soffice()
+    if soffice:
+        return f"PDF and previews: available (LibreOffice: {soffice})"
+    return ("PDF and previews: NOT available (LibreOffice `soffice` not found; .docx/.pptx are still made); "
+            f"to enable: {OFFICE_INSTALL}")

@@ -54,7 +54,7 @@ from zcbot_devstack.embedded.nats_auth import NatsCredentials
 from zcbot_devstack.groups import group_leftovers, signal_group
 from zcbot_devstack.output import Printer, render_line
 from zcbot_devstack.prepare_db import prepare as prepare_database
-from zcbot_devstack.preflight import PortInUse, check_ports, model_word
+from zcbot_devstack.preflight import PortInUse, check_ports, model_word, office_word
 from zcbot_devstack.readiness import FOREIGN, health_host, readiness
 from zcbot_devstack.services import BY_NAME, NAMES, SERVICES
 from zcbot_devstack.state import remove_state, write_state
@@ -202,6 +202,7 @@ class Stack:
         try:
             try:
                 self.say(model_word(self.settings))
+                self.say(office_word())
                 self._prepare()
                 self._supervising = True
                 if self.stop_requested.is_set():
