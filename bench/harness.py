@@ -1,4 +1,11 @@
-"""Bench harness plumbing: the real stack as child processes, an HTTP/SSE client, statistics."""
+"""Bench harness plumbing: the real stack as child processes, an HTTP/SSE client, statistics.
+
+By default the stack has production durability (issue 23): PostgreSQL with fsync, synchronous
+commit and full-page writes on, as `zcbot up` and deploy/ run it, and NATS as deploy/k8s runs it — a
+3-node JetStream cluster (`tests/helpers/cluster.py`) with `sync_interval: always` and every stream
+replicated 3 times. `fast=True` (`--fast`) is the old, labelled extra: one NATS server without the
+sync policy, replicas 1, and PostgreSQL without fsync.
+"""
 
 from __future__ import annotations
 
@@ -87,10 +94,37 @@ class BenchStack:
     fake_url: str = ""
     nats_creds: NatsCredentials | None = None
     admin_nats_url: str = ""  # for the bench's own client (the services connect with their identity)
+    fast: bool = False  # durability off (see the module docstring)
+    cluster: Any = None  # the NatsCluster of a durable run (tests/helpers/cluster.py)
 
     @classmethod
-    def create(cls) -> "BenchStack":
-        return cls(workdir=Path(tempfile.mkdtemp(prefix="zcbot-bench-")))
+    def create(cls, fast: bool = False) -> "BenchStack":
+        return cls(workdir=Path(tempfile.mkdtemp(prefix="zcbot-bench-")), fast=fast)
+
+    def durability(self) -> dict[str, Any]:
+        """What the figures were measured with (in every report)."""
+        if self.fast:
+            return {"mode": "fast (not production)", "postgres": "fsync, synchronous_commit, full_page_writes off",
+                    "nats": "1 server, replicas 1, default sync (every 2 min)"}
+        return {"mode": "durable (production)", "postgres": "fsync, synchronous_commit, full_page_writes on",
+                "nats": "3-node cluster, replicas 3, sync_interval always"}
+
+    def _start_nats(self, prefix: str) -> str:
+        """The stack's NATS (see the module docstring); the services' ZCBOT_NATS_URL."""
+        self.nats_creds = NatsCredentials.generate()
+        topo = Topology(prefix)
+        if self.fast:
+            conf = self.nats_creds.write_server_config(self.workdir / "nats-auth.conf", topo)
+            nats = EmbeddedNats(self.workdir / "nats", extra_args=["-c", str(conf)]).start()
+            self.servers.append(nats)
+            self.admin_nats_url = self.nats_creds.admin_url(nats.url)
+            return nats.url
+        from tests.helpers.cluster import NatsCluster
+
+        self.cluster = NatsCluster(self.workdir / "nats", self.nats_creds, topo).start()
+        self.servers.append(self.cluster)
+        self.admin_nats_url = ",".join(self.cluster.admin_urls)
+        return self.cluster.server_list
 
     def start_infra(self) -> None:
         nats_url = os.environ.get("ZCBOT_NATS_URL")
@@ -99,14 +133,9 @@ class BenchStack:
         self.admin_nats_url = nats_url or ""
         if not nats_url:
             # As `zcbot up`: one identity per service, anonymous clients refused (issue 22).
-            self.nats_creds = NatsCredentials.generate()
-            conf = self.nats_creds.write_server_config(self.workdir / "nats-auth.conf", Topology(prefix))
-            nats = EmbeddedNats(self.workdir / "nats", extra_args=["-c", str(conf)]).start()
-            self.servers.append(nats)
-            nats_url = nats.url
-            self.admin_nats_url = self.nats_creds.admin_url(nats_url)
+            nats_url = self._start_nats(prefix)
         if not db_url:
-            pg = EmbeddedPostgres(self.workdir / "pg", fast=True, options={"max_connections": "400"}).start()
+            pg = EmbeddedPostgres(self.workdir / "pg", fast=self.fast, options={"max_connections": "400"}).start()
             self.servers.append(pg)
             admin = pg.url
             name = f"bench_{secrets.token_hex(4)}"
@@ -131,6 +160,7 @@ class BenchStack:
             "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "ZCBOT_MAX_RUNS_PER_USER": "1000", "ZCBOT_MAX_QUEUED_RUNS": "100000", "ZCBOT_ACK_WAIT_SECONDS": "4",
             "ZCBOT_RUNNER_CONCURRENCY": "2000", "ZCBOT_LOG_LEVEL": "WARNING", "ZCBOT_EXECUTOR_HOST": "bench1",
+            "ZCBOT_JS_REPLICAS": "1" if self.fast or self.cluster is None else "3",
             "PYTHONUNBUFFERED": "1",
         }
         self.spawn("fake_llm", [sys.executable, "-m", "zcbot_fakellm", "--port", str(fake_port),
