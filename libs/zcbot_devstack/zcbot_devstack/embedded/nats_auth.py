@@ -75,6 +75,8 @@ class NatsCredentials:
         return {"ZCBOT_NATS_USER": service, "ZCBOT_NATS_PASSWORD": self.passwords[service]}
 
     def admin_url(self, url: str) -> str:
-        """`url` with the admin's credentials in it (for tools that take a bare URL)."""
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://{ADMIN_USER}:{quote(self.passwords[ADMIN_USER], safe='')}@{rest}"
+        """`url` with the admin's credentials in it (for tools that take a bare URL); a comma-separated
+        server list gets them in every entry."""
+        creds = f"{ADMIN_USER}:{quote(self.passwords[ADMIN_USER], safe='')}@"
+        return ",".join(f"{scheme}://{creds}{rest}" for scheme, rest in
+                        (entry.strip().split("://", 1) for entry in url.split(",") if entry.strip()))
