@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.errors import MaxPayloadError
+from nats.errors import ConnectionClosedError, MaxPayloadError
 from nats.js.errors import BadRequestError, NotFoundError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -195,8 +195,8 @@ async def publish_run(js: JetStreamContext, topo: Topology, req: RunRequest, *,
         try:
             await js.publish(topo.run_subject(req.task_id), data, headers=headers, timeout=timeout)
             return
-        except (BadRequestError, MaxPayloadError):
-            raise  # retrying cannot help
+        except (BadRequestError, MaxPayloadError, ConnectionClosedError):
+            raise  # retrying cannot help (a closed connection is this process shutting down)
         except Exception as exc:
             if loop.time() + delay >= deadline:
                 raise
