@@ -7,6 +7,7 @@ address that is not the sandbox's own 127.0.0.1, so NO_PROXY does not apply to i
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import http.server
@@ -83,11 +84,24 @@ def audit(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-async def egress_stack(stack: Stack, port: int) -> Path:
+async def egress_stack(stack: Stack, port: int, backend: str = "bwrap") -> Path:
     log = stack.root / "egress-audit.jsonl"
     await stack.executor("h1", egress_allow=(f"{INDEX_HOST}:{port}",), egress_audit_log=log,
-                         pip_index_url=f"http://{INDEX_HOST}:{port}/simple/")
+                         pip_index_url=f"http://{INDEX_HOST}:{port}/simple/", backend=backend)
     return log
+
+
+def _docker_image_ready() -> bool:
+    from zcbot_executor.config import ExecutorConfig
+    from zcbot_executor.sandbox.docker import docker_client, engine_available
+
+    if not engine_available():
+        return False
+    try:
+        docker_client(timeout=10).images.get(ExecutorConfig.docker_image)
+        return True
+    except Exception:
+        return False
 
 
 FETCH = ("python - <<'EOF'\n"
@@ -133,9 +147,14 @@ async def test_pip_install_through_the_proxy_into_the_user_venv(stack: Stack, in
     assert "tiny-ok" in r.output, r.output
 
 
-async def test_off_allowlist_refused_and_users_metered_apart(stack: Stack, index: tuple[int, int]) -> None:
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+async def test_off_allowlist_refused_and_users_metered_apart(stack: Stack, index: tuple[int, int], backend: str) -> None:
+    """The same bridge in both backends (docker: the socket bind-mounted, the forwarder as the
+    container's main process); docker needs a real engine with the sandbox image."""
+    if backend == "docker" and not await asyncio.to_thread(_docker_image_ready):
+        pytest.skip("no Docker engine with the sandbox image (deploy/sandbox/local-engine.sh)")
     port, other_port = index
-    log = await egress_stack(stack, port)
+    log = await egress_stack(stack, port, backend)
     urls = ["http://blocked.example/x", "https://blocked.example/x", f"http://{INDEX_HOST}:{other_port}/secret.txt",
             f"http://169.254.169.254/latest/meta-data/", f"http://{INDEX_HOST}:{port}/simple/"]
     r = await stack.shell(FETCH.format(urls=urls), timeout=60)
@@ -153,11 +172,35 @@ async def test_off_allowlist_refused_and_users_metered_apart(stack: Stack, index
     hub = stack.services[0][0].backend.egress
     u1_socket = await hub.socket_for("u1")
     before = hub.usage["u1"].total
-    r = await stack.shell(f"ls /run/zcbot; test -e {u1_socket} && echo SEES-U1; " + FETCH.format(urls=urls[-1:]), user="u2")
+    r = await stack.shell(f"ls /run/zcbot; test -e {u1_socket} && echo SEES-U1; command -v python; "
+                          + FETCH.format(urls=urls[-1:]), user="u2")
     assert r.output.startswith("egress.sock\n") and "SEES-U1" not in r.output, r.output
+    assert "\n/workspace/.venv/bin/python\n" in r.output, r.output  # u2's own venv, made on first use
     assert f"GOT http://{INDEX_HOST}:{port}/simple/" in r.output, r.output
     assert await hub.socket_for("u2") != u1_socket
     assert hub.usage["u1"].total == before  # u2's traffic is not on u1's meter
     u2 = [e for e in audit(log) if e["user"] == "u2"]
     assert u2 and all(e["allowed"] and e["bytes"] > 0 for e in u2), u2
     assert hub.usage["u2"].total == sum(e["bytes"] for e in u2)
+
+
+# ---- the allowlist itself (no sandbox) ----------------------------------------------------------
+
+def test_allowlist_entries_and_decisions() -> None:
+    from zcbot_executor.egress.allowlist import Allowlist, parse_entry
+
+    for bad in ("a b", "*", "a/b", "x:99999", "*.", "a..b", "http://pypi.org"):
+        with pytest.raises(ValueError):
+            parse_entry(bad)
+    answers = {"pypi.org": ["151.101.0.223"], "files.example.org": ["151.101.1.1"], "rebind.example.org": ["151.101.1.2", "10.0.0.7"],
+               "meta.example.org": ["169.254.169.254"], "cgnat.example.org": ["100.64.1.1"], "mapped.example.org": ["::ffff:127.0.0.1"]}
+    allow = Allowlist(["pypi.org", "*.example.org", "127.0.0.2:9000", "[::1]:8080"], resolver=lambda h, p: answers[h])
+    assert allow.decide("PyPI.org.", 443).address == "151.101.0.223"
+    assert not allow.decide("pypi.org", 22).allowed  # names default to 443 and 80 only
+    assert allow.decide("files.example.org", 80).allowed and not allow.decide("example.org", 443).allowed
+    for name in ("rebind.example.org", "meta.example.org", "cgnat.example.org", "mapped.example.org"):
+        decision = allow.decide(name, 443)  # allowlisted, but some address is not public: refused
+        assert not decision.allowed and "non-public" in decision.reason, (name, decision)
+    assert allow.decide("127.0.0.2", 9000).address == "127.0.0.2"  # an IP literal entry: exactly that
+    assert not allow.decide("127.0.0.2", 9001).allowed and not allow.decide("127.0.0.1", 9000).allowed
+    assert allow.decide("[::1]", 8080).allowed and not allow.decide("evil.example.com", 443).allowed

@@ -82,5 +82,12 @@ def start(socket_path: str, port: int) -> bool:
     return True
 
 
-if __name__ == "__main__":
-    serve(listen(int(sys.argv[2])), sys.argv[1])
+if __name__ == "__main__":  # docker: the container's main process, which must not exit (the container would stop)
+    try:
+        serve(listen(int(sys.argv[2])), sys.argv[1])
+    except OSError as exc:
+        sys.stderr.write(f"zcbot: egress forwarder could not listen: {exc}; the sandbox has no egress\n")
+        import time
+
+        while True:
+            time.sleep(3600)

@@ -16,7 +16,8 @@ Usage: `python -S tool_runner.py MODE CONFIG_JSON [ARG]`
 
 CONFIG_JSON: root, virtual, drop [uid, gid] | null, userns, limits {memory_mb, max_procs,
 max_file_mb, max_open_files}, sweep, python, shell, tmp, calls_dir, fs_workers,
-venv (the user's venv: created if missing, its python runs `run_python`) | null,
+venv (the user's venv: created if missing, its python runs `run_python`) | null, venv_base (the
+sandbox Python's site-packages, when the executor knows them),
 egress {socket, port} (serve/proc: the egress forwarder, egress_forward.py) | null.
 """
 
@@ -61,6 +62,8 @@ class Runner:
         self.exec_done = _thread.allocate_lock()
         self.exec_done.acquire()
         _thread.start_new_thread(self._exec_main, ())
+        self.venv_pending = None  # a held lock while the user's venv is being made (prepare_user)
+        self.deferred: dict = {}  # call id -> cancelled? for exec calls waiting for the venv
         self.fs_queue: SimpleQueue = SimpleQueue()
         for _ in range(int(config.get("fs_workers", 4))):
             _thread.start_new_thread(self._fs_worker, ())
@@ -80,6 +83,8 @@ class Runner:
         if op == "ping":
             self.reply(call_id, True, "pong", None, {"pid": os.getpid()})
         elif op == "cancel":
+            if call_id in self.deferred:
+                self.deferred[call_id] = True
             self.exec.cancel(call_id)
         elif op == "call":
             tool = msg.get("tool")
@@ -91,13 +96,29 @@ class Runner:
                     self.reply(call_id, False, "", str(exc), {})
                     return
                 timeout = float(msg.get("timeout") or (60 if tool == "shell" else 120))
-                self.exec.submit(call_id, tool, args, cwd, timeout)
+                if self.venv_pending is not None:
+                    self.deferred[call_id] = False
+                    _thread.start_new_thread(self._submit_after_venv, (call_id, tool, args, cwd, timeout))
+                else:
+                    self.exec.submit(call_id, tool, args, cwd, timeout)
             elif tool in FS_TOOLS:
                 self.fs_queue.put((call_id, tool, args, msg.get("cwd") or ""))
             else:
                 self.reply(call_id, False, "", f"unknown tool {tool!r}", {})
         else:
             self.reply(call_id, False, "", f"unknown op {op!r}", {})
+
+    def _submit_after_venv(self, call_id, tool, args, cwd, timeout) -> None:
+        pending = self.venv_pending
+        if pending is not None:
+            with pending:  # released by prepare_user's thread once the venv exists (or failed)
+                pass
+            self.exec.python = self.config.get("python") or self.exec.python
+            self.venv_pending = None
+        if self.deferred.pop(call_id, False):
+            self.reply(call_id, False, "", "cancelled before it started", {})
+            return
+        self.exec.submit(call_id, tool, args, cwd, timeout)
 
     def _fs_worker(self) -> None:
         while True:
@@ -134,8 +155,9 @@ def _stdout_writer():
     return write
 
 
-def serve(config: dict) -> int:
+def serve(config: dict, venv_pending=None) -> int:
     runner = Runner(config, _stdout_writer())
+    runner.venv_pending = venv_pending
     for line in sys.stdin.buffer:
         try:
             msg = wire.loads(line)
@@ -172,17 +194,38 @@ def once(config: dict, request_path: str) -> int:
     return 0
 
 
-def prepare_user(config: dict, mode: str) -> None:
-    """After the sandbox setup, as the sandbox user: the user's venv and the egress forwarder."""
-    if config.get("venv"):
+def prepare_user(config: dict, mode: str):
+    """After the sandbox setup, as the sandbox user: the user's venv and the egress forwarder.
+
+    Returns a held lock while the venv is still being made (warm runner, first start only): fs
+    tools answer at once, exec tools wait for it (so `pip` never runs before the venv exists)."""
+    pending = None
+    venv = config.get("venv")
+    if venv:
         import user_venv
 
-        config["python"] = user_venv.ensure(config["venv"], config.get("python") or sys.executable)
+        base = config.get("python") or sys.executable
+        if user_venv.exists(venv):
+            config["python"] = user_venv.venv_python(venv)
+        elif mode == "serve":
+            pending = _thread.allocate_lock()
+            pending.acquire()
+
+            def make() -> None:
+                try:
+                    config["python"] = user_venv.ensure(venv, base, config.get("venv_base"))
+                finally:
+                    pending.release()
+
+            _thread.start_new_thread(make, ())
+        else:
+            config["python"] = user_venv.ensure(venv, base, config.get("venv_base"))
     egress = config.get("egress")
     if egress and mode in ("serve", "proc"):  # docker runs the forwarder as the container's process
         import egress_forward
 
         egress_forward.start(egress["socket"], int(egress["port"]))
+    return pending
 
 
 def main(argv: list[str]) -> int:
@@ -194,9 +237,9 @@ def main(argv: list[str]) -> int:
     if mode == "kill":
         return 0 if tools_exec.kill_call(config.get("calls_dir") or "/tmp/.zcbot-calls", arg) else 1
     sandbox_init.setup(config)
-    prepare_user(config, mode)
+    pending = prepare_user(config, mode)
     if mode == "serve":
-        return serve(config)
+        return serve(config, pending)
     if mode == "once":
         return once(config, arg)
     if mode == "proc":

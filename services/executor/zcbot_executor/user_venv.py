@@ -29,16 +29,22 @@ def base_site_packages(python: str) -> list:
     return [line for line in out.splitlines() if line.strip() and os.path.isdir(line)]
 
 
-def ensure(venv: str, python: str) -> str:
-    """The venv's interpreter (created now if missing), or `python` when it cannot be made (the
-    sandbox still works, without a venv; the reason goes to stderr, which the executor logs)."""
+def exists(venv: str) -> bool:
     exe = venv_python(venv)
-    if os.path.exists(exe) and os.access(exe, os.X_OK):
+    return os.path.exists(exe) and os.access(exe, os.X_OK)
+
+
+def ensure(venv: str, python: str, bases: list | None = None) -> str:
+    """The venv's interpreter (created now if missing), or `python` when it cannot be made (the
+    sandbox still works, without a venv; the reason goes to stderr, which the executor logs).
+    `bases`: the site-packages of `python` when the executor knows them (else one subprocess asks)."""
+    exe = venv_python(venv)
+    if exists(venv):
         return exe
     import subprocess  # only on the first start: a warm start imports nothing more
 
     try:
-        bases = base_site_packages(python)
+        bases = [p for p in bases if os.path.isdir(p)] if bases else base_site_packages(python)
         import venv as venv_module  # the runner's interpreter is the sandbox's Python (its base install)
 
         venv_module.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(venv)

@@ -66,6 +66,7 @@ class BwrapBackend(SandboxBackend):
         self.bwrap = bwrap or find_bwrap()
         self.stage: Path | None = None
         self.python_dirs: list[str] = []
+        self.site_packages: list[str] = []
         self.env = policy.sandbox_env(config.python, config.env_passthrough,
                                       venv=egress.SANDBOX_VENV if config.user_venv else None,
                                       extra=self.egress_env(config))
@@ -77,6 +78,7 @@ class BwrapBackend(SandboxBackend):
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         self.stage = await asyncio.to_thread(policy.stage_runner, self.config.state_dir)
         self.python_dirs = await asyncio.to_thread(policy.python_dirs, self.config.python)
+        self.site_packages = await asyncio.to_thread(policy.site_packages, self.config.python) if self.config.user_venv else []
         await self._self_check()
         await self.start_egress(self.config)
         try:
@@ -109,7 +111,7 @@ class BwrapBackend(SandboxBackend):
         """`user`: a user's sandbox (the self-check's probe gets no venv and no forwarder)."""
         cfg = self.config
         return {
-            "venv": egress.SANDBOX_VENV if user and cfg.user_venv else None,
+            "venv": egress.SANDBOX_VENV if user and cfg.user_venv else None, "venv_base": self.site_packages,
             "egress": {"socket": egress.SANDBOX_SOCKET, "port": egress.SANDBOX_PORT} if user and cfg.egress else None,
             "root": policy.WORKSPACE, "virtual": policy.WORKSPACE,
             "drop": [cfg.sandbox_uid, cfg.sandbox_gid] if cfg.drops_privileges else None, "userns": True,

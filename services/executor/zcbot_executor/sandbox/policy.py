@@ -149,6 +149,19 @@ def _synthetic_etc() -> dict[str, str]:
     }
 
 
+def site_packages(python: str) -> list[str]:
+    """The site-packages folders of `python` (its venv's, or the install's), for the user venv's
+    `.pth` (user_venv.py): asked once per executor so a sandbox's first start spawns nothing for it."""
+    import site
+    import subprocess
+
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return list(site.getsitepackages())
+    out = subprocess.run([python, "-I", "-c", "import site; print('\\n'.join(site.getsitepackages()))"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
 def python_dirs(python: str) -> list[str]:
     """Install folders the sandbox needs (read-only) for `python` and its site-packages.
 
