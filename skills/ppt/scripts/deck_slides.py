@@ -184,7 +184,7 @@ def _panels(deck: Deck, slide, columns, col_w: int) -> None:
                 deck.need(p, inner, size, False, space=size * 0.6) <= deck.body_h - head_h - 2 * pad for _, _, p in columns):
             break
     need = max(deck.need(p, inner, size, False, space=size * 0.6) for _, _, p in columns)
-    h = int(min(deck.body_h, max(deck.body_h * 0.6, head_h + need + 2 * pad)))
+    h = int(min(deck.body_h, max(deck.body_h * 0.72, head_h + need + 2 * pad)))
     for ci, (x, head, paras) in enumerate(columns):
         colour = t.palette[ci]
         deck.rect(slide, x, deck.body_top, col_w, h, t.surface, f"Panel {ci + 1}")

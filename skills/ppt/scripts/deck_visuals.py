@@ -206,7 +206,7 @@ def kpis_slide(deck: Deck, s: dict):
 
 def cards_slide(deck: Deck, s: dict):
     """2-4 cards side by side: a numbered, coloured head and a few lines each; the cards are as
-    tall as the fullest one needs (at least 60 % of the body), so they never look half empty."""
+    tall as the fullest one needs (at least 72 % of the body), so they never look half empty."""
     slide = deck.titled(s)
     items = s["cards"]
     n = len(items)
@@ -221,7 +221,7 @@ def cards_slide(deck: Deck, s: dict):
                                                    for b in bodies if b):
             break
     need = max([deck.need(b, inner_w, size, False, space=size * 0.5) for b in bodies if b] or [0])
-    card_h = int(min(deck.body_h, max(deck.body_h * 0.6, head_h + need + 2 * pad)))
+    card_h = int(min(deck.body_h, max(deck.body_h * 0.72, head_h + need + 2 * pad)))
     for i, (item, paras) in enumerate(zip(items, bodies)):
         x = deck.M + i * (w + gap)
         colour = deck.theme.palette[i % len(deck.theme.palette)] if not deck.templated else deck.theme.accent
