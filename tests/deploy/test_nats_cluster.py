@@ -91,7 +91,12 @@ def test_nats_server_conf_routes_to_every_pod_and_syncs_before_the_ack(docs: lis
     assert {"name": "run", "mountPath": "/var/run/nats"} in container(sts)["volumeMounts"]
     # JetStream stops at max_file_store, before the volume is full
     claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
-    assert int(conf_value(text, "max_file_store").rstrip("G")) < int(claim.rstrip("Gi"))
+    max_file_store = int(conf_value(text, "max_file_store").rstrip("G"))
+    assert max_file_store < int(claim.rstrip("Gi"))
+    # the streams' own byte limits fit in it (events + the two work queues), so JetStream's limit is never hit
+    config = kc.by_kind(docs, "ConfigMap")["zcbot-config"]["data"]
+    streams = int(config["ZCBOT_EVENTS_MAX_BYTES"]) + 2 * int(config["ZCBOT_QUEUES_MAX_BYTES"])
+    assert 0 < streams < max_file_store * 10**9
     monitor = next(p["containerPort"] for p in container(sts)["ports"] if p["name"] == "monitor")
     assert int(conf_value(text, "http_port")) == monitor
 
