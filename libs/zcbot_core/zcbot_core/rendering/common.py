@@ -209,6 +209,10 @@ def _hyperlink(paragraph, url: str) -> object:
     return link
 
 
+# "10 mS/cm", "30 μm", "5 %": a number and its unit never part at a line end (no-break space).
+_NUMBER_UNIT = re.compile(r"(\d) (?=[A-Za-zμΩ°%‰℃][A-Za-z/²³]{0,3}(?![A-Za-z]))")
+
+
 def add_spans(paragraph, text: str, *, code_font: str = "Consolas", chem: bool = True, size: float | None = None,
               bold: bool | None = None, link_color: str = "1F4E79", note=None) -> None:
     """Append `text` (inline markdown) to a paragraph as formatted runs.
@@ -223,7 +227,8 @@ def add_spans(paragraph, text: str, *, code_font: str = "Consolas", chem: bool =
             if note is not None and note(paragraph, span.note):
                 continue
             span = Span(f"[^{span.note}]", span.bold, span.italic)
-        run = paragraph.add_run(span.text)
+        text = span.text if span.code else _NUMBER_UNIT.sub("\\1\u00a0", span.text)
+        run = paragraph.add_run(text)
         if span.bold or bold:
             run.bold = True
         if span.italic:

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from docx import Document as new_document
-from docx.enum.table import WD_TABLE_ALIGNMENT
+from docx.enum.table import WD_CELL_VERTICAL_ALIGNMENT, WD_TABLE_ALIGNMENT
 from docx.enum.text import WD_ALIGN_PARAGRAPH, WD_LINE_SPACING
 from docx.shared import Pt, RGBColor
 
 from . import common
 from .docx_lists import ListNumbering, Numberer
 from .docx_notes import Footnotes, set_metadata
-from .docx_tables import column_widths, set_column_widths
+from .docx_tables import column_widths, display_width, set_column_widths
 from .mdparse import Code, Document, Heading, Image, ListBlock, PageBreak, Paragraph, Quote, Rule, Table, parse, plain_text
 
 
@@ -231,6 +231,10 @@ class DocxWriter:
             return
         para = self.doc.add_paragraph(style="Title")
         self._spans(para, title)
+        size = self._one_line_title_size(plain_text(title))
+        if size:
+            for run in para.runs:
+                run.font.size = Pt(size)
         if self.style.title_rule:
             common.bottom_border(para, 12, self.style.accent)
         subtitle_bits = [meta.get(k, "") for k in ("subtitle", "author", "date") if meta.get(k) and meta[k] not in title]
@@ -247,6 +251,18 @@ class DocxWriter:
             toc = self.doc.add_paragraph()
             common.add_field(toc, 'TOC \\o "1-3" \\h \\z \\u', "目录" if self.cjk else "Table of contents")
             common.page_break(self.doc)
+
+    def _one_line_title_size(self, title: str) -> float | None:
+        """A Chinese title a little too long for one line is set a little smaller (not below 18 pt,
+        小二) instead of leaving one or two characters alone on a second line."""
+        if not self.cjk:
+            return None
+        width_pt = common.text_width(self.doc) / 12700 * 0.97
+        ems = display_width(title) / 2
+        size = self.style.title_size
+        if ems * size <= width_pt or ems * 18.0 > width_pt:
+            return None
+        return max(18.0, int(width_pt / ems * 2) / 2)
 
     def _reference(self, text: str) -> None:
         assert self.report is not None
@@ -319,6 +335,7 @@ class DocxWriter:
                     para.alignment = WD_ALIGN_PARAGRAPH.CENTER if self.style.table_style == "three-line" else WD_ALIGN_PARAGRAPH.RIGHT
                 else:
                     para.alignment = WD_ALIGN_PARAGRAPH.LEFT
+                cell.vertical_alignment = WD_CELL_VERTICAL_ALIGNMENT.CENTER  # CJK and Latin cells line up
                 if r == 0 and self.style.header_fill:
                     common.shade_cell(cell, self.style.header_fill)
         plain_rows = [[plain_text(c) for c in row] for row in [block.header, *block.rows]]
