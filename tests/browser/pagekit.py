@@ -83,11 +83,18 @@ async def send(page: Page, content: str) -> None:
 OVERFLOW = """() => {
   const doc = document.documentElement;
   const wide = [];
+  // A wide table or code block may scroll inside its own box when that box fits (not a whole
+  // pane or the message list: a bubble cut off on the right is what this check is for).
+  const clipped = (node) => {
+    const box = node.closest(".table-wrap, .md-table, pre");
+    return box !== null && box !== node && getComputedStyle(box).overflowX !== "visible"
+      && box.getBoundingClientRect().right <= doc.clientWidth + 1;
+  };
   for (const node of document.querySelectorAll("body *")) {
     const r = node.getBoundingClientRect();
     if (!r.width || getComputedStyle(node).visibility === "hidden") continue;
     // Drawers are off-screen on purpose while closed (visibility: hidden, skipped above).
-    if (r.right > doc.clientWidth + 1 && !node.closest("[data-drawer]")) wide.push(node.tagName + "." + node.className);
+    if (r.right > doc.clientWidth + 1 && !node.closest("[data-drawer]") && !clipped(node)) wide.push(node.tagName + "." + node.className);
   }
   return {scroll: doc.scrollWidth, client: doc.clientWidth, body: document.body.scrollWidth, wide: wide.slice(0, 5)};
 }"""
