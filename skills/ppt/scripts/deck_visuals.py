@@ -17,6 +17,7 @@ from pptx.oxml.ns import qn
 from pptx.util import Inches, Pt
 
 import deck_build
+import deck_measure as dm
 from deck_build import Deck, rgb
 from deck_outline import norm_bullets
 from deck_slides import caption, fill_list
@@ -189,8 +190,9 @@ def kpis_slide(deck: Deck, s: dict):
         tf = box.text_frame
         tf.vertical_anchor = MSO_ANCHOR.MIDDLE
         value = str(item.get("value", ""))
-        size = deck.fit([(value, 0)], w, Inches(1.3), (value_size, value_size - 8, value_size - 16, 28), False,
-                        bold=True) or 28
+        inner = w - 2 * deck_build.INSET_LR
+        size = next((z for z in (value_size, value_size - 6, value_size - 12, value_size - 18, 28)
+                     if dm.wrapped_lines(value, inner, z, deck.fam(bold=True)) == 1), 28)  # a number on one line
         deck.set_text(box, [(value, 0)], size, bold=True, colour=colour, align=PP_ALIGN.CENTER, bullets=False)
         for text, sz, col in ((item.get("label"), 20, deck.theme.text), (item.get("note"), 14, deck.theme.muted)):
             if text:
