@@ -99,7 +99,8 @@ async def pipeline(stack: BenchStack, client: Client, iters: int) -> dict[str, A
                 queue_wait.append(timings.get("queue_wait", 0.0))
                 runner_total.append(timings.get("total", 0.0))
                 for key in ("setup", "llm", "ttft"):
-                    stages.setdefault(key, []).append(timings.get(key, 0.0))
+                    if timings.get(key) is not None:  # ttft is null when no token came
+                        stages.setdefault(key, []).append(timings[key])
             local_history.append({"role": "user", "content": f"{content} {i}"})
             loop = AgentLoop(run_id=uuid.uuid4().hex, profile=profile, system_prompt="bench", tools=LocalTools(),
                              sink=NullSink(), store=HistoryStore(local_history), cancel=CancelToken())

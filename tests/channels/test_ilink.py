@@ -31,7 +31,7 @@ async def login(chan: ChannelStack, user_id: str, wechat_user: str) -> tuple[dic
         r = await c.get("/v1/channels/ilink/login", params={"wait": 1})
         assert r.status_code == 200 and r.json()["status"] == "confirmed", r.text
         assert bot.token not in r.text
-        listed = (await c.get("/v1/channels")).json()["channels"]
+        listed = (await c.get("/v1/channels")).json()["items"]
     assert [b["channel"] for b in listed] == ["ilink"] and listed[0]["status"] == "active"
     assert listed[0]["ilink_bot_id"] == bot.bot_id and bot.token not in str(listed)
     return headers, bot

@@ -25,7 +25,7 @@ async def test_an_unproven_claim_receives_nothing_and_blocks_no_one(chan: Channe
         assert r.json() == {"channel": "wecom", "status": "code_sent", "userid": "alice_w", "expires_in": 600}
         code = sent_code(fake, "alice_w")  # delivered to alice's WeCom: mallory never sees it
         assert code not in r.text
-        [view] = (await c.get("/v1/channels")).json()["channels"]
+        [view] = (await c.get("/v1/channels")).json()["items"]
         assert view["status"] == "pending" and view["code_pending"] is True and "userid" not in view
         assert "digest" not in str(view) and "salt" not in str(view)
         # A message from alice's WeCom while only mallory's claim exists: no run, no reply.
@@ -87,7 +87,7 @@ async def test_codes_expire_unknown_members_are_refused_and_a_proven_binding_sur
                 "jsonb_build_object('code_sent_at', 0) where user_id = 'dora'")
         r = await c.put("/v1/channels/wecom", json={"userid": "dora_new"})
         assert r.status_code == 202
-        [view] = (await c.get("/v1/channels")).json()["channels"]
+        [view] = (await c.get("/v1/channels")).json()["items"]
         assert view["userid"] == "dora_w" and view["status"] == "active" and view["code_pending"] is True
         code = sent_code(fake, "dora_new")
     # Ten minutes later the code is refused (the clock is the only thing moved).
@@ -96,6 +96,6 @@ async def test_codes_expire_unknown_members_are_refused_and_a_proven_binding_sur
         with pytest.raises(BindingRefused, match="expired"):
             await confirm_binding(session, "dora", code, now=time.time() + 601)
     async with chan.client(headers) as c:
-        [view] = (await c.get("/v1/channels")).json()["channels"]
+        [view] = (await c.get("/v1/channels")).json()["items"]
         assert view["userid"] == "dora_w" and view["status"] == "active" and view["code_pending"] is False
         assert (await c.post("/v1/channels/wecom/verify", json={"code": code})).status_code == 400

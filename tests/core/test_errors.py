@@ -1,5 +1,5 @@
 """The domain error family (zcbot_core.errors): every class carries a code and an HTTP status, and the
-gateway maps the whole family once (zcbot_gateway/errors.py) with the `{"detail": ...}` shape."""
+gateway maps the whole family once (zcbot_gateway/errors.py) with one problem shape (RFC 9457: `detail` a string, `code`, `status`)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,9 @@ def test_domain_errors_map_once_at_the_edge(client: TestClient, index: int) -> N
     assert isinstance(exc, ZcbotError) and exc.code and exc.code != "error"
     resp = client.get(f"/raise/{index}")
     assert resp.status_code == status
-    assert resp.json() == {"detail": detail}
+    assert resp.json()["detail"] == detail
+    assert resp.json()["code"] == exc.code and resp.json()["status"] == status  # the problem's fields
+    assert resp.headers["content-type"] == "application/problem+json"
     for name, value in headers.items():
         assert resp.headers[name] == value
 
@@ -84,4 +86,5 @@ def test_an_unknown_error_is_still_a_bare_500(client: TestClient) -> None:
         raise KeyError("secret-ish internals")
 
     resp = TestClient(app, raise_server_exceptions=False).get("/boom")
-    assert resp.status_code == 500 and resp.json() == {"detail": "internal server error"}
+    assert resp.status_code == 500 and resp.json()["detail"] == "internal server error"
+    assert "secret-ish" not in resp.text

@@ -42,7 +42,7 @@ async def test_model_builds_a_deck_with_the_ppt_skill(stack: Stack) -> None:
     assert "ppt" in first_request["messages"][0]["content"]
     async with stack.client(token) as c:
         listing = (await c.get("/v1/files", params={"path": task["working_dir"]})).json()
-        assert "deck.pptx" in [e["name"] for e in listing["entries"]]
+        assert "deck.pptx" in [e["name"] for e in listing["items"]]
         download = await c.get("/v1/files/download", params={"path": f"{task['working_dir']}/deck.pptx"})
     assert download.status_code == 200
     deck = Presentation(io.BytesIO(download.content))

@@ -90,7 +90,8 @@ async def test_create_working_dir_normalized(
 async def test_create_bad_name_is_400(app_client: httpx.AsyncClient, make_user, name: str) -> None:
     h = await make_user(app_client, "alice")
     resp = await create(app_client, h, name=name, working_dir="fine")
-    assert resp.status_code == 400, resp.text
+    # Over the length the schema declares (200, as the server): the schema's 422; else the domain's 400.
+    assert resp.status_code == (422 if len(name) > 200 else 400), resp.text
     assert isinstance(resp.json()["detail"], str)
 
 
@@ -100,7 +101,8 @@ async def test_create_bad_working_dir_is_400(
 ) -> None:
     h = await make_user(app_client, "alice")
     resp = await create(app_client, h, name="ok", working_dir=working_dir)
-    assert resp.status_code == 400, resp.text
+    # Over the schema's length (1024, as the server's rule): 422; else the folder rule's 400.
+    assert resp.status_code == (422 if len(working_dir) > 1024 else 400), resp.text
     assert isinstance(resp.json()["detail"], str)
     root = user_dir(settings, "alice")
     assert not root.exists() or not any(root.iterdir())  # nothing created
@@ -115,7 +117,11 @@ async def test_create_invalid_body_is_422(app_client: httpx.AsyncClient, make_us
     h = await make_user(app_client, "alice")
     resp = await app_client.post("/v1/tasks", headers=h, json=body)
     assert resp.status_code == 422, resp.text
-    assert isinstance(resp.json()["detail"], list)
+    problem = resp.json()
+    assert isinstance(problem["detail"], str) and problem["code"] == "validation_error"
+    assert isinstance(problem["errors"], list) and problem["errors"][0]["loc"][0] == "body"
+    assert resp.headers["content-type"] == "application/problem+json"
+    assert len(resp.text) < 2000  # the 5000-character input is not echoed
 
 
 async def test_create_nul_in_description_is_400(app_client: httpx.AsyncClient, make_user) -> None:
@@ -222,7 +228,8 @@ async def test_get_missing_is_404(app_client: httpx.AsyncClient, make_user) -> N
     h = await make_user(app_client, "alice")
     for task_id in ["nope", "0" * 32, "x" * 500, "%00"]:
         resp = await app_client.get(f"/v1/tasks/{task_id}", headers=h)
-        assert resp.status_code == 404 and resp.json() == {"detail": "task not found"}
+        assert resp.status_code == 404 and resp.json()["detail"] == "task not found"
+        assert resp.json()["status"] == 404 and resp.json()["code"] == "task_not_found", resp.json()
 
 
 async def test_cross_user_isolation(app_client: httpx.AsyncClient, make_user) -> None:
@@ -238,9 +245,9 @@ async def test_cross_user_isolation(app_client: httpx.AsyncClient, make_user) ->
     ]:
         resp = await app_client.request(method, path, headers=b, json=body)
         assert resp.status_code == 404, (method, resp.text)
-        assert resp.json() == {"detail": "task not found"}
-    assert (await app_client.get("/v1/tasks", headers=b)).json()["count"] == 0
-    assert (await app_client.get("/v1/folders", headers=b)).json() == []
+        assert resp.json()["detail"] == "task not found"
+    assert (await app_client.get("/v1/tasks", headers=b)).json()["total"] == 0
+    assert (await app_client.get("/v1/folders", headers=b)).json()["items"] == []
     # A's soft-deleted task is not restorable by B either.
     assert (await app_client.delete(f"/v1/tasks/{tid}", headers=a)).status_code == 204
     assert (await app_client.post(f"/v1/tasks/{tid}/restore", headers=b)).status_code == 404
@@ -268,22 +275,24 @@ async def test_list_pagination_and_clamp(app_client: httpx.AsyncClient, make_use
     ids = [(await created(app_client, h, name=f"t{i:02d}", working_dir="shared"))["task_id"] for i in range(25)]
 
     first = (await app_client.get("/v1/tasks", headers=h)).json()
-    assert (first["page"], first["page_size"], first["count"]) == (1, 20, 25)
-    assert [t["task_id"] for t in first["results"]] == ids[::-1][:20]  # newest first
+    assert (first["page"], first["page_size"], first["total"]) == (1, 20, 25)
+    assert [t["task_id"] for t in first["items"]] == ids[::-1][:20]  # newest first
     second = (await app_client.get("/v1/tasks", headers=h, params={"page": 2})).json()
-    assert [t["task_id"] for t in second["results"]] == ids[::-1][20:]
+    assert [t["task_id"] for t in second["items"]] == ids[::-1][20:]
     beyond = (await app_client.get("/v1/tasks", headers=h, params={"page": 9})).json()
-    assert beyond["results"] == [] and beyond["count"] == 25
+    assert beyond["items"] == [] and beyond["total"] == 25
 
-    for given, effective in [(0, 1), (-5, 1), (1, 1), (7, 7), (100, 100), (1000, 100)]:
+    for given in (1, 7, 100):
         body = (await app_client.get("/v1/tasks", headers=h, params={"page_size": given})).json()
-        assert body["page_size"] == effective, given
-        assert len(body["results"]) == min(effective, 25)
+        assert body["page_size"] == given, given
+        assert len(body["items"]) == min(given, 25)
 
-    for params, code in [({"page": 0}, 400), ({"page": -1}, 400), ({"page": 10**7}, 400),
-                         ({"page": "x"}, 422), ({"page_size": "many"}, 422), ({"page": 10**30}, 400)]:
+    # Out of range is refused (422), never silently adjusted.
+    for params in ({"page": 0}, {"page": -1}, {"page": 10**7}, {"page": "x"}, {"page_size": "many"},
+                   {"page": 10**30}, {"page_size": 0}, {"page_size": -5}, {"page_size": 1000},
+                   {"run_status": "bogus"}, {"run_status": "running,bogus"}, {"status": "nope"}):
         resp = await app_client.get("/v1/tasks", headers=h, params=params)
-        assert resp.status_code == code, (params, resp.text)
+        assert resp.status_code == 422, (params, resp.text)
 
 
 @pytest.mark.parametrize(
@@ -314,14 +323,14 @@ async def test_list_ordering(app_client: httpx.AsyncClient, make_user, ordering:
     params = {} if ordering is None else {"ordering": ordering}
     resp = await app_client.get("/v1/tasks", headers=h, params=params)
     assert resp.status_code == 200, resp.text
-    assert [t["name"] for t in resp.json()["results"]] == expected
+    assert [t["name"] for t in resp.json()["items"]] == expected
 
 
 @pytest.mark.parametrize("ordering", ["foo", "-foo", "name,bogus", "user_id", "password_hash", "--name", "name,", ",", "task_id"])
-async def test_list_bad_ordering_is_400(app_client: httpx.AsyncClient, make_user, ordering: str) -> None:
+async def test_list_bad_ordering_is_422(app_client: httpx.AsyncClient, make_user, ordering: str) -> None:
     h = await make_user(app_client, "alice")
     resp = await app_client.get("/v1/tasks", headers=h, params={"ordering": ordering})
-    assert resp.status_code == 400, resp.text
+    assert resp.status_code == 422, resp.text
     assert "ordering" in resp.json()["detail"]
 
 
@@ -342,8 +351,8 @@ async def test_list_filters(app_client: httpx.AsyncClient, make_user) -> None:
         resp = await app_client.get("/v1/tasks", headers=h, params={"ordering": "name", **params})
         assert resp.status_code == 200, resp.text
         body = resp.json()
-        assert body["count"] == len(body["results"])
-        return [t["name"] for t in body["results"]]
+        assert body["total"] == len(body["items"])
+        return [t["name"] for t in body["items"]]
 
     assert await names() == ["Code_fix", "Grant", "Quarterly Deck"]
     assert await names(include_scheduled="true") == ["Code_fix", "Daily brief", "Grant", "Quarterly Deck"]
@@ -362,10 +371,11 @@ async def test_list_filters(app_client: httpx.AsyncClient, make_user) -> None:
     assert await names(q="_") == ["Code_fix"]  # _ is literal
     assert await names(q="nothing here") == []
 
-    for params in [{"working_dir": "../x"}, {"working_dir": "/abs"}, {"q": "a\x00b"}, {"run_status": ","}]:
+    for params in [{"working_dir": "../x"}, {"working_dir": "/abs"}, {"q": "a\x00b"}]:
         resp = await app_client.get("/v1/tasks", headers=h, params=params)
         assert resp.status_code == 400, (params, resp.text)
-    assert (await app_client.get("/v1/tasks", headers=h, params={"q": "x" * 201})).status_code == 422
+    for params in [{"q": "x" * 201}, {"run_status": ","}, {"run_status": "bogus"}, {"status": "gone"}]:
+        assert (await app_client.get("/v1/tasks", headers=h, params=params)).status_code == 422, params
 
 
 # ---- patch ---------------------------------------------------------------------------------
@@ -398,9 +408,9 @@ async def test_patch_task(app_client: httpx.AsyncClient, settings: Settings, mak
 @pytest.mark.parametrize(
     ("body", "code"),
     [
-        *[({"name": n}, 400) for n in BAD_NAMES],
+        *[({"name": n}, 422 if len(n) > 200 else 400) for n in BAD_NAMES],
         ({"name": None}, 400),
-        ({"status": "bogus"}, 400),
+        ({"status": "bogus"}, 422),
         ({"status": None}, 400),
         ({"model_profile": "no-such-model"}, 400),
         ({"model_profile": ""}, 400),
@@ -449,7 +459,7 @@ async def test_delete_and_restore(app_client: httpx.AsyncClient, settings: Setti
     assert (await app_client.get(url, headers=h)).status_code == 404
     assert (await app_client.delete(url, headers=h)).status_code == 404
     assert (await app_client.patch(url, headers=h, json={"name": "x"})).status_code == 404
-    assert (await app_client.get("/v1/tasks", headers=h)).json()["count"] == 0
+    assert (await app_client.get("/v1/tasks", headers=h)).json()["total"] == 0
 
     restored = await app_client.post(f"{url}/restore", headers=h)
     assert restored.status_code == 200, restored.text
@@ -502,7 +512,7 @@ async def test_task_json_reflects_run_fields(app_client: httpx.AsyncClient, make
 async def test_folders(app_client: httpx.AsyncClient, make_user) -> None:
     a = await make_user(app_client, "alice")
     b = await make_user(app_client, "bob")
-    assert (await app_client.get("/v1/folders", headers=a)).json() == []
+    assert (await app_client.get("/v1/folders", headers=a)).json()["items"] == []
     t1 = await created(app_client, a, name="one", working_dir="proj")
     await created(app_client, a, name="two", working_dir="proj")
     t3 = await legacy_task(app_client, "alice", name="three", working_dir="other/deep")
@@ -512,10 +522,10 @@ async def test_folders(app_client: httpx.AsyncClient, make_user) -> None:
     await set_task(app_client, t1["task_id"], updated_at=datetime(2031, 1, 1, tzinfo=UTC))
     await set_task(app_client, t3["task_id"], updated_at=datetime(2030, 1, 1, tzinfo=UTC))
 
-    folders = (await app_client.get("/v1/folders", headers=a)).json()
+    folders = (await app_client.get("/v1/folders", headers=a)).json()["items"]
     assert [(f["working_dir"], f["task_count"]) for f in folders] == [("proj", 2), ("other/deep", 1)]
     assert folders[0]["last_used_at"].startswith("2031-01-01")
-    assert [(f["working_dir"], f["task_count"]) for f in (await app_client.get("/v1/folders", headers=b)).json()] == [
+    assert [(f["working_dir"], f["task_count"]) for f in (await app_client.get("/v1/folders", headers=b)).json()["items"]] == [
         ("proj", 1)
     ]
 

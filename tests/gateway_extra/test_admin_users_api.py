@@ -51,8 +51,8 @@ async def test_admin_user_routes_follow_the_cli_rules(app_client: httpx.AsyncCli
     disabled = await app_client.post(f"{BASE}/ann@example.com/disable", headers=h)
     assert disabled.status_code == 200 and disabled.json()["role"] == "disabled"
     listed = (await app_client.get(BASE, headers=h)).json()
-    rows = {r["email"]: r for r in listed["results"] if r["email"]}
-    assert listed["count"] == len(listed["results"])
+    rows = {r["email"]: r for r in listed["items"] if r["email"]}
+    assert listed["total"] == len(listed["items"])
     assert rows["ann@example.com"]["role"] == "disabled" and rows["ann@example.com"]["has_password"] is False
     assert await _password_login(app_client, "ann@example.com", "ann-third-3") == 403  # a wrong password answer
 
@@ -74,5 +74,5 @@ async def test_the_last_admin_cannot_be_removed_over_http(app_client: httpx.Asyn
     overwrite = await app_client.post(BASE, json={"email": "boss@example.com", "password": "boss-secret-2",
                                                   "update": True}, headers=boss)
     assert overwrite.status_code == 409
-    rows = (await app_client.get(BASE, headers=boss)).json()["results"]
+    rows = (await app_client.get(BASE, headers=boss)).json()["items"]
     assert [r["role"] for r in rows if r["email"] == "boss@example.com"] == ["admin"]

@@ -58,7 +58,8 @@ async def test_list(app_client: httpx.AsyncClient, settings: Settings, make_user
     h = await make_user(app_client, "alice")
     fresh = await app_client.get("/v1/files", headers=h)  # no folder on disk yet
     assert fresh.status_code == 200, fresh.text
-    assert fresh.json() == {"entries": [], "crumbs": [{"name": "~", "path": ""}], "exists": True,
+    assert fresh.json() == {"items": [], "total": 0, "page": 1, "page_size": 5000,
+                            "crumbs": [{"name": "~", "path": ""}], "exists": True,
                             "root": "/workspace", "current": "", "truncated": False}
 
     root = user_dir(settings, "alice")
@@ -66,21 +67,21 @@ async def test_list(app_client: httpx.AsyncClient, settings: Settings, make_user
                 "Adir/sub/deep.txt": "deep", "Adir/.hid": "h"})
     os.mkfifo(root / "pipe")
     body = (await app_client.get("/v1/files", headers=h)).json()
-    assert [e["name"] for e in body["entries"]] == ["Adir", "adir2", "b.txt"]  # dirs first, dotfiles/fifo hidden
-    assert all(set(e) == ENTRY_KEYS for e in body["entries"])
-    b = body["entries"][2]
+    assert [e["name"] for e in body["items"]] == ["Adir", "adir2", "b.txt"]  # dirs first, dotfiles/fifo hidden
+    assert all(set(e) == ENTRY_KEYS for e in body["items"])
+    b = body["items"][2]
     assert b["path"] == "b.txt" and b["type"] == "file" and b["size"] == 5 and b["mtime"].endswith("+00:00")
-    assert body["entries"][0]["type"] == "dir" and body["entries"][0]["size"] is None
+    assert body["items"][0]["type"] == "dir" and body["items"][0]["size"] is None
 
     sub = (await app_client.get("/v1/files", headers=h, params={"path": "Adir/sub/"})).json()
     assert sub["exists"] and sub["current"] == "Adir/sub"
     assert sub["crumbs"] == [{"name": "~", "path": ""}, {"name": "Adir", "path": "Adir"},
                              {"name": "sub", "path": "Adir/sub"}]
-    assert [(e["name"], e["path"]) for e in sub["entries"]] == [("deep.txt", "Adir/sub/deep.txt")]
-    assert [e["name"] for e in (await app_client.get("/v1/files", headers=h, params={"path": "Adir"})).json()["entries"]] == ["sub"]
+    assert [(e["name"], e["path"]) for e in sub["items"]] == [("deep.txt", "Adir/sub/deep.txt")]
+    assert [e["name"] for e in (await app_client.get("/v1/files", headers=h, params={"path": "Adir"})).json()["items"]] == ["sub"]
 
     missing = await app_client.get("/v1/files", headers=h, params={"path": "nope/deeper"})
-    assert missing.status_code == 200 and missing.json()["exists"] is False and missing.json()["entries"] == []
+    assert missing.status_code == 200 and missing.json()["exists"] is False and missing.json()["items"] == []
     as_file = await app_client.get("/v1/files", headers=h, params={"path": "b.txt"})
     assert as_file.status_code == 400
 
@@ -116,7 +117,7 @@ async def test_symlink_escapes_are_400(app_client: httpx.AsyncClient, settings: 
     os.symlink(root / "real" / "file.txt", root / "inside-link.txt")  # even inside: never followed
 
     listing = (await app_client.get("/v1/files", headers=h)).json()
-    assert {e["name"] for e in listing["entries"]} == {"real"}
+    assert {e["name"] for e in listing["items"]} == {"real"}
     for path in ("leak.txt", "leakdir", "etc/passwd", "leakdir/inner.txt", "inside-link.txt"):
         calls = {
             "list": await app_client.get("/v1/files", headers=h, params={"path": path}),
@@ -155,6 +156,20 @@ async def test_upload_and_download(app_client: httpx.AsyncClient, settings: Sett
     assert sorted(os.listdir(root / "reports/2026")) == ["a.txt", "报告 final.docx"]
     to_root = await upload(app_client, h, "", ("top.txt", b"t"))
     assert to_root.status_code == 201 and (root / "top.txt").read_bytes() == b"t"
+    # The folder as a form field (what a browser form sends) lands there, not in the root.
+    form = await app_client.post("/v1/files/upload", headers=h, data={"path": "in/form"},
+                                 files=[("file", ("f.txt", b"form"))])
+    assert form.status_code == 201 and form.json()["path"] == "in/form", form.text
+    assert (root / "in/form/f.txt").read_bytes() == b"form" and not (root / "f.txt").exists()
+    same = await app_client.post("/v1/files/upload", headers=h, params={"path": "in/form"}, data={"path": "in/form"},
+                                 files=[("file", ("g.txt", b"g"))])
+    assert same.status_code == 201 and (root / "in/form/g.txt").exists()
+    # Never a silent wrong place: an unknown field or two different folders are refused, nothing written.
+    for params, data in (({}, {"folder": "x"}), ({"path": "a"}, {"path": "b"}), ({}, {"dir": "x", "path": "y"})):
+        bad = await app_client.post("/v1/files/upload", headers=h, params=params, data=data,
+                                    files=[("file", ("h.txt", b"h"))])
+        assert bad.status_code == 422 and bad.json()["code"] == "validation_error", (params, data, bad.text)
+    assert not any(p.name == "h.txt" for p in root.rglob("h.txt"))
 
     dl = await app_client.get("/v1/files/download", headers=h, params={"path": "reports/2026/报告 final.docx"})
     assert dl.status_code == 200 and dl.content == b"\x00\x01docx"
@@ -294,7 +309,7 @@ async def test_rename_task_folder_rewrites_tasks_and_jobs(app_client: httpx.Asyn
     async with db(app_client) as s:
         assert (await s.scalars(select(ScheduledJob.working_dir))).all() == ["customer/site"]
     assert (root / "customer/site/index.html").exists()
-    folders = (await app_client.get("/v1/folders", headers=h)).json()
+    folders = (await app_client.get("/v1/folders", headers=h)).json()["items"]
     assert {f["working_dir"] for f in folders} == {"Project 2026", "customer/site", "clientele"}
 
     # A symlink inside the root is not followed: no alias can delete or move a task's folder.
@@ -372,7 +387,7 @@ async def test_users_cannot_reach_each_others_files(app_client: httpx.AsyncClien
     assert (await upload(app_client, b, "", ("mine.txt", b"bob"))).status_code == 201
 
     listing = (await app_client.get("/v1/files", headers=b)).json()
-    assert [e["name"] for e in listing["entries"]] == ["mine.txt"]
+    assert [e["name"] for e in listing["items"]] == ["mine.txt"]
     assert (await app_client.get("/v1/files", headers=b, params={"path": "private"})).json()["exists"] is False
     assert (await app_client.get("/v1/files/download", headers=b, params={"path": "private/plan.txt"})).status_code == 404
     assert (await post(app_client, b, "delete", path="private/plan.txt")).status_code == 404

@@ -90,6 +90,10 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/v1/channels/ilink/login"): Route(),
     ("GET", "/v1/channels/ilink/login"): Route(query={"wait": 0}),
     ("DELETE", "/v1/channels/{channel}"): Route(owned=True),
+    # Background processes: another user's proc id is a 404 through the real executor
+    # (tests/gateway_extra/test_procs_api.py); this app has no executor, so they are not "owned" here.
+    ("GET", "/v1/procs"): Route(),
+    ("POST", "/v1/procs/{proc_id}/kill"): Route(),
     ("GET", "/v1/admin/overview"): Route(admin=True),
     ("GET", "/v1/admin/usage/models"): Route(admin=True),
     ("GET", "/v1/admin/usage/users"): Route(admin=True),
@@ -136,7 +140,8 @@ async def _world(client: httpx.AsyncClient, settings: Settings) -> World:
                       "(%s, 'wecom', 'active', '{\"userid\": \"alice-wecom\", \"verified_at\": 1}')", OWNER)
     job_id = await seed_schedule(db, OWNER, "daily", "brief me")
     seed_extended_memory(settings.storage_root, OWNER, "diary.md", "private", "alice's secret diary")
-    params = {"task_id": task_id, "job_id": job_id, "filename": "diary.md", "channel": "wecom", "email": MEMBER}
+    params = {"task_id": task_id, "job_id": job_id, "filename": "diary.md", "channel": "wecom", "email": MEMBER,
+              "proc_id": "p0123456789ab"}
     return World(client=client, settings=settings, tokens=tokens, params=params)
 
 
@@ -247,7 +252,7 @@ async def test_other_users_resources_are_404_and_untouched(world: World) -> None
     assert r.content == b"alice's private report"
     job = (await world.client.get(f"/v1/schedules/{world.params['job_id']}", headers=owner)).json()
     assert job["enabled"] is True
-    channels = (await world.client.get("/v1/channels", headers=owner)).json()["channels"]
+    channels = (await world.client.get("/v1/channels", headers=owner)).json()["items"]
     assert [c["channel"] for c in channels] == ["wecom"]
     assert await db_rows_async(world.settings.zcbot_db_url, "select count(*) from messages") == [(0,)]
     # And the other user's namespace got nothing of the owner's.
@@ -260,7 +265,7 @@ async def test_admin_routes_need_the_admin_role(world: World) -> None:
     for user in (OWNER, OTHER):
         for (method, path), route in admin_routes.items():
             r = await _call(world, method, path, route, bearer(world.tokens[user]))
-            assert r.status_code == 403 and r.json() == {"detail": "admin role required"}, (user, path, r.text)
+            assert r.status_code == 403 and r.json()["detail"] == "admin role required", (user, path, r.text)
     for (method, path), route in admin_routes.items():
         r = await _call(world, method, path, route, bearer(world.tokens[ADMIN]))
         assert r.status_code == (201 if (method, path) == ("POST", "/v1/admin/users") else 200), (path, r.text)
@@ -290,11 +295,11 @@ async def test_login_failures_are_uniform(world: World) -> None:
         await c.post("/v1/auth/login_password", json={"email": f"{OTHER}@example.com", "password": ""}),  # no hash
         await c.post("/v1/auth/login_password", json={"email": "", "password": "correct-horse-1"}),
     ]
-    assert {(r.status_code, r.text) for r in failures} == {(403, '{"detail":"invalid email or password"}')}
+    assert {(r.status_code, r.json()["detail"]) for r in failures} == {(403, "invalid email or password")}
     # Platform login: a wrong or empty key is 403, a missing one is a validation error.
     for key in ("wrong-key", "", world.settings.platform_key + "x", world.settings.platform_key[:-1]):
         r = await c.post("/v1/auth/login", json={"user_id": OWNER, "platform_key": key})
-        assert (r.status_code, r.json()) == (403, {"detail": "invalid platform key"}), key
+        assert (r.status_code, r.json()["detail"]) == (403, "invalid platform key"), key
     r = await c.post("/v1/auth/login", json={"user_id": OWNER})
     assert r.status_code == 422
     r = await c.post("/v1/auth/login", json={"user_id": "../etc", "platform_key": world.settings.platform_key})

@@ -58,7 +58,7 @@ async def model_tools(stack: Stack, token: str, task_id: str, calls: list[dict[s
     events = await stack.events(token, r.json()["events_url"], timeout=timeout)
     assert events[-1]["event"] == "done" and events[-1]["data"]["status"] == "ok", events[-3:]
     async with stack.client(token) as c:
-        msgs = (await c.get(f"/v1/tasks/{task_id}/messages")).json()["messages"]
+        msgs = (await c.get(f"/v1/tasks/{task_id}/messages")).json()["items"]
     run_id = r.json()["run_id"]
     results = [m["payload"]["content"] for m in msgs if m["run_id"] == run_id and m["payload"]["role"] == "tool"]
     assert len(results) == len(calls), results

@@ -170,9 +170,10 @@ async def test_rest_list_disable_delete(api: httpx.AsyncClient, settings: Settin
                                               timezone="UTC")
     assert (await api.get("/v1/schedules")).status_code == 401
     r = await api.get("/v1/schedules", headers=alice)
-    assert r.status_code == 200 and [j["job_id"] for j in r.json()] == [job.job_id]
-    assert r.json()[0]["enabled"] is True and r.json()[0]["next_run_local"]
-    assert (await api.get("/v1/schedules", headers=bob)).json() == []
+    assert r.status_code == 200 and [j["job_id"] for j in r.json()["items"]] == [job.job_id]
+    assert r.json()["total"] == 1 and r.json()["page"] == 1
+    assert r.json()["items"][0]["enabled"] is True and r.json()["items"][0]["next_run_local"]
+    assert (await api.get("/v1/schedules", headers=bob)).json()["items"] == []
     for method, path in (("POST", f"/v1/schedules/{job.job_id}/disable"), ("DELETE", f"/v1/schedules/{job.job_id}"),
                          ("GET", f"/v1/schedules/{job.job_id}"), ("POST", "/v1/schedules/nope/disable")):
         r = await api.request(method, path, headers=bob)
@@ -182,4 +183,4 @@ async def test_rest_list_disable_delete(api: httpx.AsyncClient, settings: Settin
     assert (await api.get(f"/v1/schedules/{job.job_id}", headers=alice)).json()["enabled"] is False
     assert (await api.delete(f"/v1/schedules/{job.job_id}", headers=alice)).status_code == 204
     assert (await api.delete(f"/v1/schedules/{job.job_id}", headers=alice)).status_code == 404
-    assert (await api.get("/v1/schedules", headers=alice)).json() == []
+    assert (await api.get("/v1/schedules", headers=alice)).json()["items"] == []

@@ -80,7 +80,7 @@ async def test_upload_over_the_quota_is_507_and_writes_nothing(stack: Stack) -> 
         assert r.status_code == 507 and "disk quota exceeded" in r.json()["detail"], r.text
         assert not (stack.settings.storage_root / "carol" / "in" / "b.bin").exists()
         listing = (await c.get("/v1/files", params={"path": "in"})).json()
-        assert [e["name"] for e in listing["entries"]] == ["a.bin"]
+        assert [e["name"] for e in listing["items"]] == ["a.bin"]
         r = await c.post("/v1/files/delete", json={"path": "in/a.bin"})
         assert r.status_code == 200, r.text
         r = await c.post("/v1/files/upload", params={"path": "in"}, files={"file": ("b.bin", b"b" * 1_000_000)})

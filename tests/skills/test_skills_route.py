@@ -35,7 +35,7 @@ def test_list_skills_merges_user_skills(tmp_path, monkeypatch):
         resp = client.get("/v1/skills")
         assert resp.status_code == 200, resp.text
         body = resp.json()
-        by_name = {s["name"]: s for s in body["skills"]}
+        by_name = {s["name"]: s for s in body["items"]}
         assert set(by_name) == {"ppt", "proposal", "brief", "coding"}
         assert by_name["ppt"] == {"name": "ppt", "description": "my decks", "source": "user", "overrides": True, "model": None}
         assert by_name["coding"]["source"] == "builtin" and by_name["coding"]["overrides"] is False
@@ -44,4 +44,4 @@ def test_list_skills_merges_user_skills(tmp_path, monkeypatch):
 
         app.dependency_overrides[get_current_user] = lambda: "u2"  # another user: built-ins only
         body = client.get("/v1/skills").json()
-        assert {s["source"] for s in body["skills"]} == {"builtin"} and body["load_errors"] == []
+        assert {s["source"] for s in body["items"]} == {"builtin"} and body["load_errors"] == []

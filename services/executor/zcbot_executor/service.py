@@ -31,6 +31,8 @@ from nats.micro.request import Request
 from zcbot_core import safe_fs
 from zcbot_core.bus import (
     BackgroundStop,
+    ProcsReply,
+    ProcsRequest,
     BusDecodeError,
     ExecutorProbe,
     ExecutorProbeReply,
@@ -49,7 +51,7 @@ from zcbot_core.service import Runtime
 from zcbot_core.worker import TaskGroup
 from zcbot_core.tools.executor_client import probe_host
 from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
-from zcbot_executor import metrics
+from zcbot_executor import metrics, procs_api
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.leases import LeaseKeeper
 from zcbot_executor.procs import ProcManager, sweep_procs
@@ -103,6 +105,8 @@ class ExecutorService:
         self.sem = asyncio.Semaphore(self.config.max_concurrency)
         self.control = await self.nc.subscribe(self.topo.exec_cancel_subject(self.host), cb=self._on_control)
         self.bg_stop = await self.nc.subscribe(self.topo.exec_background_stop_subject(), cb=self._on_background_stop)
+        self.procs_sub = await self.nc.subscribe(self.topo.exec_procs_subject(), queue=self.topo.executor_queue_group,
+                                                 cb=self._on_procs)  # the web's process cards (procs_api.py)
         self.endpoints = ConcurrentEndpoints(self._spawn)
         self.micro = await add_service(
             self.nc, name=self.topo.executor_service_name, version="1.0.0",
@@ -140,7 +144,7 @@ class ExecutorService:
         for task in self._background:
             task.cancel()
         await self.procs.watch.stop()  # the records stay: the next start enforces them again
-        for sub in (self.control, self.bg_stop):
+        for sub in (self.control, self.bg_stop, self.procs_sub):
             try:
                 await sub.unsubscribe()
             except Exception:
@@ -246,6 +250,17 @@ class ExecutorService:
                                                           "error": refusal})
             return
         self._spawn(self.procs.stop_task(stop.user_id, stop.task_id, stop.reason))
+
+    async def _on_procs(self, msg: Msg) -> None:
+        """List or kill a user's background processes for the web (zcbot_executor/procs_api.py)."""
+        try:
+            req = decode(msg.data, ProcsRequest)
+        except BusDecodeError as exc:
+            reply = ProcsReply(ok=False, error=f"bad_request: {exc}")
+        else:
+            reply = await procs_api.handle(self.procs, self.config.storage_root, self.grant_key, req)
+        if msg.reply:
+            await self.nc.publish(msg.reply, encode(reply))
 
     # ---- execution ---------------------------------------------------------------------------------
     async def _execute(self, req: ToolCallRequest, entry: _Inflight) -> ToolResult:

@@ -21,7 +21,9 @@ from zcbot_core import __version__
 from zcbot_core.config import Settings
 from zcbot_core.service import close_runtime, health_routes, open_runtime, settle_heap
 
+from zcbot_gateway.apidocs import install_docs
 from zcbot_gateway.errors import install_error_handlers
+from zcbot_gateway.openapi_docs import install_openapi
 from zcbot_gateway.hooks import init_hooks, run_shutdown_hooks, run_startup_hooks
 from zcbot_gateway.routes import auth as auth_routes
 from zcbot_gateway.routes import tasks as task_routes
@@ -63,8 +65,10 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(
         title="zcbot gateway",
         version=__version__,
-        description="zcbot /v1 API: tasks, runs (SSE), files, auth. Errors are `{\"detail\": ...}`.",
-        docs_url="/docs",
+        description=("zcbot /v1 API: tasks, runs (SSE), files, auth. Every error is RFC 9457 problem details "
+                     "(`application/problem+json`: type, title, status, detail, code; `errors` on a 422); every "
+                     "list is `{items, total, page, page_size}`."),
+        docs_url=None,  # apidocs.py: /docs and /redoc from local assets
         redoc_url=None,
         openapi_url="/openapi.json",
         lifespan=lifespan,
@@ -88,6 +92,8 @@ def create_app(settings: Settings) -> FastAPI:
             max_age=600,
         )
     install_error_handlers(app)
+    install_openapi(app)
+    install_docs(app)
     health_routes(app, lambda: app.state.rt)
     app.include_router(auth_routes.router)
     app.include_router(task_routes.router)

@@ -1,22 +1,28 @@
-"""Exception -> JSON response mapping. Every error body is `{"detail": ...}`.
+"""Exception -> JSON response mapping: every non-2xx answer is ONE shape, RFC 9457 problem details
+(`application/problem+json`): `{type, title, status, detail, code}`, plus `errors` on a 422.
+`detail` is always a string of at most `MAX_DETAIL` characters (clients that read `.detail` keep
+working); `errors` (422 only) lists at most `MAX_ERRORS` `{loc, msg, type}` and never echoes the
+input, so a 5000-character field never comes back. `openapi_docs.py` documents the shape per route.
 
 - `HTTPException` (FastAPI/Starlette): passed through as `{"detail": <detail>}` with its headers.
-- `RequestValidationError`: FastAPI's 422 shape (`detail` = list of `{type, loc, msg}`), built
-  defensively so undecodable input (e.g. non-UTF-8 bytes) can never turn it into a 500.
+- `RequestValidationError`: 422, `errors` = `{loc, msg, type}` per field (capped), `detail` the first
+  message; built defensively so undecodable input (e.g. non-UTF-8 bytes) can never become a 500.
 - `zcbot_core.errors.ZcbotError` (the domain family, mapped here once; routes let it propagate):
-  its `http_status`, `{"detail": exc.detail()}` and its `headers`. `PathRejected` is 400 (the
+  its `http_status`, `detail` = `exc.detail()`, `code` = `exc.code` and its `headers`. `PathRejected` is 400 (the
   caller's fault) or its own status (`zcbot_core.safe_fs` errors: 404 / 409 / 413).
 - Database outage (`OperationalError`, pool timeout, invalidated connection): 503 + `Retry-After`.
   Other DB errors that only bad input can cause (`DataError` -> 400, `IntegrityError` -> 409).
 - NATS unavailable (closed/reconnecting/no servers/no responders/timeouts, JetStream 503): 503.
 - `ServiceUnavailable` (a `ZcbotError`; raise it from routes for any other dependency outage): 503.
-- Anything else: 500 `{"detail": "internal server error"}`, logged with the traceback, which is
+- Anything else: 500 `detail: "internal server error"`, logged with the traceback, which is
   never sent to the client.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from http import HTTPStatus
 from typing import Any
 
 import nats.errors as nats_errors
@@ -67,13 +73,39 @@ def is_db_outage(exc: BaseException) -> bool:
     return isinstance(exc, sa_exc.InterfaceError)
 
 
-def _json(status: int, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"detail": _safe(detail)}, status_code=status, headers=headers)
+PROBLEM_JSON = "application/problem+json"
+MAX_DETAIL = 500
+MAX_ERRORS = 20
+MAX_MSG = 200
+MAX_LOC = 10
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def problem(status: int, detail: Any, headers: dict[str, str] | None = None, *, code: str | None = None,
+            errors: list[dict[str, Any]] | None = None) -> JSONResponse:
+    """The one error response. `detail` may be anything an `HTTPException` carried: it becomes text."""
+    text = detail if isinstance(detail, str) else json.dumps(_safe(detail), ensure_ascii=False, default=str)
+    body: dict[str, Any] = {"type": "about:blank", "title": _title(status), "status": status,
+                            "detail": _clip(_safe(text) or _title(status), MAX_DETAIL),
+                            "code": code or _title(status).lower().replace(" ", "_").replace("-", "_")}
+    if errors is not None:
+        body["errors"] = errors
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
 async def http_exception_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     headers = getattr(exc, "headers", None)
-    return _json(exc.status_code, exc.detail, dict(headers) if headers else None)
+    return problem(exc.status_code, exc.detail, dict(headers) if headers else None)
 
 
 def _safe(value: Any) -> Any:
@@ -97,51 +129,55 @@ def _safe(value: Any) -> Any:
     return str(value)
 
 
+def _loc_part(part: Any) -> str | int:
+    return part if isinstance(part, int) and not isinstance(part, bool) else _clip(str(_safe(part)), 100)
+
+
 async def validation_exception_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = []
-    for err in exc.errors():
-        item: dict[str, Any] = {
-            "type": _safe(err.get("type")),
-            "loc": _safe(list(err.get("loc", ()))),
-            "msg": _safe(err.get("msg")),
-        }
-        if "input" in err and err.get("type") != "json_invalid":
-            item["input"] = _safe(err["input"])
-        if err.get("ctx"):
-            item["ctx"] = _safe(err["ctx"])
-        errors.append(item)
-    return _json(422, errors)
+    raw = exc.errors()
+    errors = [{"loc": [_loc_part(p) for p in list(err.get("loc", ()))[:MAX_LOC]],
+               "msg": _clip(str(_safe(err.get("msg", ""))), MAX_MSG),
+               "type": _clip(str(_safe(err.get("type", ""))), 100)}
+              for err in raw[:MAX_ERRORS]]
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    where = ".".join(p for p in first["loc"] if isinstance(p, str) and p not in ("body", "query", "path", "header"))
+    detail = f"{where}: {first['msg']}" if where else first["msg"]
+    if len(raw) > 1:
+        detail += f" (+{len(raw) - 1} more)"
+    return problem(422, detail, code="validation_error", errors=errors)
 
 
 async def domain_error_handler(request: Request, exc: ZcbotError) -> JSONResponse:
     """The one mapping of the domain family: the class says the status, the text and the headers."""
-    return _json(exc.http_status, exc.detail(), dict(exc.headers) or None)
+    return problem(exc.http_status, exc.detail(), dict(exc.headers) or None, code=exc.code)
 
 
 async def db_error_handler(request: Request, exc: sa_exc.DBAPIError) -> JSONResponse:
     if is_db_outage(exc):
         log.warning("database unavailable", extra={"path": request.url.path, "error": type(exc.orig).__name__})
-        return _json(503, "database unavailable; retry shortly", {"Retry-After": RETRY_AFTER_SECONDS})
+        return problem(503, "database unavailable; retry shortly", {"Retry-After": RETRY_AFTER_SECONDS},
+                       code="database_unavailable")
     if isinstance(exc, sa_exc.DataError):
-        return _json(400, "invalid value for the database (too long or malformed)")
+        return problem(400, "invalid value for the database (too long or malformed)", code="invalid_value")
     if isinstance(exc, sa_exc.IntegrityError):
-        return _json(409, "conflicts with existing data")
+        return problem(409, "conflicts with existing data", code="conflict")
     return await unhandled_exception_handler(request, exc)
 
 
 async def pool_timeout_handler(request: Request, exc: sa_exc.TimeoutError) -> JSONResponse:
     log.warning("database pool exhausted", extra={"path": request.url.path})
-    return _json(503, "database busy; retry shortly", {"Retry-After": RETRY_AFTER_SECONDS})
+    return problem(503, "database busy; retry shortly", {"Retry-After": RETRY_AFTER_SECONDS}, code="database_busy")
 
 
 async def nats_unavailable_handler(request: Request, exc: Exception) -> JSONResponse:
     log.warning("message bus unavailable", extra={"path": request.url.path, "error": type(exc).__name__})
-    return _json(503, "message bus unavailable; retry shortly", {"Retry-After": RETRY_AFTER_SECONDS})
+    return problem(503, "message bus unavailable; retry shortly", {"Retry-After": RETRY_AFTER_SECONDS},
+                   code="bus_unavailable")
 
 
 async def unhandled_exception_handler(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc, extra={"path": request.url.path, "method": request.method})
-    return _json(500, "internal server error")
+    return problem(500, "internal server error", code="internal_error")
 
 
 def install_error_handlers(app: FastAPI) -> None:

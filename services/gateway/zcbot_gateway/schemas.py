@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from zcbot_core.db.models import Task
+from zcbot_core.folders import MAX_WORKING_DIR
+from zcbot_core.paths import MAX_NAME
 from zcbot_core.tasks import WEB_CHANNEL
 
 # User-settable task status values (a label: `run_status` is the run state machine).
@@ -84,10 +86,12 @@ class TaskOut(BaseModel):
 
 
 class TaskPage(BaseModel):
+    """The list envelope (`http.Paging.envelope`) of tasks."""
+
+    items: list[TaskOut]
+    total: int
     page: int
     page_size: int
-    count: int
-    results: list[TaskOut]
 
 
 class FolderOut(BaseModel):
@@ -96,12 +100,19 @@ class FolderOut(BaseModel):
     last_used_at: str | None
 
 
+class FolderPage(BaseModel):
+    items: list[FolderOut]
+    total: int
+    page: int
+    page_size: int
+
+
 class TaskCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(max_length=1000, description="display name (simple name: no '/', '\\', NUL, leading '.')")
+    name: str = Field(max_length=MAX_NAME, description="display name (simple name: no '/', '\\', NUL, leading '.')")
     working_dir: str | None = Field(
-        default=None, max_length=4096, description="folder under your root; defaults to the name"
+        default=None, max_length=MAX_WORKING_DIR, description="folder under your root (one simple name); defaults to the name"
     )
     description: str | None = Field(default=None, max_length=20_000)
     skill: str | None = Field(default=None, max_length=128)
@@ -113,9 +124,9 @@ class TaskCreate(BaseModel):
 class TaskPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    status: str | None = Field(default=None, max_length=32)
+    status: Literal["active", "done", "archived"] | None = None
     description: str | None = Field(default=None, max_length=20_000)
-    name: str | None = Field(default=None, max_length=1000)
+    name: str | None = Field(default=None, max_length=MAX_NAME)
     skill: str | None = Field(default=None, max_length=128)
     model_profile: str | None = Field(default=None, max_length=128)
     wall_clock_seconds: int | None = Field(default=None, ge=MIN_WALL_CLOCK, le=MAX_WALL_CLOCK, description=(

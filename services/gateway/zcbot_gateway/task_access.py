@@ -8,9 +8,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core.db.models import Task
+from zcbot_core.runstate.transitions import TaskNotFound
 from zcbot_core.tasks import WEB_CHANNEL
 
-from zcbot_gateway.http import conflict, not_found
+from zcbot_gateway.http import conflict
 
 TASK_NOT_FOUND = "task not found"
 MAX_TASK_ID = 32
@@ -19,7 +20,7 @@ MAX_TASK_ID = 32
 def check_task_id(task_id: str) -> None:
     """404 for an id no task can have, before it reaches a query or a subject."""
     if len(task_id) > MAX_TASK_ID or "\x00" in task_id:
-        raise not_found(TASK_NOT_FOUND)
+        raise TaskNotFound(TASK_NOT_FOUND)
 
 
 async def get_user_task(
@@ -39,7 +40,7 @@ async def get_user_task(
         stmt = stmt.with_for_update()
     task = (await session.scalars(stmt)).first()
     if task is None:
-        raise not_found(TASK_NOT_FOUND)
+        raise TaskNotFound(TASK_NOT_FOUND)
     return task
 
 

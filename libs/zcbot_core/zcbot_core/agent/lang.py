@@ -32,6 +32,9 @@ _TEXTS: dict[str, dict[Lang, str]] = {
         "zh": "已停止：连续 {steps} 步没有进展（没有新结果，也没有文件改动）。",
         "en": "stopped: {steps} steps in a row made no progress (no new results or file changes).",
     },
+    # Stored after a cancelled run's partial answer (kind "cancelled"), so a reload shows what happened.
+    "cancelled_notice": {"zh": "（已取消）", "en": "(cancelled)"},
+    "interrupted_notice": {"zh": "（已中止）", "en": "(stopped)"},
     "max_steps_stop": {
         "zh": "已停止：达到 {steps} 步的安全上限。",
         "en": "stopped: reached the safety limit of {steps} steps.",

@@ -86,6 +86,8 @@ class LoopState:
     tool_seconds: float = 0.0
     llm_calls: int = 0
     tool_calls: int = 0
+    # Text streamed by the model call in progress (not stored yet): kept when the run is cancelled.
+    partial: list[str] = field(default_factory=list)
 
     def timings(self) -> dict[str, float]:
         return {
@@ -191,6 +193,7 @@ class AgentLoop:
                     return await self._stop(stop)
             return await self._stop(stop_text("max_steps_stop", self.lang, steps=self.profile.max_iterations))
         except RunCancelled as exc:
+            await self._store_cancelled(exc.reason)
             await self.emit(ev.Cancelled(run_id=self.run_id, reason=exc.reason))
             return self._result("cancelled", error=None)
         except MissingApiKey as exc:
@@ -202,6 +205,17 @@ class AgentLoop:
         except LlmCallError as exc:
             await self.emit(ev.ErrorEvent(run_id=self.run_id, msg=str(exc), code="llm_error"))
             return self._result("error", error=str(exc))
+
+    async def _store_cancelled(self, reason: str) -> None:
+        """History tells the truth: the partial answer streamed so far and a notice are stored as
+        one assistant message of kind "cancelled" (a reload shows both; the next run's model sees
+        that it was interrupted). Not for "shutdown": that run is handed back and resumed."""
+        if reason == "shutdown":
+            return
+        partial = "".join(self.state.partial).strip()
+        notice = say("cancelled_notice" if reason == "user" else "interrupted_notice", self.lang)
+        content = f"{partial}\n\n{notice}" if partial else notice
+        await self.store.append({"role": "assistant", "content": content}, kind="cancelled")
 
     def _result(self, status: str, error: str | None = None, final_text: str = "") -> LoopResult:
         return LoopResult(status=status, error=error, final_text=final_text, timings=self.state.timings())
@@ -261,6 +275,7 @@ class AgentLoop:
 
         async def on_text(delta: str) -> None:
             state.first_token = state.first_token or time.monotonic()
+            state.partial.append(delta)
             await self.emit(ev.TextDelta(run_id=self.run_id, delta=delta))
 
         async def on_reasoning(delta: str) -> None:
@@ -272,6 +287,7 @@ class AgentLoop:
                                                                attempt=attempt + 1, attempts=self.retry.retries + 1)))
 
         started = time.monotonic()
+        state.partial.clear()
         try:
             result = await self.cancel.race(
                 stream_chat(self.profile, outgoing, schemas, on_text, on_reasoning,
@@ -282,6 +298,7 @@ class AgentLoop:
             state.llm_calls += 1
         if result.first_token_at and not state.first_token:
             state.first_token = result.first_token_at
+        state.partial.clear()  # stored below with the step
         await self.store.append_llm_step(result.message, result.usage, result.cost_usd, self.profile.name,
                                          last=not result.message.get("tool_calls"))
         await self.emit(

@@ -7,6 +7,8 @@ with `codec`. See DESIGN §3.
 from zcbot_core.bus.codec import BusDecodeError, decode, encode, tag_of
 from zcbot_core.bus.messages import (
     BackgroundStop,
+    ProcsReply,
+    ProcsRequest,
     CancelRequest,
     ChannelInbound,
     ExecutorProbe,
@@ -22,6 +24,8 @@ from zcbot_core.bus.subjects import Topology
 
 __all__ = [
     "BackgroundStop",
+    "ProcsReply",
+    "ProcsRequest",
     "BusDecodeError",
     "CancelRequest",
     "ChannelInbound",

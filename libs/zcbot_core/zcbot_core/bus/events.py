@@ -132,7 +132,7 @@ class ErrorEvent(RunEvent):
 @dataclass(kw_only=True)
 class Done(RunEvent):
     status: str  # ok | cancelled | stopped (the loop ended early: iteration limit) | error | idle (no active run)
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float | None] = field(default_factory=dict)  # ttft: None when no token came
     final_text: str = ""
 
 

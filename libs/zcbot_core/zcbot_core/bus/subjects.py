@@ -127,6 +127,10 @@ class Topology:
         """`BackgroundStop` broadcasts: every executor subscribes (no queue group)."""
         return f"{self.prefix}.exec.bgstop"
 
+    def exec_procs_subject(self) -> str:
+        """`ProcsRequest` (list / kill a user's background processes): any executor (queue group)."""
+        return f"{self.prefix}.exec.procs"
+
     def channel_inbound_subject(self, channel: str) -> str:
         """Inbound channel messages received by a gateway, handled durably by the channels service."""
         return f"{self.prefix}.chin.{_token(channel)}"

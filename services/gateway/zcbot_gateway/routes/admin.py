@@ -36,7 +36,7 @@ from zcbot_core.db.models import Task, UsageEvent, User
 from zcbot_core.runstate import RunStatus
 
 from zcbot_gateway.deps import AdminUser, SessionDep, SettingsDep
-from zcbot_gateway.http import DEFAULT_PAGE_SIZE, MAX_PAGE, MAX_PAGE_SIZE, bad_request
+from zcbot_gateway.http import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Paging, PagingDep, invalid_query
 from zcbot_gateway.schemas import iso
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -73,25 +73,16 @@ def _usage_json(row: Any) -> dict[str, Any]:
             "events": int(row.events), "runs": int(row.runs)}
 
 
-def _page(page: int, page_size: int) -> tuple[int, int]:
-    if page < 1:
-        raise bad_request("page must be >= 1")
-    if page > MAX_PAGE:
-        raise bad_request(f"page must be <= {MAX_PAGE}")
-    return page, max(1, min(MAX_PAGE_SIZE, page_size))
-
-
 def _since(range_: str) -> datetime | None:
     if range_ not in RANGES:
-        raise bad_request(f"range must be one of {', '.join(RANGES)}")
+        raise invalid_query("range", f"must be one of {', '.join(RANGES)}")
     days = RANGES[range_]
     return None if days is None else datetime.now(UTC) - timedelta(days=days)
 
 
-Page = Annotated[int, Query(description="1-based page number")]
-PageSize = Annotated[int, Query(description="clamped to 1..100")]
-Range = Annotated[str, Query(alias="range", description="all | 7d | 30d")]
-Sort = Annotated[str, Query(description="cost | tokens (descending)")]
+AdminPaging = PagingDep(DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+Range = Annotated[str, Query(alias="range", max_length=8, description="all | 7d | 30d")]
+Sort = Annotated[str, Query(max_length=8, description="cost | tokens (descending)")]
 
 
 # ---- overview --------------------------------------------------------------------------------
@@ -142,37 +133,37 @@ async def overview(admin: AdminUser, session: SessionDep) -> dict[str, Any]:
 # ---- usage tables ----------------------------------------------------------------------------
 
 
-async def _usage_table(session: AsyncSession, key: Any, range_: str, sort: str, page: int,
-                       page_size: int) -> tuple[dict[str, Any], list[Any]]:
-    """(`{page, page_size, count, range, sort}`, rows of `key` + usage columns) for one page."""
+async def _usage_table(session: AsyncSession, key: Any, range_: str, sort: str,
+                       paging: Paging) -> tuple[int, list[Any]]:
+    """(the number of rows, rows of `key` + usage columns of one page)."""
     since = _since(range_)
     if sort not in SORTS:
-        raise bad_request(f"sort must be one of {', '.join(SORTS)}")
-    page, page_size = _page(page, page_size)
+        raise invalid_query("sort", f"must be one of {', '.join(SORTS)}")
     stmt = select(key.label("key"), *_usage_columns()).group_by(key)
     if since is not None:
         stmt = stmt.where(UsageEvent.created_at >= since)
     count = await session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
     tokens = TOKENS_IN + TOKENS_OUT
     order = [COST.desc(), tokens.desc()] if sort == "cost" else [tokens.desc(), COST.desc()]
-    stmt = stmt.order_by(*order, key.asc().nulls_last()).offset((page - 1) * page_size).limit(page_size)
-    meta = {"page": page, "page_size": page_size, "count": count, "range": range_, "sort": sort}
-    return meta, list((await session.execute(stmt)).all())
+    stmt = stmt.order_by(*order, key.asc().nulls_last()).offset(paging.offset).limit(paging.page_size)
+    return count, list((await session.execute(stmt)).all())
 
 
 @router.get("/usage/models")
-async def usage_by_model(admin: AdminUser, session: SessionDep, range_: Range = "all", sort: Sort = "cost",
-                         page: Page = 1, page_size: PageSize = DEFAULT_PAGE_SIZE) -> dict[str, Any]:
-    """Usage per model profile."""
-    meta, rows = await _usage_table(session, UsageEvent.model_profile, range_, sort, page, page_size)
-    return {**meta, "results": [{"model_profile": row.key, **_usage_json(row)} for row in rows]}
+async def usage_by_model(admin: AdminUser, session: SessionDep, paging: AdminPaging, range_: Range = "all",
+                         sort: Sort = "cost") -> dict[str, Any]:
+    """Usage per model profile (list envelope, plus `range` and `sort`)."""
+    count, rows = await _usage_table(session, UsageEvent.model_profile, range_, sort, paging)
+    return paging.envelope([{"model_profile": row.key, **_usage_json(row)} for row in rows], count,
+                           range=range_, sort=sort)
 
 
 @router.get("/usage/users")
-async def usage_by_user(admin: AdminUser, session: SessionDep, range_: Range = "all", sort: Sort = "cost",
-                        page: Page = 1, page_size: PageSize = DEFAULT_PAGE_SIZE) -> dict[str, Any]:
-    """Usage per user (with the user's email and name when the user still exists)."""
-    meta, rows = await _usage_table(session, UsageEvent.user_id, range_, sort, page, page_size)
+async def usage_by_user(admin: AdminUser, session: SessionDep, paging: AdminPaging, range_: Range = "all",
+                        sort: Sort = "cost") -> dict[str, Any]:
+    """Usage per user (with the user's email and name when the user still exists; list envelope,
+    plus `range` and `sort`)."""
+    count, rows = await _usage_table(session, UsageEvent.user_id, range_, sort, paging)
     ids = [row.key for row in rows]
     people = {u.user_id: u for u in (await session.scalars(select(User).where(User.user_id.in_(ids)))).all()} if ids else {}
     results = []
@@ -180,7 +171,7 @@ async def usage_by_user(admin: AdminUser, session: SessionDep, range_: Range = "
         person = people.get(row.key)
         results.append({"user_id": row.key, "email": person.email if person else None,
                         "name": person.name if person else None, **_usage_json(row)})
-    return {**meta, "results": results}
+    return paging.envelope(results, count, range=range_, sort=sort)
 
 
 # ---- storage ---------------------------------------------------------------------------------
@@ -242,10 +233,9 @@ def scan_storage(storage_root: Path, budget: float) -> tuple[dict[str, dict[str,
 
 
 @router.get("/storage/users")
-async def storage_by_user(admin: AdminUser, session: SessionDep, settings: SettingsDep, page: Page = 1,
-                          page_size: PageSize = DEFAULT_PAGE_SIZE) -> dict[str, Any]:
-    """Disk usage of every user root (largest first)."""
-    page, page_size = _page(page, page_size)
+async def storage_by_user(admin: AdminUser, session: SessionDep, settings: SettingsDep,
+                          paging: AdminPaging) -> dict[str, Any]:
+    """Disk usage of every user root (largest first; list envelope, plus the totals)."""
     people = {u.user_id: u for u in (await session.scalars(select(User))).all()}
     await session.close()
     scanned, spent = await asyncio.to_thread(scan_storage, settings.storage_root, STORAGE_SCAN_SECONDS)
@@ -256,9 +246,7 @@ async def storage_by_user(admin: AdminUser, session: SessionDep, settings: Setti
         rows.append({"user_id": user_id, "email": person.email if person else None,
                      "name": person.name if person else None, **scanned.get(user_id, empty)})
     rows.sort(key=lambda r: (-r["bytes"], r["user_id"]))
-    start = (page - 1) * page_size
-    return {
-        "page": page, "page_size": page_size, "count": len(rows), "results": rows[start:start + page_size],
-        "total_bytes": sum(r["bytes"] for r in rows), "total_files": sum(r["files"] for r in rows),
-        "partial": any(r["partial"] for r in rows), "elapsed_ms": round(spent * 1000, 1),
-    }
+    return paging.slice(
+        rows, total_bytes=sum(r["bytes"] for r in rows), total_files=sum(r["files"] for r in rows),
+        partial=any(r["partial"] for r in rows), elapsed_ms=round(spent * 1000, 1),
+    )

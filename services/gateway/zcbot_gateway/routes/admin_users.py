@@ -33,8 +33,10 @@ from zcbot_core.config import ConfigError
 from zcbot_core.db.models import User
 
 from zcbot_gateway.deps import AdminUser, SessionDep, SettingsDep
+from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 
 router = APIRouter(prefix="/v1/admin/users", tags=["admin"])
+UserPaging = PagingDep(MAX_PAGE_SIZE, MAX_PAGE_SIZE)
 
 Role = Literal["user", "admin"]
 
@@ -66,9 +68,10 @@ async def _run(settings: Any, op: Any) -> Any:
 
 
 @router.get("")
-async def list_users(_: AdminUser, settings: SettingsDep) -> dict[str, Any]:
+async def list_users(_: AdminUser, settings: SettingsDep, paging: UserPaging) -> dict[str, Any]:
+    """Every account (list envelope)."""
     users = await _run(settings, ua.list_users)
-    return {"count": len(users), "results": [asdict(u) for u in users]}
+    return paging.slice([asdict(u) for u in users])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)

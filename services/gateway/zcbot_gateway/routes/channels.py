@@ -53,10 +53,12 @@ from zcbot_core.db.models import ChannelBinding
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
 from zcbot_gateway.errors import ServiceUnavailable
 from zcbot_gateway.hooks import add_shutdown_hook
+from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/channels", tags=["channels"])
+ChannelPaging = PagingDep(MAX_PAGE_SIZE, MAX_PAGE_SIZE)
 
 MAX_CALLBACK_BODY = 64 * 1024
 WECOM_USERID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -159,9 +161,10 @@ def _sealing_key(settings: Any) -> bytes:
 
 
 @router.get("")
-async def list_bindings(user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
+async def list_bindings(user_id: CurrentUser, rt: RuntimeDep, paging: ChannelPaging) -> dict[str, Any]:
+    """Your channel bindings (list envelope)."""
     rows = await bindings.bindings_of(rt.sessions, user_id)
-    return {"channels": [bindings.public_view(b) for b in rows]}
+    return paging.slice([bindings.public_view(b) for b in rows])
 
 
 @router.put("/wecom", status_code=status.HTTP_202_ACCEPTED)

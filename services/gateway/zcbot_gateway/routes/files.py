@@ -10,11 +10,13 @@ files are opened and changed through `zcbot_core.safe_fs` (resolution beneath th
 that never follows a symlink), never by a path lookup: check-then-use races cannot leave the root.
 Symlinks are neither listed nor followed (400).
 
-- `GET /v1/files?path=`: `{entries, crumbs, exists, root, current, truncated}`; a missing path is
-  `exists: false` (not 404), a file is 400. `entries[]`: `{name, path, type: file|dir, size, mtime}`
+- `GET /v1/files?path=`: the list envelope `{items, total, page, page_size}` plus `crumbs, exists,
+  root, current, truncated`; a missing path is `exists: false` (not 404), a file is 400.
+  `items[]`: `{name, path, type: file|dir, size, mtime}`
   (dirs first; `size` is null for dirs; `mtime` ISO 8601 UTC). `root` is the user root as the agent
   sees it (`/workspace`); `crumbs` start with `{name: "~", path: ""}`.
-- `POST /v1/files/upload?path=<dir>`: multipart field `file` (repeatable); the folder is created;
+- `POST /v1/files/upload`: multipart field `file` (repeatable), the folder as the form field `path`
+  or the query `?path=` (both and different, or any other form field: 422); the folder is created;
   each file is written to a temp file and renamed into place (an existing file is replaced, all or
   nothing per request). The request's total size is capped by `ZCBOT_UPLOAD_MAX_BYTES` (413); an
   upload that would take the user over `ZCBOT_USER_DISK_QUOTA_MB` is 507 and writes nothing.
@@ -54,6 +56,7 @@ from zcbot_core.runstate import ACTIVE
 
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
 from zcbot_gateway.files_fs import (
+    MAX_LIST_ENTRIES,
     canon_dir,
     delete_at,
     list_dir,
@@ -64,7 +67,7 @@ from zcbot_gateway.files_fs import (
     stat_source,
     write_uploads,
 )
-from zcbot_gateway.http import bad_request, conflict
+from zcbot_gateway.http import PagingDep, bad_request, conflict, invalid_query
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/files", tags=["files"])
@@ -72,6 +75,7 @@ router = APIRouter(prefix="/v1/files", tags=["files"])
 MAX_PATH = 4096
 MAX_UPLOAD_FILES = 100
 MULTIPART_SLACK = 64 * 1024  # headers/boundaries allowed on top of the file bytes
+FilePaging = PagingDep(MAX_LIST_ENTRIES, MAX_LIST_ENTRIES)
 PathQuery = Annotated[str, Query(max_length=MAX_PATH, description="relative to your root; empty = the root")]
 
 
@@ -107,12 +111,12 @@ def _crumbs(rel: str) -> list[dict[str, str]]:
 
 
 @router.get("")
-async def list_files(user: CurrentUser, settings: SettingsDep, path: PathQuery = "") -> dict[str, Any]:
-    """List a folder of your root (dotfiles hidden). A missing folder is `exists: false`."""
+async def list_files(user: CurrentUser, settings: SettingsDep, paging: FilePaging, path: PathQuery = "") -> dict[str, Any]:
+    """List a folder of your root (dotfiles hidden; list envelope). A missing folder is `exists: false`."""
     rel = clean_rel(path)
     exists, entries, truncated = await asyncio.to_thread(list_dir, user_root(settings, user), rel)
-    return {"entries": entries, "crumbs": _crumbs(rel), "exists": exists, "root": SANDBOX_ROOT,
-            "current": rel, "truncated": truncated}
+    return paging.slice(entries, crumbs=_crumbs(rel), exists=exists, root=SANDBOX_ROOT, current=rel,
+                        truncated=truncated)
 
 
 # ---- download --------------------------------------------------------------------------------
@@ -134,8 +138,12 @@ async def download_file(user: CurrentUser, settings: SettingsDep, path: PathQuer
 
 _UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
     "type": "object", "required": ["file"],
-    "properties": {"file": {"type": "array", "items": {"type": "string", "format": "binary"}}},
+    "properties": {"file": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                   "path": {"type": "string", "maxLength": MAX_PATH,
+                            "description": "target folder (or the query parameter `path`)"}},
+    "additionalProperties": False,
 }}}}}
+UPLOAD_FIELDS = {"file", "path"}
 
 
 @router.post("/upload", status_code=status.HTTP_201_CREATED, openapi_extra=_UPLOAD_BODY)
@@ -145,9 +153,6 @@ async def upload_files(request: Request, user: CurrentUser, settings: SettingsDe
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit + MULTIPART_SLACK:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail=f"upload exceeds the limit of {limit} bytes")
-    rel_dir = clean_rel(path)
-    if rel_dir:
-        rel_dir = normalize_working_dir(rel_dir)  # every folder name it may create must be a valid name
     try:
         form = await request.form(max_files=MAX_UPLOAD_FILES, max_fields=20)
     except HTTPException:
@@ -155,6 +160,7 @@ async def upload_files(request: Request, user: CurrentUser, settings: SettingsDe
     except Exception:
         raise bad_request("expected a multipart/form-data body with one or more 'file' parts") from None
     try:
+        rel_dir = _upload_dir(form, path, request.query_params)
         files: list[tuple[str, UploadFile]] = []
         for value in form.getlist("file"):
             if not isinstance(value, UploadFile):
@@ -178,6 +184,24 @@ async def upload_files(request: Request, user: CurrentUser, settings: SettingsDe
     finally:
         await form.close()
     return {"path": rel_dir, "uploaded": results}
+
+
+def _upload_dir(form: Any, query_path: str, query: Any) -> str:
+    """The target folder: the form field `path` or the query `path` (never a silent wrong place:
+    an unknown field, two different paths or a file part as `path` are 422)."""
+    unknown = sorted({key for key in form.keys() if key not in UPLOAD_FIELDS})
+    if unknown:
+        raise invalid_query("body", f"unknown form field(s) {', '.join(unknown)[:200]}; send 'file' and optionally 'path'")
+    fields = form.getlist("path")
+    if len(fields) > 1 or (fields and not isinstance(fields[0], str)):
+        raise invalid_query("path", "give the form field 'path' once, as text")
+    raw = fields[0] if fields else query_path
+    if fields and "path" in query and query_path != fields[0]:
+        raise invalid_query("path", "the form field and the query parameter name different folders")
+    if len(raw) > MAX_PATH:
+        raise invalid_query("path", f"at most {MAX_PATH} characters")
+    rel_dir = clean_rel(raw)
+    return normalize_working_dir(rel_dir) if rel_dir else rel_dir  # every folder it may create: a valid name
 
 
 # ---- mkdir -----------------------------------------------------------------------------------

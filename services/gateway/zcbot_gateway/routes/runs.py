@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
-from sqlalchemy import and_, bindparam, select
+from sqlalchemy import and_, bindparam, func, select
 
 from zcbot_core import budgets
 from zcbot_core.agent.lang import detect
@@ -19,6 +19,7 @@ from zcbot_core.db.models import Message, Task, User
 
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
 from zcbot_gateway.hooks import add_shutdown_hook, add_startup_hook
+from zcbot_gateway.http import PagingDep
 from zcbot_gateway.schemas import iso
 from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
 from zcbot_gateway.task_access import TASK_NOT_FOUND, check_task_id, get_user_task
@@ -78,19 +79,24 @@ def message_to_json(msg: Message) -> dict[str, Any]:
             "created_at": iso(msg.created_at)}
 
 
+MessagePaging = PagingDep(500, 1000)
+
+
 @router.get("/tasks/{task_id}/messages")
 async def list_messages(
-    task_id: str, user_id: CurrentUser, session: SessionDep,
-    after: Annotated[int, Query(ge=-1, le=10_000_000)] = -1,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+    task_id: str, user_id: CurrentUser, session: SessionDep, paging: MessagePaging,
+    after: Annotated[int, Query(ge=-1, le=10_000_000, description="only messages with a larger idx")] = -1,
 ) -> dict[str, Any]:
+    """The task's history in order (list envelope, plus `task_id`; `total` counts those after `after`)."""
     await get_user_task(session, user_id, task_id)
+    where = (Message.task_id == task_id, Message.idx > after)
+    total = await session.scalar(select(func.count()).select_from(Message).where(*where)) or 0
     rows = (
         await session.execute(
-            select(Message).where(Message.task_id == task_id, Message.idx > after).order_by(Message.idx).limit(limit)
+            select(Message).where(*where).order_by(Message.idx).offset(paging.offset).limit(paging.page_size)
         )
     ).scalars().all()
-    return {"task_id": task_id, "messages": [message_to_json(m) for m in rows]}
+    return paging.envelope([message_to_json(m) for m in rows], total, task_id=task_id)
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive"}

@@ -14,14 +14,16 @@ from fastapi import APIRouter, Response, status
 from zcbot_core import schedules
 
 from zcbot_gateway.deps import CurrentUser, SessionDep
+from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 
 router = APIRouter(prefix="/v1", tags=["schedules"])
+SchedulePaging = PagingDep(MAX_PAGE_SIZE, MAX_PAGE_SIZE)
 
 
 @router.get("/schedules")
-async def list_schedules(user: CurrentUser, session: SessionDep) -> list[dict[str, Any]]:
-    """The user's scheduled jobs (oldest first) with next/last run and failure count."""
-    return [schedules.job_to_dict(job) for job in await schedules.list_schedules(session, user)]
+async def list_schedules(user: CurrentUser, session: SessionDep, paging: SchedulePaging) -> dict[str, Any]:
+    """The user's scheduled jobs (oldest first) with next/last run and failure count (list envelope)."""
+    return paging.slice([schedules.job_to_dict(job) for job in await schedules.list_schedules(session, user)])
 
 
 @router.get("/schedules/{job_id}")

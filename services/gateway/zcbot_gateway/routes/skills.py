@@ -17,8 +17,10 @@ from zcbot_core import paths
 from zcbot_core.skills import registry_for_user
 
 from zcbot_gateway.deps import CurrentUser, SettingsDep
+from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 
 router = APIRouter(prefix="/v1", tags=["skills"])
+SkillPaging = PagingDep(MAX_PAGE_SIZE, MAX_PAGE_SIZE)
 
 
 class SkillOut(BaseModel):
@@ -36,16 +38,20 @@ class SkillLoadError(BaseModel):
 
 
 class SkillList(BaseModel):
-    skills: list[SkillOut]
+    """The list envelope, plus the skills that failed to load."""
+
+    items: list[SkillOut]
+    total: int
+    page: int
+    page_size: int
     load_errors: list[SkillLoadError]
 
 
 @router.get("/skills", response_model=SkillList)
-async def list_skills(user_id: CurrentUser, settings: SettingsDep) -> SkillList:
+async def list_skills(user_id: CurrentUser, settings: SettingsDep, paging: SkillPaging) -> SkillList:
     root = paths.user_root(settings.storage_root, user_id)
     registry = await asyncio.to_thread(registry_for_user, root, settings=settings)
-    return SkillList(
-        skills=[SkillOut(name=s.name, description=s.description, source=s.source, overrides=s.overrides, model=s.model)
-                for s in registry.list()],
-        load_errors=[SkillLoadError(source=e.source, path=e.path, error=e.error) for e in registry.load_errors],
-    )
+    skills = [SkillOut(name=s.name, description=s.description, source=s.source, overrides=s.overrides, model=s.model)
+              for s in registry.list()]
+    load_errors = [SkillLoadError(source=e.source, path=e.path, error=e.error) for e in registry.load_errors]
+    return SkillList(**paging.slice(skills, load_errors=load_errors))

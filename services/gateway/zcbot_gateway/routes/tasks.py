@@ -24,17 +24,27 @@ from sqlalchemy import ColumnElement, Select, func, or_, select
 
 from zcbot_core import paths
 from zcbot_core.db.models import Task
-from zcbot_core.folders import NestedFolder, claim_folder, normalize_working_dir, simple_working_dir
+from zcbot_core.folders import MAX_WORKING_DIR, NestedFolder, claim_folder, normalize_working_dir, simple_working_dir
 from zcbot_core.tasks import create_task as create_task_row
 from zcbot_core.tasks import make_task_dir
-from zcbot_core.runstate import ACTIVE
+from zcbot_core.runstate import ACTIVE, RunStatus
 from zcbot_core.tools.executor_client import stop_background
 
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep, check_model_profile
-from zcbot_gateway.http import DEFAULT_PAGE_SIZE, MAX_PAGE, MAX_PAGE_SIZE, bad_request, clean_label, clean_text, conflict
+from zcbot_gateway.http import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    PagingDep,
+    bad_request,
+    clean_label,
+    clean_text,
+    conflict,
+    invalid_query,
+    one_of,
+)
 from zcbot_gateway.schemas import (
     TASK_STATUSES,
-    FolderOut,
+    FolderPage,
     TaskCreate,
     TaskOut,
     TaskPage,
@@ -60,16 +70,6 @@ DEFAULT_ORDERING = "-created_at"
 # ---- helpers ---------------------------------------------------------------------------------
 
 
-def _csv(value: str | None, what: str) -> list[str]:
-    if value is None:
-        return []
-    clean_text(value, what)
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items:
-        raise bad_request(f"{what} must not be empty")
-    return items
-
-
 def parse_ordering(ordering: str | None) -> list[Any]:
     """DRF-style `field,-other` against the allowlist (400 otherwise); task_id breaks ties."""
     spec = ordering if ordering is not None and ordering.strip() else DEFAULT_ORDERING
@@ -81,8 +81,8 @@ def parse_ordering(ordering: str | None) -> list[Any]:
         field = item[1:] if desc else item
         column = ORDERING_FIELDS.get(field)
         if column is None:
-            raise bad_request(
-                f"ordering field {item!r} is not allowed; use one of {', '.join(ORDERING_FIELDS)} "
+            raise invalid_query("ordering",
+                f"field {item!r} is not allowed; use one of {', '.join(ORDERING_FIELDS)} "
                 "(prefix '-' for descending, comma-separated)"
             )
         if field in seen:
@@ -117,38 +117,41 @@ async def create_task(body: TaskCreate, user: CurrentUser, session: SessionDep, 
     return task_to_json(task)
 
 
+TaskPaging = PagingDep(DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+FolderPaging = PagingDep(MAX_PAGE_SIZE, MAX_PAGE_SIZE)
+RUN_STATUS_VALUES = tuple(s.value for s in RunStatus)
+
+
 @router.get("/tasks", response_model=TaskPage)
 async def list_tasks(
     user: CurrentUser,
     session: SessionDep,
-    page: Annotated[int, Query(description="1-based page number")] = 1,
-    page_size: Annotated[int, Query(description="clamped to 1..100")] = DEFAULT_PAGE_SIZE,
-    status_: Annotated[str | None, Query(alias="status", description="comma-separated")] = None,
-    skill: str | None = None,
-    working_dir: str | None = None,
-    run_status: Annotated[str | None, Query(description="comma-separated, e.g. running,cancelling")] = None,
+    paging: TaskPaging,
+    status_: Annotated[str | None, Query(alias="status", max_length=200,
+                                         description=f"comma-separated of {', '.join(TASK_STATUSES)}")] = None,
+    skill: Annotated[str | None, Query(max_length=128)] = None,
+    working_dir: Annotated[str | None, Query(max_length=MAX_WORKING_DIR)] = None,
+    run_status: Annotated[str | None, Query(max_length=200, description=(
+        f"comma-separated of {', '.join(RUN_STATUS_VALUES)}, e.g. running,cancelling"))] = None,
     q: Annotated[str | None, Query(max_length=200, description="search in name and description")] = None,
     ordering: Annotated[
-        str | None, Query(description=f"comma-separated of {', '.join(ORDERING_FIELDS)}; '-' = descending")
+        str | None, Query(max_length=200,
+                          description=f"comma-separated of {', '.join(ORDERING_FIELDS)}; '-' = descending")
     ] = None,
     include_scheduled: bool = False,
     deleted: Annotated[bool, Query(description="list soft-deleted tasks (the trash) instead")] = False,
 ) -> dict[str, Any]:
-    """Your tasks, newest first by default: `{page, page_size, count, results}`."""
-    if page < 1:
-        raise bad_request("page must be >= 1")
-    if page > MAX_PAGE:
-        raise bad_request(f"page must be <= {MAX_PAGE}")
-    page_size = max(1, min(MAX_PAGE_SIZE, page_size))
+    """Your tasks, newest first by default: the list envelope `{items, total, page, page_size}`.
+    An unknown `status`, `run_status` or `ordering` value is 422."""
     order_by = parse_ordering(ordering)
 
     conds: list[ColumnElement[bool]] = [Task.user_id == user]
     conds.append(Task.deleted_at.is_not(None) if deleted else Task.deleted_at.is_(None))
     if not include_scheduled:
         conds.append(Task.scheduled_job_id.is_(None))
-    if statuses := _csv(status_, "status"):
+    if statuses := one_of("status", status_, TASK_STATUSES):
         conds.append(Task.status.in_(statuses))
-    if run_statuses := _csv(run_status, "run_status"):
+    if run_statuses := one_of("run_status", run_status, RUN_STATUS_VALUES):
         conds.append(Task.run_status.in_(run_statuses))
     if skill is not None:
         conds.append(Task.skill == clean_text(skill, "skill"))
@@ -160,10 +163,10 @@ async def list_tasks(
 
     count = await session.scalar(select(func.count()).select_from(Task).where(*conds)) or 0
     stmt: Select[tuple[Task]] = (
-        select(Task).where(*conds).order_by(*order_by).offset((page - 1) * page_size).limit(page_size)
+        select(Task).where(*conds).order_by(*order_by).offset(paging.offset).limit(paging.page_size)
     )
     rows = (await session.scalars(stmt)).all()
-    return {"page": page, "page_size": page_size, "count": count, "results": [task_to_json(t) for t in rows]}
+    return paging.envelope([task_to_json(t) for t in rows], count)
 
 
 @router.get("/tasks/{task_id}", response_model=TaskOut)
@@ -234,8 +237,8 @@ async def restore_task(task_id: str, user: CurrentUser, session: SessionDep, set
     return task_to_json(task)
 
 
-@router.get("/folders", response_model=list[FolderOut])
-async def list_folders(user: CurrentUser, session: SessionDep) -> list[dict[str, Any]]:
+@router.get("/folders", response_model=FolderPage)
+async def list_folders(user: CurrentUser, session: SessionDep, paging: FolderPaging) -> dict[str, Any]:
     """Working dirs of your live tasks with task counts, most recently used first."""
     last_used = func.max(Task.updated_at)
     stmt = (
@@ -245,4 +248,4 @@ async def list_folders(user: CurrentUser, session: SessionDep) -> list[dict[str,
         .order_by(last_used.desc(), Task.working_dir)
     )
     rows = (await session.execute(stmt)).all()
-    return [{"working_dir": wd, "task_count": n, "last_used_at": iso(ts)} for wd, n, ts in rows]
+    return paging.slice([{"working_dir": wd, "task_count": n, "last_used_at": iso(ts)} for wd, n, ts in rows])
