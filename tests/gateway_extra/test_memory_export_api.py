@@ -137,6 +137,7 @@ async def test_export_docx(app_client: httpx.AsyncClient, make_user) -> None:
     for expected in ("Draft the budget section", "Let me look.", "Budget", "Total: 10k", "print('hi')", "item one",
                      "And a picture\n[image]", "Morning brief", "5 messages", "(UTC, UTC+00:00)"):
         assert expected in full, expected
+    assert "[pushed to the user]" not in full  # the heading says "push"
     assert "SYSTEM PROMPT" not in full and "•" not in full and "#" not in full and "```" not in full
     headings = [p.text for p in doc.paragraphs if p.style.name.startswith("Heading")]
     assert [h.split(" · 20")[0] for h in headings] == ["User", "Assistant", "Assistant", "Budget", "User",

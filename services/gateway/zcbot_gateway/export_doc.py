@@ -33,6 +33,7 @@ ARG_CHARS = 80
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _U_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+_PUSH_MARK = re.compile(r"^\s*\[pushed to the user\]\s*")
 _NOTE_ID = re.compile(r"\[\^([^\]\s]{1,40})\]")
 
 EXPORT = replace(BRIEF, name="export", heading_sizes=(13.0, 11.0, 10.5, 10.5, 10.5, 10.5), space_after=3.0,
@@ -170,6 +171,8 @@ def conversation_document(task: dict[str, Any], messages: list[dict[str, Any]], 
         if role not in ("user", "assistant"):
             continue  # system prompts and unknown roles are not part of the conversation
         text = content_text(payload.get("content"), labels)
+        if msg.get("kind") == "push":
+            text = _PUSH_MARK.sub("", text, count=1)  # the heading already says it was pushed
         calls = payload.get("tool_calls") or []
         if not text.strip() and not calls:
             continue
