@@ -170,7 +170,8 @@ class EventHub:
                 continue
             reason = "reconnect" if nc.stats["reconnects"] != seen else None
             if reason is None:
-                if self._last_seq != progress[0]:
+                if self._last_seq != progress[0] or getattr(self._sub, "pending_msgs", 0):
+                    # Moving, or only slow (messages received and waiting for this loop): not stuck.
                     progress = (self._last_seq, loop.time())
                     continue
                 if loop.time() - progress[1] < FEED_STALL_SECONDS:
