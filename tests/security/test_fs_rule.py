@@ -20,6 +20,7 @@ IN_SANDBOX = {  # run inside the sandbox as its uid: the kernel, not path checks
     "services/executor/zcbot_executor/proc_wrapper.py", "services/executor/zcbot_executor/sandbox_init.py",
     "services/executor/zcbot_executor/egress_forward.py", "services/executor/zcbot_executor/user_venv.py",
     "libs/zcbot_core/zcbot_core/rendering/common.py", "libs/zcbot_core/zcbot_core/rendering/pdf.py",
+    "libs/zcbot_core/zcbot_core/rendering/fit.py",  # the brief skill's page measurement, as pdf.py
 }
 ALLOWED = {  # (file, the matching text) -> why it is not an operation on a user tree
     ("libs/zcbot_core/zcbot_core/paths.py", "resolve_user_path("): "the check itself (tests only call it)",
