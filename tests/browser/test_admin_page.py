@@ -76,14 +76,27 @@ async def test_admin_manages_users_and_reads_the_overview(stack: Stack, page: Pa
     await expect(page.locator(tid("users-status"))).to_contain_text("操作失败")
     assert await password_login_status(stack, "newbie@example.test", "a good long password") == 200
 
+    # A budget: daily 1.5 USD, monthly the server default (two prompts).
+    # Every prompt and confirm below is answered from this list, in order.
+    answers = ["1.5", "", "reset to this password", ""]
+
+    def answer(d: Any) -> None:
+        asyncio.ensure_future(d.accept(answers.pop(0)))
+
+    page.on("dialog", answer)
+    await row.locator(tid("user-budget")).click()
+    await expect(page.locator(tid("users-status"))).to_have_text("已保存。")
+    token = await stack.login("boss")
+    async with stack.client(token) as c:
+        budget = (await c.get("/v1/admin/users/newbie@example.test/budget")).json()
+    assert (budget["daily_usd"], budget["monthly_usd"]) == (1.5, None), budget
+
     # Reset the password (prompt), promote, then disable.
-    page.once("dialog", lambda d: asyncio.ensure_future(d.accept("reset to this password")))
     await row.locator(tid("user-reset")).click()
     await expect(page.locator(tid("users-status"))).to_have_text("已保存。")
     assert await password_login_status(stack, "newbie@example.test", "reset to this password") == 200
     await row.locator(tid("user-role")).click()
     await expect(row).to_have_attribute("data-role", "admin")
-    page.once("dialog", lambda d: asyncio.ensure_future(d.accept()))
     await row.locator(tid("user-disable")).click()
     await expect(row).to_have_attribute("data-role", "disabled")
     await expect(row.locator(tid("user-disable"))).to_have_count(0)
@@ -96,6 +109,7 @@ async def test_user_changes_own_password(stack: Stack, browser: Any, page: Page)
     await page.locator(tid("account-button")).click()
     dialog = page.locator(tid("account-dialog"))
     await expect(dialog).to_be_visible()
+    await expect(page.locator(tid("my-usage"))).to_contain_text("每日：已用 $0.0000")
     await page.locator(tid("old-password")).fill("not my password")
     await page.locator(tid("new-password")).fill("the second password")
     await page.locator(tid("confirm-password")).fill("the second password")

@@ -2,8 +2,27 @@
  * one too, so the page signs out and asks to sign in with the new password. */
 
 import { api, auth } from "./api.js";
-import { $ } from "./dom.js";
+import { $, formatTime } from "./dom.js";
 import { t } from "./i18n.js";
+
+function period(name, p) {
+  if (!p) return "";
+  const limit = p.limit_usd === null || p.limit_usd === undefined ? t("account.no_limit") : "$" + Number(p.limit_usd).toFixed(2);
+  return t("account.period", { period: t("users.period_" + name), spent: "$" + Number(p.spent_usd || 0).toFixed(4),
+    limit, resets: formatTime(p.resets_at) });
+}
+
+/** Your budget and spending (GET /v1/me/usage), shown in the account dialog. */
+async function showUsage() {
+  const box = $("my-usage");
+  box.textContent = "";
+  try {
+    const u = await api("/v1/me/usage");
+    box.textContent = [period("daily", u.daily), period("monthly", u.monthly)].filter(Boolean).join("\n");
+  } catch (err) {
+    box.textContent = t("account.usage_failed", { msg: err.message });
+  }
+}
 
 export function setupAccount(afterChange) {
   const dialog = $("account-dialog");
@@ -14,6 +33,7 @@ export function setupAccount(afterChange) {
     status.textContent = "";
     dialog.showModal();
     form.old_password.focus();
+    showUsage();
   });
   $("account-close").addEventListener("click", () => dialog.close());
   form.addEventListener("submit", async (e) => {

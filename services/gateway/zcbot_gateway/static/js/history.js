@@ -9,6 +9,7 @@ import { assistantBubble, continueHint, messageText, messagesBox, reasoningBlock
 import { setToolResult, settlePendingCards, toolCard } from "./toolcard.js";
 
 const FAILED_RESULT = /^\s*\[?(error|not run|cancelled)\b/i;
+const CANCEL_TAIL = /\s*(（已取消）|（已中止）|\(cancelled\)|\(stopped\))\s*$/;
 
 function cancelledNotice(text) {
   return notice("warn", text || t("run.cancelled"), "run-cancelled");
@@ -33,9 +34,13 @@ export async function loadHistory(task, seq, send) {
   for (const m of msgs) {
     const p = m.payload || {};
     if (live && m.run_id === live && p.role !== "user") continue;
-    if (m.kind === "notice" || p.type === "cancelled") {
-      if (p.type === "cancelled") box.append(cancelledNotice(p.text));
-      else box.append(notice("info", messageText(p.text || p.content), "run-notice"));
+    if (m.kind === "cancelled") {
+      // The stored partial answer; its content ends with the notice line ("（已取消）"), shown as a notice.
+      const text = messageText(p.content);
+      const cut = CANCEL_TAIL.exec(text);
+      const answer = cut ? text.slice(0, cut.index) : text;
+      if (answer.trim()) box.append(assistantBubble(answer));
+      box.append(cancelledNotice(cut ? cut[1] : ""));
     } else if (p.role === "user") {
       box.append(userBubble(messageText(p.content)));
     } else if (p.role === "assistant") {

@@ -12,6 +12,7 @@ function say(text, kind = "muted") {
 }
 
 async function act(call, done) {
+  say(""); // each action's own answer replaces the last one's
   try {
     await call();
     say(done);
@@ -25,6 +26,32 @@ function roleLabel(role) {
   return t("users.role_" + role) === "users.role_" + role ? role : t("users.role_" + role);
 }
 
+/** Two prompts (daily, monthly in USD): empty = the server default, 0 = no limit. */
+async function editBudget(base, email) {
+  let current;
+  try {
+    current = await api(base + "/budget");
+  } catch (err) {
+    say(t("users.failed", { msg: err.message }), "error");
+    return;
+  }
+  const ask = (period, value) => {
+    const answer = window.prompt(t("users.budget_prompt", { email, period: t("users.period_" + period) }),
+      value === null || value === undefined ? "" : String(value));
+    if (answer === null) return undefined; // cancelled
+    return answer.trim() === "" ? null : Number(answer);
+  };
+  const daily = ask("daily", current.daily_usd);
+  if (daily === undefined) return;
+  const monthly = ask("monthly", current.monthly_usd);
+  if (monthly === undefined) return;
+  if ([daily, monthly].some((v) => v !== null && !(Number.isFinite(v) && v >= 0))) {
+    say(t("users.budget_invalid"), "error");
+    return;
+  }
+  act(() => api(base + "/budget", { method: "PUT", json: { daily_usd: daily, monthly_usd: monthly } }), t("users.saved"));
+}
+
 function userRow(u) {
   const base = "/v1/admin/users/" + enc(u.email);
   const actions = [
@@ -33,6 +60,8 @@ function userRow(u) {
       if (password) act(() => api(base + "/password", { method: "PUT", json: { password } }), t("users.saved"));
     } }, t("users.reset")),
   ];
+  actions.push(el("button", { type: "button", class: "small", "data-testid": "user-budget",
+    onclick: () => editBudget(base, u.email) }, t("users.budget")));
   if (u.role !== "disabled") {
     const next = u.role === "admin" ? "user" : "admin";
     actions.push(el("button", { type: "button", class: "small", "data-testid": "user-role",
