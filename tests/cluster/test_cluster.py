@@ -179,15 +179,17 @@ async def test_leader_kills_lose_no_event_and_leave_no_run_stuck(cluster_stack: 
         js = nc.jetstream()
         for stream in (topo.runs_stream, topo.events_stream):
             assert await stream_replicas(js, stream) == 3, f"{stream} is not replicated 3 times"
-        for i in range(2 * WAVE):
-            await push_script(stack.fake_url, f"KEY-CL-{i:02d}", [
-                {"text": f"writing {i}. ", "tool_calls": [{"name": "write", "arguments": {"path": f"r{i}.txt", "content": f"run {i}"}}]},
-                {"chunks": answer(i), "chunk_delay": CHUNK_DELAY},
-            ])
-        runs: list[Posted] = []
-        for i in range(2 * WAVE):
-            token = await login(urls[i % 2], stack.platform_key, f"cl{i % 10}")
-            runs.append(Posted(i, token, await new_task(urls[i % 2], token, f"cluster {i}")))
+        await asyncio.gather(*(push_script(stack.fake_url, f"KEY-CL-{i:02d}", [
+            {"text": f"writing {i}. ", "tool_calls": [{"name": "write", "arguments": {"path": f"r{i}.txt", "content": f"run {i}"}}]},
+            {"chunks": answer(i), "chunk_delay": CHUNK_DELAY},
+        ]) for i in range(2 * WAVE)))
+
+        async def prepare(i: int) -> Posted:
+            token = await login(urls[i % 2], stack.platform_key, f"cl{i}")
+            return Posted(i, token, await new_task(urls[i % 2], token, f"cluster {i}"))
+
+        runs = list(await asyncio.gather(*(prepare(i) for i in range(2 * WAVE))))
+        note("scripts, users and tasks ready")
         wave_a, wave_b = runs[:WAVE], runs[WAVE:]
 
         note("posting wave A")
