@@ -145,7 +145,7 @@ async def test_export_docx(app_client: httpx.AsyncClient, make_user) -> None:
     item = next(p for p in doc.paragraphs if p.text == "item one")
     assert item._p.pPr.numPr is not None  # a Word list item, not a typed bullet
     call = next(t for t in texts if t.startswith("Tool call read"))
-    assert "path: budget.xlsx" in call
+    assert call == "Tool call read: path: budget.xlsx"
     result = next(t for t in texts if t.startswith("Tool result read"))
     assert "row1" in result and len(result) < 200 and "\x01" not in result and "\x1b" not in result and "[31m" not in result
 

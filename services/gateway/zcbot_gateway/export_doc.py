@@ -43,11 +43,11 @@ LABELS: dict[str, dict[str, str]] = {
     "zh": {"user": "用户", "assistant": "助手", "push": "推送", "call": "调用工具", "result": "工具结果",
            "folder": "文件夹", "exported": "导出于", "messages": "{n} 条消息", "image": "[图片]",
            "image_named": "[图片：{name}]", "cut": "[……以下内容过长，已截断]",
-           "truncated": "[仅导出前 {n} 条消息]", "no_args": "无参数", "empty": "（空）"},
+           "truncated": "[仅导出前 {n} 条消息]", "no_args": "无参数", "empty": "（空）", "colon": "："},
     "en": {"user": "User", "assistant": "Assistant", "push": "push", "call": "Tool call", "result": "Tool result",
            "folder": "Folder", "exported": "exported", "messages": "{n} messages", "image": "[image]",
            "image_named": "[image: {name}]", "cut": "[... the rest was too long and is cut]",
-           "truncated": "[only the first {n} messages are exported]", "no_args": "no arguments", "empty": "(empty)"},
+           "truncated": "[only the first {n} messages are exported]", "no_args": "no arguments", "empty": "(empty)", "colon": ": "},
 }
 
 
@@ -118,12 +118,12 @@ def tool_call_line(call: Any, labels: dict[str, str]) -> str:
         summary = " · ".join(pairs) if pairs else labels["no_args"]
     else:
         summary = readable(args) if args not in (None, "") else labels["no_args"]
-    return f"**{labels['call']}** {_code_span(name)}：{_code_span(shorten(clean(summary), PREVIEW_CHARS * 2))}"
+    return f"**{labels['call']}** {_code_span(name)}{labels['colon']}{_code_span(shorten(clean(summary), PREVIEW_CHARS * 2))}"
 
 
 def tool_result_line(name: str, body: str, labels: dict[str, str]) -> str:
     text = shorten(clean(readable(body)), PREVIEW_CHARS) or labels["empty"]
-    return f"**{labels['result']}** {_code_span(name)}：{_code_span(text)}"
+    return f"**{labels['result']}** {_code_span(name)}{labels['colon']}{_code_span(text)}"
 
 
 def _message_blocks(text: str, index: int, labels: dict[str, str]) -> tuple[list[Block], dict[str, str]]:
