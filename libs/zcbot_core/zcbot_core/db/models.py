@@ -147,6 +147,26 @@ class UsageEvent(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+class DataEvent(Base):
+    """One file mutation in a user root (issue 29): written only by `zcbot_core.filehistory.record`.
+    `prev_hash` names the kept version of what the change replaced or removed (the version store)."""
+
+    __tablename__ = "data_events"
+    __table_args__ = (Index("ix_data_events_user_path", "user_id", "path", "id"),
+                      Index("ix_data_events_run", "run_id", "id"))
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(String(128))
+    task_id: Mapped[str | None] = mapped_column(String(32))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    path: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(16))
+    size: Mapped[int | None] = mapped_column(BigInteger)
+    content_hash: Mapped[str | None] = mapped_column(String(64))
+    prev_hash: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 class ScheduledJob(Base):
     __tablename__ = "scheduled_jobs"
     __table_args__ = (Index("ix_jobs_due", "enabled", "next_run_at"),)
