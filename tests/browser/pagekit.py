@@ -56,6 +56,10 @@ async def open_drawer(page: Page, name: str) -> None:
     if await toggle.is_visible() and await toggle.get_attribute("aria-expanded") != "true":
         await toggle.click()
         await expect(page.locator(tid(f"{name}-pane"))).to_be_in_viewport()
+        # Slid in all the way (the drawer's transition is over).
+        await page.wait_for_function("""(id) => { const r = document.querySelector(`[data-testid="${id}"]`)
+            .getBoundingClientRect(); return r.left >= 0 && r.right <= document.documentElement.clientWidth + 1; }""",
+                                     arg=f"{name}-pane")
 
 
 async def close_drawers(page: Page) -> None:
@@ -93,8 +97,8 @@ OVERFLOW = """() => {
   for (const node of document.querySelectorAll("body *")) {
     const r = node.getBoundingClientRect();
     if (!r.width || getComputedStyle(node).visibility === "hidden") continue;
-    // Drawers are off-screen on purpose while closed (visibility: hidden, skipped above).
-    if (r.right > doc.clientWidth + 1 && !node.closest("[data-drawer]") && !clipped(node)) wide.push(node.tagName + "." + node.className);
+    // Closed drawers are off-screen on purpose (visibility: hidden, skipped above); an open one is checked.
+    if (r.right > doc.clientWidth + 1 && !clipped(node)) wide.push(node.tagName + "." + node.className);
   }
   return {scroll: doc.scrollWidth, client: doc.clientWidth, body: document.body.scrollWidth, wide: wide.slice(0, 5)};
 }"""
