@@ -51,11 +51,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _include_routers(app: FastAPI) -> None:
-    from zcbot_gateway.routes import channels, extra, runs, schedules, skills
+    from zcbot_gateway.routes import channels, extra, file_versions, runs, schedules, skills
     from zcbot_gateway.routes.pages import install_pages
 
     install_pages(app)  # dev SPA at `/`, assets at /static
-    for router in (*extra.ROUTERS, runs.router, schedules.router, skills.router, channels.router):
+    for router in (*extra.ROUTERS, file_versions.router, runs.router, schedules.router, skills.router, channels.router):
         app.include_router(router)
     runs.install(app)
     channels.install(app)  # closes the iLink HTTP client on shutdown

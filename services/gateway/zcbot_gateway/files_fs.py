@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from fastapi import HTTPException, status
 from starlette.datastructures import UploadFile
 
-from zcbot_core import safe_fs
+from zcbot_core import filehistory, safe_fs
 
 from zcbot_gateway.http import bad_request, conflict
 
@@ -90,8 +90,10 @@ def open_download(root: Path, rel: str) -> BinaryIO:
             raise bad_request("only regular files can be downloaded") from None
 
 
-def write_uploads(root: Path, rel_dir: str, files: list[tuple[str, UploadFile]], limit: int) -> list[dict[str, Any]]:
-    """Each file into a temp file in the folder (created), then all renamed into place."""
+def write_uploads(root: Path, rel_dir: str, files: list[tuple[str, UploadFile]], limit: int,
+                  store: filehistory.VersionStore, changes: list[filehistory.Change]) -> list[dict[str, Any]]:
+    """Each file into a temp file in the folder (created), then all renamed into place (a file
+    replaced is kept in the version store first; each write is appended to `changes`)."""
     total = 0
     with _root(root) as r:
         r.makedirs(rel_dir)
@@ -113,8 +115,10 @@ def write_uploads(root: Path, rel_dir: str, files: list[tuple[str, UploadFile]],
                 tmp.write(b"", durable=True)
             results = []
             for tmp, name in temps:
-                tmp.commit(name)
                 child = posixpath.join(rel_dir, name) if rel_dir else name
+                prev = filehistory.keep_before(store, r, child)
+                tmp.commit(name)
+                changes.append(filehistory.written(r, child, prev, prev is not None))
                 st = r.lstat(child)
                 if st is not None:
                     results.append(_entry(child, st))
@@ -148,8 +152,10 @@ def canon_dir(root: Path, rel: str) -> str | None:
     return rel if stat.S_ISDIR(st.st_mode) else None
 
 
-def delete_at(root: Path, rel: str, check_dir: Any) -> int:
-    """Delete a file or an empty folder; the bytes freed (for the disk quota's ledger)."""
+def delete_at(root: Path, rel: str, check_dir: Any, store: filehistory.VersionStore,
+              changes: list[filehistory.Change]) -> int:
+    """Delete a file or an empty folder (a file is kept in the version store first); the bytes
+    freed (for the disk quota's ledger)."""
     with _root(root) as r:
         st = _lstat_plain(r, rel)
         if st is None:
@@ -162,11 +168,14 @@ def delete_at(root: Path, rel: str, check_dir: Any) -> int:
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                     raise bad_request("folder is not empty; delete its contents first") from None
                 raise
+            changes.append(filehistory.Change(rel, "rmdir"))
         else:
+            prev = filehistory.keep_before(store, r, rel)
             try:
                 r.unlink(rel)
             except safe_fs.Conflict:  # became a folder meanwhile
                 raise conflict("path changed during the request; retry") from None
+            changes.append(filehistory.Change(rel, "delete", None, None, prev))
         return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 

@@ -47,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.background import BackgroundTask
 from starlette.datastructures import UploadFile
 
-from zcbot_core import paths, quota
+from zcbot_core import filehistory, paths, quota
 from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.folders import MAX_WORKING_DIR, lock_user_folders, normalize_working_dir
@@ -147,7 +147,8 @@ UPLOAD_FIELDS = {"file", "path"}
 
 
 @router.post("/upload", status_code=status.HTTP_201_CREATED, openapi_extra=_UPLOAD_BODY)
-async def upload_files(request: Request, user: CurrentUser, settings: SettingsDep, path: PathQuery = "") -> dict[str, Any]:
+async def upload_files(request: Request, user: CurrentUser, session: SessionDep, settings: SettingsDep,
+                       path: PathQuery = "") -> dict[str, Any]:
     """Upload files (multipart field `file`, repeatable) into a folder, creating it if needed."""
     limit = settings.zcbot_upload_max_bytes
     length = request.headers.get("content-length")
@@ -177,12 +178,16 @@ async def upload_files(request: Request, user: CurrentUser, settings: SettingsDe
         ledger = quota.Ledger.from_settings(settings)
         await asyncio.to_thread(ledger.reserve, user, need, root)  # QuotaExceeded: 507 at the edge
         try:
-            results = await asyncio.to_thread(write_uploads, root, rel_dir, files, limit)
+            changes: list[filehistory.Change] = []
+            results = await asyncio.to_thread(write_uploads, root, rel_dir, files, limit,
+                                              filehistory.VersionStore.from_settings(settings, user), changes)
         except BaseException:
             await asyncio.to_thread(ledger.reserve, user, -need)  # nothing was kept
             raise
     finally:
         await form.close()
+    await filehistory.record(session, user, changes)
+    await session.commit()
     return {"path": rel_dir, "uploaded": results}
 
 
@@ -208,10 +213,13 @@ def _upload_dir(form: Any, query_path: str, query: Any) -> str:
 
 
 @router.post("/mkdir", status_code=status.HTTP_201_CREATED)
-async def make_dir(body: PathIn, user: CurrentUser, settings: SettingsDep) -> dict[str, Any]:
+async def make_dir(body: PathIn, user: CurrentUser, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
     """Create a folder (and missing parents)."""
     rel = normalize_working_dir(clean_rel(body.path, allow_empty=False))
-    return await asyncio.to_thread(mkdir_at, user_root(settings, user), rel)
+    entry = await asyncio.to_thread(mkdir_at, user_root(settings, user), rel)
+    await filehistory.record(session, user, [filehistory.Change(rel, "mkdir")])
+    await session.commit()
+    return entry
 
 
 # ---- delete ----------------------------------------------------------------------------------
@@ -241,7 +249,10 @@ async def delete_path(body: PathIn, user: CurrentUser, session: SessionDep, sett
             raise conflict(f"folder is used by a task (working_dir {live!r}); delete or move that task first"
                            if live is not None else "folder changed during the request; retry")
 
-    freed = await asyncio.to_thread(delete_at, root, rel, check_dir)
+    changes: list[filehistory.Change] = []
+    freed = await asyncio.to_thread(delete_at, root, rel, check_dir, filehistory.VersionStore.from_settings(settings, user),
+                                    changes)
+    await filehistory.record(session, user, changes)
     await session.commit()
     await asyncio.to_thread(quota.Ledger.from_settings(settings).reserve, user, -freed, root)
     return {"ok": True, "path": rel}
@@ -313,6 +324,7 @@ async def rename_path(body: RenameIn, user: CurrentUser, session: SessionDep, se
             raise HTTPException(exc.http_status, detail=f"{exc}; nothing was changed") from None
         raise
     try:
+        await filehistory.record(session, user, [filehistory.Change(entry["path"], "rename", entry["size"])])
         await session.commit()
     except BaseException:
         await asyncio.to_thread(rename_back, root, new_rel, old_name)

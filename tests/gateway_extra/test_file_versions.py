@@ -1,0 +1,108 @@
+"""File versions through the gateway (issue 29): the files API keeps what it replaces or deletes,
+data_events rows name each change, versions are listed and restored, and a run's changes are
+reverted (conflicts skipped unless forced, 409 while a run is active)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from extra_helpers import create_task, db, set_task, user_dir
+from zcbot_core import filehistory, safe_fs
+from zcbot_core.config import Settings
+from zcbot_core.db.models import DataEvent
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _upload(client: httpx.AsyncClient, h: dict[str, str], name: str, data: bytes) -> None:
+    resp = await client.post("/v1/files/upload", headers=h, params={"path": "docs"},
+                             files=[("file", (name, data, "application/octet-stream"))])
+    assert resp.status_code == 201, resp.text
+
+
+async def _events(client: httpx.AsyncClient, user: str) -> list[DataEvent]:
+    async with db(client) as s:
+        return list((await s.scalars(select(DataEvent).where(DataEvent.user_id == user).order_by(DataEvent.id))).all())
+
+
+async def test_versions_and_restore(app_client: httpx.AsyncClient, settings: Settings, make_user) -> None:
+    h = await make_user(app_client, "vera")
+    other = await make_user(app_client, "mallory")
+    await _upload(app_client, h, "plan.md", b"first draft")
+    await _upload(app_client, h, "plan.md", b"second draft")
+    assert (await app_client.post("/v1/files/delete", headers=h, json={"path": "docs/plan.md"})).status_code == 200
+    kinds = [(e.path, e.kind) for e in await _events(app_client, "vera")]
+    assert kinds == [("docs/plan.md", "create"), ("docs/plan.md", "modify"), ("docs/plan.md", "delete")]
+
+    resp = await app_client.get("/v1/files/versions", headers=h, params={"path": "docs/plan.md"})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["total"] == 2 and [i["replaced_by"] for i in body["items"]] == ["delete", "modify"]
+    assert all(i["available"] for i in body["items"])
+    first = body["items"][1]  # what the overwrite replaced: the first draft
+    # another user sees none of it and cannot restore it
+    theirs = await app_client.get("/v1/files/versions", headers=other, params={"path": "docs/plan.md"})
+    assert theirs.json()["total"] == 0
+    denied = await app_client.post("/v1/files/restore", headers=other, json={"path": "docs/plan.md", "version_id": first["id"]})
+    assert denied.status_code == 404
+
+    ok = await app_client.post("/v1/files/restore", headers=h, json={"path": "docs/plan.md", "version_id": first["id"]})
+    assert ok.status_code == 200, ok.text
+    assert (user_dir(settings, "vera") / "docs" / "plan.md").read_bytes() == b"first draft"
+    assert (await _events(app_client, "vera"))[-1].kind == "restore"
+    for bad in ({"path": "../x", "version_id": 1}, {"path": "docs/plan.md", "version_id": 0},
+                {"path": "docs/plan.md", "version_id": 10**9}, {"path": "docs/plan.md"}):
+        resp = await app_client.post("/v1/files/restore", headers=h, json=bad)
+        assert 400 <= resp.status_code < 500, (bad, resp.status_code, resp.text)
+    assert (await app_client.get("/v1/files/versions", headers=h, params={"path": "/etc/passwd"})).status_code == 400
+
+
+async def _fake_run_changes(client: httpx.AsyncClient, settings: Settings, user: str, task_id: str, run_id: str) -> None:
+    """The changes a run makes, through the same ops the executor's hooks use."""
+    root = user_dir(settings, user)
+    store = filehistory.VersionStore.from_settings(settings, user)
+    changes = []
+    with safe_fs.Root.open(root) as r:
+        for rel, data in (("T/a.txt", b"run A"), ("T/new.txt", b"made by the run")):
+            prev = filehistory.keep_before(store, r, rel)
+            existed = r.exists(rel)
+            r.write_bytes(rel, data, mkdirs=True)
+            changes.append(filehistory.written(r, rel, prev, existed))
+        prev = filehistory.keep_before(store, r, "T/b.txt")
+        r.unlink("T/b.txt")
+        changes.append(filehistory.Change("T/b.txt", "delete", None, None, prev))
+    async with db(client) as s:
+        await filehistory.record(s, user, changes, task_id=task_id, run_id=run_id)
+        await s.commit()
+
+
+async def test_revert_run(app_client: httpx.AsyncClient, settings: Settings, make_user) -> None:
+    h = await make_user(app_client, "rita")
+    task = await create_task(app_client, h, name="T")
+    root = user_dir(settings, "rita")
+    (root / "T").mkdir(exist_ok=True)
+    (root / "T" / "a.txt").write_bytes(b"user A")
+    (root / "T" / "b.txt").write_bytes(b"user B")
+    await _fake_run_changes(app_client, settings, "rita", task["task_id"], "run1")
+    url = f"/v1/tasks/{task['task_id']}/runs/run1/revert-files"
+
+    await set_task(app_client, task["task_id"], run_status="running")
+    busy = await app_client.post(url, headers=h, json={})
+    assert busy.status_code == 409, busy.text
+    await set_task(app_client, task["task_id"], run_status="idle")
+
+    (root / "T" / "new.txt").write_bytes(b"the user edited it after the run")
+    resp = await app_client.post(url, headers=h, json={})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert sorted(body["reverted"]) == ["T/a.txt", "T/b.txt"]
+    assert [c["path"] for c in body["conflicts"]] == ["T/new.txt"] and body["ok"] is False
+    assert (root / "T" / "a.txt").read_bytes() == b"user A" and (root / "T" / "b.txt").read_bytes() == b"user B"
+    assert (root / "T" / "new.txt").read_bytes() == b"the user edited it after the run"  # skipped
+
+    forced = await app_client.post(url, headers=h, json={"force": True})
+    assert forced.status_code == 200 and forced.json()["reverted"] == ["T/new.txt"], forced.text
+    assert not (root / "T" / "new.txt").exists()  # the run created it: gone
+    assert (await app_client.post(f"/v1/tasks/{task['task_id']}/runs/nope/revert-files", headers=h)).status_code == 404
