@@ -147,6 +147,8 @@ async def test_cancel_preempts_a_silent_model_and_a_running_tool(stack: Stack) -
         events = await asyncio.wait_for(reader, 10)
         assert loop.time() - started < 3.0
         assert events[-1]["data"]["status"] == "cancelled"
+        if key == "KEY-silent":  # no token ever came: the time to first token is unknown (null), not -1
+            assert events[-1]["data"]["timings"]["ttft"] is None, events[-1]["data"]["timings"]
         if key == "KEY-sleep":
             rows = db_rows(stack.settings.zcbot_db_url,
                            "select payload->>'role', payload->>'content' from messages where task_id=:t order by idx",

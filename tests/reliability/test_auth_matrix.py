@@ -72,6 +72,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/v1/folders"): Route(),
     ("GET", "/v1/files"): Route(query={"path": "proj"}),
     ("GET", "/v1/files/download"): Route(query={"path": OWNER_FILE}, owned=True),
+    ("GET", "/v1/files/preview"): Route(query={"path": OWNER_FILE}),  # a .txt: 415 for anyone, checked first
     ("POST", "/v1/files/upload"): Route(query={"path": "uploads"}, upload=True),
     ("POST", "/v1/files/mkdir"): Route(json={"path": "made"}),
     ("POST", "/v1/files/delete"): Route(json={"path": OWNER_FILE}, owned=True),

@@ -33,3 +33,23 @@ class ZcbotError(Exception):
 
 # A 503 tells the client when to try again (the gateway's other outage answers say the same).
 RETRY_AFTER: dict[str, str] = {"Retry-After": "5"}
+
+
+class PreviewError(ZcbotError):
+    """A file preview the gateway cannot give (zcbot_gateway/previews.py); the message says why."""
+
+    code, http_status = "preview_failed", 422
+
+
+class PreviewUnavailable(PreviewError):
+    """LibreOffice (`soffice`) is not installed on the host: office files cannot be previewed."""
+
+    code, http_status = "preview_unavailable", 503
+
+
+class PreviewUnsupported(PreviewError):
+    code, http_status = "preview_unsupported", 415
+
+
+class PreviewTooLarge(PreviewError):
+    code, http_status = "preview_too_large", 413

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from zcbot_gateway.routes import admin, admin_users, export, files, memory, procs, shortcuts
+from zcbot_gateway.routes import admin, admin_users, export, files, memory, previews, procs, shortcuts
 
 ROUTERS: list[APIRouter] = [files.router, memory.router, shortcuts.router, export.router, admin.router,
-                         admin_users.router, procs.router]
+                         admin_users.router, procs.router, previews.router]
