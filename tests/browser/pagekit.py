@@ -79,6 +79,13 @@ async def create_task(page: Page, name: str, folder: str = "") -> None:
     await close_drawers(page)
 
 
+async def upload(page: Page, name: str, mime: str, data: bytes) -> None:
+    await open_drawer(page, "files")
+    await page.locator(tid("file-input")).set_input_files(files=[{"name": name, "mimeType": mime, "buffer": data}])
+    await page.locator(tid("upload-button")).click()
+    await expect(page.locator(f'{tid("file-entry")}[data-name="{name}"]')).to_be_visible()
+
+
 async def send(page: Page, content: str) -> None:
     await page.locator(tid("message-input")).fill(content)
     await page.locator(tid("send-message")).click()

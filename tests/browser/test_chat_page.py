@@ -162,7 +162,8 @@ async def test_tool_cards_history_cancel_and_queue(stack: Stack, page: Page) -> 
     await page.locator(tid("task-item")).filter(has_text="工具").click()
     box = page.locator(tid("messages"))
     await expect(box.locator(tid("user-message"))).to_have_count(3)
-    # CANCELLED_HISTORY: the stored partial answer + notice land with the API side of issue 27.
+    await expect(box.locator(tid("run-cancelled"))).to_have_count(1)
+    await expect(box.locator(tid("assistant-text")).filter(has_text="字 字")).to_have_count(1)
     stored = box.locator(f'{tid("tool-card")}[data-tool="write"]')
     assert await stored.get_attribute("open") is None
     args = await stored.locator(tid("tool-args")).text_content()
