@@ -138,3 +138,35 @@ async def test_chinese_page_has_no_english_labels_left(stack: Stack, page: Any) 
     assert missing == []
     for label in ("新建任务", "任务", "文件", "定时", "技能", "记忆", "上传"):
         await expect(page.get_by_text(label, exact=True).first).to_be_attached()
+
+
+async def test_memory_panel_reads_and_skills_mark_user_overrides(stack: Stack, page: Any) -> None:
+    user = "memo-mia"
+    await stack.login(user)
+    root = stack.settings.storage_root / user
+    (root / ".memory" / "extended").mkdir(parents=True, exist_ok=True)
+    (root / ".memory" / "core.md").write_text("# 关于我\n\n- 喜欢**简洁**的回答\n", encoding="utf-8")
+    (root / ".memory" / "extended" / "projects.md").write_text(
+        "---\ndescription: 项目清单\n---\n\n1. 周报系统\n", encoding="utf-8")
+    (root / ".skills" / "brief").mkdir(parents=True, exist_ok=True)
+    (root / ".skills" / "brief" / "SKILL.md").write_text(
+        "---\nname: brief\ndescription: 我自己的简报写法\n---\n\n按我的格式写。\n", encoding="utf-8")
+    await login_with_key(page, stack, user)
+    await page.locator(tid("side-tab-memory")).click()
+    core = page.locator(tid("memory-core"))
+    await expect(core.locator("h1")).to_have_text("关于我")
+    await expect(core.locator("strong")).to_have_text("简洁")
+    item = page.locator(tid("memory-file"))
+    await expect(item).to_contain_text("projects.md")
+    await expect(item).to_contain_text("项目清单")
+    await item.locator("summary").click()
+    await expect(item.locator("ol li")).to_have_text("周报系统")
+    # Read-only: the panel has no control that writes.
+    await expect(page.locator(f'{tid("memory-section")} :is(input, textarea, button)')).to_have_count(0)
+
+    await page.locator(tid("side-tab-skills")).click()
+    mine = page.locator(f'{tid("skill-item")}[data-name="brief"]')
+    await expect(mine).to_have_attribute("data-source", "user")
+    await expect(mine.locator(tid("skill-override"))).to_have_text("覆盖内置")
+    await expect(mine).to_contain_text("我自己的简报写法")
+    await expect(page.locator(f'{tid("skill-item")}[data-name="ppt"] {tid("skill-override")}')).to_have_count(0)
