@@ -53,6 +53,7 @@ from zcbot_core.tools.executor_client import probe_host
 from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
 from zcbot_executor import metrics, procs_api
 from zcbot_executor.config import ExecutorConfig
+from zcbot_executor.file_watch import MAX_FILE_CHANGES, FileWatch
 from zcbot_executor.leases import LeaseKeeper
 from zcbot_executor.procs import ProcManager, sweep_procs
 from zcbot_executor.quota_guard import QuotaGuard
@@ -85,6 +86,7 @@ class ExecutorService:
         self.draining = False
         self._background: list[asyncio.Task[None]] = []
         self._prepared: dict[tuple[str, str], float] = {}
+        self.file_watch = FileWatch(settings, self.config.storage_root)  # versions + changes (issue 29)
 
     # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self, rt: Runtime) -> None:
@@ -304,7 +306,14 @@ class ExecutorService:
                 if entry.cancelled:
                     return ToolResult(False)
                 self.quota.started(req.call_id, req.user_id, lambda: box.cancel(req.call_id))
+                watched = await asyncio.to_thread(self.file_watch.before, req.user_id, user_root, cwd_rel, req.tool, req.args)
                 result = await box.call(req.call_id, req.tool, req.args, cwd, timeout)
+                if watched is not None:
+                    changes = await asyncio.to_thread(self.file_watch.after, req.user_id, watched, result.ok)
+                    if changes:  # capped so the reply fits on the bus; the rest is counted
+                        result.meta["file_changes"] = changes[:MAX_FILE_CHANGES]
+                        if len(changes) > MAX_FILE_CHANGES:
+                            result.meta["file_changes_more"] = len(changes) - MAX_FILE_CHANGES
                 result = await self.quota.finished(req.call_id, req.tool, req.user_id, user_root, result)
                 return self._oom_note(req.user_id, ooms, result)
             except SandboxError as exc:

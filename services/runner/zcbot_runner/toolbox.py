@@ -36,6 +36,8 @@ class RunnerToolBox:
         self.run_id = run_id
         self.cwd = cwd
         self.grant = grant  # the run's grant: the executor refuses calls without it (bus/grants.py)
+        # Records the executor's `file_changes` as data_events (set by execution.py; issue 29).
+        self.record_files: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None
         self.after_hooks: list[Callable[[str, dict[str, Any], ToolOutcome, float], Awaitable[ToolOutcome]]] = []
 
     def add_host_tool(self, tool: HostTool) -> None:
@@ -67,6 +69,9 @@ class RunnerToolBox:
             if not reply.ok and reply.output and reply.error:
                 text = f"ERROR: {reply.error}\n{reply.output}"
             outcome = ToolOutcome.make(reply.ok, text, truncated=bool(reply.meta.get("truncated")))
+            changes = reply.meta.get("file_changes")
+            if changes and isinstance(changes, list) and self.record_files is not None:
+                await self.record_files(changes)
         else:
             known = ", ".join(sorted({*self.sandbox_names, *self.host}))
             outcome = ToolOutcome.failure(f"unknown tool `{name}`; available tools: {known}")

@@ -134,6 +134,7 @@ class Done(RunEvent):
     status: str  # ok | cancelled | stopped (the loop ended early: iteration limit) | error | idle (no active run)
     timings: dict[str, float | None] = field(default_factory=dict)  # ttft: None when no token came
     final_text: str = ""
+    files_changed: int = 0  # distinct files the run created, changed or removed (data_events, issue 29)
 
 
 EVENT_TYPES: dict[str, type[RunEvent]] = {

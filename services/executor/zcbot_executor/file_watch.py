@@ -1,0 +1,159 @@
+"""What a sandbox tool call did to the user's files (issue 29), seen from the host side.
+
+Before the call, the files it may replace or remove are kept in the user's version store
+(`zcbot_core.filehistory`, outside the sandbox's mounts); after it, the changes are listed for the
+runner, which records them as `data_events` (`ToolResult.meta["file_changes"]`).
+
+- `write` / `edit`: the one target file.
+- `shell` / `run_python` (foreground): a bounded before/after scan of the task folder (at most
+  SCAN_MAX_FILES files; versions of files up to KEEP_MAX_FILE bytes, KEEP_MAX_TOTAL per call). A
+  per-file cache of (size, mtime, inode) -> digest keeps an unchanged folder from being re-read.
+  Files past the bounds are still listed as changed, without a version (revert reports them).
+
+Everything on the user tree goes through `safe_fs`; a refusal (a symlink on the way) only means
+"nothing watched" for this call, never a failed call.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zcbot_core import filehistory, safe_fs
+from zcbot_core.paths import PathRejected, normalize_rel
+
+log = logging.getLogger(__name__)
+
+SCAN_MAX_FILES = 2000
+KEEP_MAX_FILE = 8 * 1024 * 1024
+KEEP_MAX_TOTAL = 64 * 1024 * 1024
+CACHE_ENTRIES = 50_000
+MAX_FILE_CHANGES = 500  # per reply (a NATS message has a size limit)
+WORKSPACE = "/workspace"
+Sig = tuple[int, int, int]  # size, mtime_ns, inode
+
+
+@dataclass
+class Before:
+    user_root: Path
+    tool: str
+    target: str | None = None  # write/edit
+    existed: bool = False
+    prev: str | None = None
+    scan_dir: str | None = None  # shell/run_python
+    sigs: dict[str, Sig] = field(default_factory=dict)
+    kept: dict[str, str] = field(default_factory=dict)
+
+
+def _target(args: dict[str, Any], cwd_rel: str) -> str | None:
+    raw = args.get("path")
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    p = raw.strip()
+    if p.startswith(WORKSPACE + "/"):
+        p = p[len(WORKSPACE) + 1:]
+    elif p.startswith("/"):
+        return None
+    else:
+        p = posixpath.join(cwd_rel, p) if cwd_rel else p
+    try:
+        return normalize_rel(posixpath.normpath(p), allow_empty=False)
+    except PathRejected:
+        return None
+
+
+class FileWatch:
+    def __init__(self, settings: Any, storage_root: Path) -> None:
+        self.settings = settings
+        self.storage_root = storage_root
+        self.cache: OrderedDict[tuple[str, str], tuple[Sig, str]] = OrderedDict()
+
+    def store(self, user_id: str) -> filehistory.VersionStore:
+        return filehistory.VersionStore(self.storage_root, user_id,
+                                        max_age_days=self.settings.zcbot_versions_max_age_days,
+                                        budget_bytes=self.settings.zcbot_versions_budget_mb * 1024 * 1024)
+
+    def before(self, user_id: str, user_root: Path, cwd_rel: str, tool: str, args: dict[str, Any]) -> Before | None:
+        try:
+            with safe_fs.Root.open(user_root) as r:
+                if tool in ("write", "edit"):
+                    target = _target(args, cwd_rel)
+                    if target is None:
+                        return None
+                    st = r.lstat(target)
+                    prev = filehistory.keep_before(self.store(user_id), r, target) if st is not None else None
+                    return Before(user_root, tool, target=target, existed=st is not None, prev=prev)
+                if tool in ("shell", "run_python") and not args.get("background"):
+                    b = Before(user_root, tool, scan_dir=cwd_rel)
+                    b.sigs = self._scan(r, cwd_rel)
+                    self._keep_all(user_id, r, b)
+                    return b
+        except (safe_fs.SafeFsError, OSError) as exc:
+            log.info("file watch skipped", extra={"user_id": user_id, "tool": tool, "error": str(exc)})
+        return None
+
+    @staticmethod
+    def _scan(r: safe_fs.Root, rel: str) -> dict[str, Sig]:
+        out: dict[str, Sig] = {}
+        if not r.is_dir(rel):
+            return out
+        for path, st in r.walk_files(rel, skip=lambda name: name in ("node_modules", "__pycache__", ".venv")):
+            if len(out) >= SCAN_MAX_FILES:
+                break
+            out[path] = (st.st_size, st.st_mtime_ns, st.st_ino)
+        return out
+
+    def _keep_all(self, user_id: str, r: safe_fs.Root, b: Before) -> None:
+        store, budget = self.store(user_id), KEEP_MAX_TOTAL
+        for path, sig in b.sigs.items():
+            hit = self.cache.get((user_id, path))
+            if hit is not None and hit[0] == sig and store.has(hit[1]):
+                b.kept[path] = hit[1]
+                continue
+            if sig[0] > KEEP_MAX_FILE or sig[0] > budget:
+                continue
+            kept = store.keep(r, path)
+            if kept is not None:
+                budget -= kept.size
+                b.kept[path] = kept.digest
+                self._remember(user_id, path, sig, kept.digest)
+
+    def _remember(self, user_id: str, path: str, sig: Sig, digest: str) -> None:
+        self.cache[(user_id, path)] = (sig, digest)
+        self.cache.move_to_end((user_id, path))
+        while len(self.cache) > CACHE_ENTRIES:
+            self.cache.popitem(last=False)
+
+    def after(self, user_id: str, b: Before, ok: bool) -> list[dict[str, Any]]:
+        """The changes as plain dicts (`filehistory.Change.as_dict`)."""
+        try:
+            with safe_fs.Root.open(b.user_root) as r:
+                if b.target is not None:
+                    if not ok:
+                        return []
+                    change = filehistory.written(r, b.target, b.prev, b.existed)
+                    return [change.as_dict()] if change.content_hash != b.prev or not b.existed else []
+                assert b.scan_dir is not None
+                now = self._scan(r, b.scan_dir)
+                changes = []
+                for path in sorted(set(b.sigs) | set(now)):
+                    old, new = b.sigs.get(path), now.get(path)
+                    if old == new:
+                        continue
+                    if new is None:
+                        changes.append(filehistory.Change(path, "delete", None, None, b.kept.get(path)))
+                        continue
+                    digest = filehistory.file_hash(r, path)
+                    if digest is None or (old is not None and digest[0] == b.kept.get(path)):
+                        continue  # touched, same bytes
+                    self._remember(user_id, path, new, digest[0])
+                    kind = "create" if old is None else "modify"
+                    changes.append(filehistory.Change(path, kind, digest[1], digest[0], b.kept.get(path)))
+                return [c.as_dict() for c in changes]
+        except (safe_fs.SafeFsError, OSError) as exc:
+            log.info("file watch after-scan skipped", extra={"user_id": user_id, "error": str(exc)})
+            return []
