@@ -34,6 +34,7 @@ from zcbot_runner import metrics
 from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
 from zcbot_runner.store import DbStepStore, RunSuperseded
+from zcbot_runner import file_events
 from zcbot_runner.toolbox import RunnerToolBox
 
 log = logging.getLogger(__name__)
@@ -251,6 +252,7 @@ class RunExecutor:
         toolbox = RunnerToolBox(executor=self.executor_client, sandbox_schemas=self.sandbox_schemas,
                                 user_id=task.user_id, task_id=task.task_id, run_id=req.run_id, cwd=task.working_dir,
                                 grant=req.grant)
+        toolbox.record_files = file_events.recorder(self.rt.sessions, task.user_id, task.task_id, req.run_id)
         prompt_ctx = PromptContext(working_dir=task.working_dir, task_name=task.name)
         switcher = ModelSwitcher(self.rt, task.task_id, req.run_id, sink.emit)
         if self.extend_toolbox is not None:
@@ -291,7 +293,9 @@ class RunExecutor:
         if timings.get("ttft") is not None:  # null when no token came
             metrics.TTFT.observe(timings["ttft"])
         sink.fresh_budget()
-        await sink.emit(ev.Done(run_id=req.run_id, status=status, timings=timings, final_text=result.final_text[:2000]))
+        files_changed = await file_events.count(self.rt.sessions, req.run_id)
+        await sink.emit(ev.Done(run_id=req.run_id, status=status, timings=timings, final_text=result.final_text[:2000],
+                                files_changed=files_changed))
         await sink.flush()
         try:
             kv = await kv_bucket(self.rt.js, self.rt.topo.cancel_bucket)
