@@ -135,8 +135,7 @@ async def test_tool_cards_history_cancel_and_queue(stack: Stack, page: Page) -> 
     idle_height = (await head.bounding_box())["height"]
     await send(page, "KEY-slow 说久一点")
     await expect(page.locator(tid("live-run"))).to_have_count(2)
-    slow = page.locator(tid("live-run")).last
-    await page.wait_for_timeout(1500)
+    slow = page.locator(tid("live-run")).nth(1)  # not .last: the queued run's view comes after it
     await expect(slow.locator(tid("assistant-text"))).to_contain_text("字 字")
     await expect(page.locator(tid("cancel-run"))).to_be_visible()
     assert (await head.bounding_box())["height"] == idle_height
