@@ -56,7 +56,7 @@ LABEL org.opencontainers.image.title="zcbot" \
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-        file git jq less procps ripgrep tini unzip xz-utils zip \
+        file git jq less procps restic ripgrep tini unzip xz-utils zip \
         libreoffice-writer-nogui libreoffice-impress-nogui poppler-utils fontconfig fonts-noto-cjk \
     && rm -rf /var/lib/apt/lists/*
 
