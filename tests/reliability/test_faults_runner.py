@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.db import db_rows
+from tests.helpers.stream import stored_events
 from tests.helpers.wait import wait_for
-from tests.reliability.faults_support import Harness, assert_consistent, fake_llm, harness, roles, task_status  # noqa: F401
+from tests.reliability.faults_support import ACK_WAIT_SECONDS, Harness, assert_consistent, fake_llm, harness, roles, task_status  # noqa: F401
 from zcbot_core.agent.loop import RESTARTED_RESULT
+from zcbot_core.bus import events as ev
+from zcbot_runner import execution
 
 pytestmark = pytest.mark.heavy
 
@@ -68,9 +72,14 @@ async def test_runner_kill9_mid_stream_and_mid_tool_is_resumed_by_another_runner
     assert_consistent(url)
 
 
-async def test_a_runner_that_stops_heartbeating_yields_the_run_to_the_runner_that_took_it_over(harness: Harness) -> None:
+@pytest.mark.parametrize("takeover_message", [True, False], ids=["takeover-message", "ownership-check"])
+async def test_a_runner_that_stops_heartbeating_yields_the_run_to_the_runner_that_took_it_over(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch, takeover_message: bool) -> None:
     """A runner stalled or cut off from NATS past ack_wait (alive, still executing) while JetStream
-    redelivers its run to another runner: exactly one of them records the run's steps and ends it."""
+    redelivers its run to another runner (issue 23: a leader election longer than ack_wait): exactly
+    one of them records the run's steps and ends it, and the stalled one stops at once and publishes
+    nothing more, so the stream holds one copy of the answer. Without the takeover message (lost),
+    the stalled runner's ownership check stops it within one ack_wait."""
     h = harness
     await h.gateway()
     stalled = await h.runner()
@@ -79,7 +88,13 @@ async def test_a_runner_that_stops_heartbeating_yields_the_run_to_the_runner_tha
         await asyncio.Event().wait()
 
     stalled.service.executor._heartbeat = no_heartbeats  # keeps executing, never extends ack_wait
-    h.fake.script("KEY-stall", [{"chunks": [f"z{i} " for i in range(45)], "chunk_delay": 0.1}])
+    if not takeover_message:
+        async def lost(*args: object) -> None:
+            return None
+
+        monkeypatch.setattr(execution, "announce_takeover", lost)
+    chunks = [f"z{i} " for i in range(45)]
+    h.fake.script("KEY-stall", [{"chunks": chunks, "chunk_delay": 0.1}])
     stack = h.stack()
     token = await stack.login("st")
     task = await stack.create_task(token, "stalled runner")
@@ -90,12 +105,36 @@ async def test_a_runner_that_stops_heartbeating_yields_the_run_to_the_runner_tha
     await stalled.service.worker.stop()  # it takes no new deliveries: the redelivery goes to the other
     other = await h.runner()
 
+    stalled_sink = stalled.service.executor.active[task["task_id"]].sink
+    await wait_for(lambda: task["task_id"] in other.service.executor.active, timeout=20, what="redelivered")
+    await wait_for(lambda: [e["event"] for e in follower.events].count("run_start") == 2, what="attempt 2 started")
+    taken = time.monotonic()
+    # The message stops it at once; the ownership check runs every ack_wait/3.
+    limit = 1.5 if takeover_message else float(ACK_WAIT_SECONDS) / 3 + 1.5
+    await wait_for(lambda: not stalled.service.executor.active, timeout=limit + 5, what="stalled execution stopped")
+    stopped_after = time.monotonic() - taken
+    assert stopped_after < limit, stopped_after
+    assert stalled_sink.discarded
+    sent_when_stopped = stalled_sink.seq
+
     events = await asyncio.wait_for(reader, 60)
-    # Let both executions play out before looking at what was recorded.
-    await wait_for(lambda: not stalled.service.executor.active and not other.service.executor.active,
-                   what="both executions over")
+    await wait_for(lambda: not other.service.executor.active, what="both executions over")
     assert [e["data"]["attempt"] for e in events if e["event"] == "run_start"] == [1, 2]
     assert [e["event"] for e in events].count("done") == 1 and events[-1]["data"]["status"] == "ok"
+    # What the stream stored: after attempt 2 started, one copy of the answer, no chunk of the
+    # superseded execution interleaved, and nothing after the one `done`.
+    await asyncio.sleep(0.5)  # anything the stalled runner still had queued would land by now
+    stored = await stored_events(other.service.rt.js, other.service.rt.topo, task["task_id"])
+    starts = [i for i, e in enumerate(stored) if isinstance(e, ev.RunStart)]
+    assert [stored[i].attempt for i in starts] == [1, 2]
+    assert stalled_sink.seq == sent_when_stopped  # nothing published by the stalled runner once stopped
+    after = "".join(e.delta for e in stored[starts[1]:] if isinstance(e, ev.TextDelta))
+    if takeover_message:
+        assert after == "".join(chunks)
+    else:  # a lost message: the chunks the stalled runner sent until its ownership check, no more
+        assert len(after) - len("".join(chunks)) <= len("".join(chunks[:int(limit / 0.1)]))
+    assert [type(e) for e in stored].count(ev.Done) == 1 and isinstance(stored[-1], ev.Done)
+    assert not any(isinstance(e, ev.Cancelled) for e in stored)  # the stop is silent: not the user's cancel
     # The first runner's late answer was fenced off: one answer stored, the run ended once.
     assert roles(h.db_url, task["task_id"]) == ["user", "assistant"]
     assert task_status(h.db_url, task["task_id"])[:2] == ("idle", None)

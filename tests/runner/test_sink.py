@@ -10,17 +10,7 @@ from zcbot_core.bus import events as ev
 from zcbot_core.bus.topology import connect, ensure_topology
 from zcbot_runner import sink as sink_module
 from zcbot_runner.sink import BusEventSink
-
-
-async def _stored(js, topo: Topology, task_id: str) -> list[ev.RunEvent]:  # type: ignore[no-untyped-def]
-    out, seq = [], 1
-    while True:
-        try:
-            raw = await js.get_msg(topo.events_stream, seq=seq, subject=topo.event_subject(task_id), next=True)
-        except Exception:
-            return out
-        out.append(decode(raw.data, ev.RunEvent))
-        seq = raw.seq + 1
+from tests.helpers.stream import stored_events as _stored, stored_raw as _stored_raw
 
 
 async def test_deltas_are_throttled_with_a_leading_edge(nats_server_url: str, bus_prefix: str) -> None:
@@ -46,17 +36,6 @@ async def test_deltas_are_throttled_with_a_leading_edge(nats_server_url: str, bu
     assert deltas[0].delta == "w0 "  # the first went out alone, at once (not held for the interval)
     assert max(len(d.delta.split()) for d in deltas) <= 5  # later ones merge about interval x 30 chunks
     assert isinstance(events[0], ev.RunStart) and isinstance(events[-1], ev.Done)
-
-
-async def _stored_raw(js, topo: Topology, task_id: str) -> list:  # type: ignore[no-untyped-def]
-    out, seq = [], 1
-    while True:
-        try:
-            raw = await js.get_msg(topo.events_stream, seq=seq, subject=topo.event_subject(task_id), next=True)
-        except Exception:
-            return out
-        out.append(raw)
-        seq = raw.seq + 1
 
 
 async def _refuse_new_events(js, topo: Topology) -> None:  # type: ignore[no-untyped-def]

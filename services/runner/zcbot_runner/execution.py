@@ -34,6 +34,7 @@ from zcbot_runner import metrics
 from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
 from zcbot_runner.store import DbStepStore, RunSuperseded
+from zcbot_runner.takeover import SUPERSEDED, announce_takeover, is_takeover_of_other, watch_ownership
 from zcbot_runner import file_events
 from zcbot_runner.toolbox import RunnerToolBox
 
@@ -56,6 +57,13 @@ class ActiveRun:
     token: CancelToken
     msg: Msg
     started: float = field(default_factory=time.monotonic)
+    sink: BusEventSink | None = None
+
+    def supersede(self) -> None:
+        """Another runner took the run over: nothing more of this execution reaches the stream."""
+        if self.sink is not None:
+            self.sink.discard()
+        self.token.cancel(SUPERSEDED)
 
 
 class RunExecutor:
@@ -71,8 +79,15 @@ class RunExecutor:
     # ---- cancel ----------------------------------------------------------------------------
     def on_cancel(self, req: CancelRequest) -> None:
         active = self.active.get(req.task_id)
-        if active is not None and active.run_id == req.run_id:
+        if active is None or active.run_id != req.run_id:
+            return
+        takeover = is_takeover_of_other(req, self.runner_id)
+        if takeover is None:
             active.token.cancel(req.reason)
+        elif takeover:
+            log.warning("run taken over by another runner; stopping this execution",
+                        extra={"task_id": req.task_id, "run_id": req.run_id, "new_owner": req.owner})
+            active.supersede()
 
     async def _pending_cancel(self, task_id: str, run_id: str) -> str | None:
         try:
@@ -112,12 +127,20 @@ class RunExecutor:
         # Beats from receipt, not from the claim: on a loaded runner the claim can wait for a pooled
         # connection past ack_wait, and JetStream would hand the run to another runner meanwhile.
         heartbeat = asyncio.create_task(self._heartbeat(active))
+        watch: asyncio.Task[None] | None = None
         try:
             claim = await claim_run(self.rt.autocommit, req, self.runner_id)
             if claim is not None:
+                if claim.prior_owner not in (None, self.runner_id):  # a redelivery took it from a live runner?
+                    await announce_takeover(self.rt, req, self.runner_id)
+                watch = asyncio.create_task(watch_ownership(
+                    self.rt, req.task_id, req.run_id, self.runner_id, active.supersede,
+                    interval=max(self.rt.settings.zcbot_ack_wait_seconds / 3, 1.0)))
                 await self._run(req, claim, active, pending_cancel)
         finally:
             heartbeat.cancel()
+            if watch is not None:
+                watch.cancel()
             pending_cancel.cancel()  # no-op once the run has read it
             self._forget(active)
         if claim is None:  # a stale or duplicate delivery of a run that is over
@@ -142,6 +165,7 @@ class RunExecutor:
         metrics.RUNS_STARTED.inc()
         sink = BusEventSink(self.rt.js, self.rt.topo, task.task_id, req.run_id, attempt=attempt,
                             retry_seconds=settings.zcbot_event_publish_retry_seconds)
+        active.sink = sink
         pending = await pending_cancel
         if claim.cancelling or pending:
             active.token.cancel(pending or "user")
@@ -175,7 +199,7 @@ class RunExecutor:
         except RunSuperseded:
             # Another runner holds the run now (it was redelivered there): leave it alone entirely;
             # acking this stale delivery would drop the request the other runner is working on.
-            await sink.flush()
+            active.supersede()
             log.warning("run superseded by another runner; stopping this execution",
                         extra={"task_id": task.task_id, "run_id": req.run_id})
             return
@@ -188,6 +212,8 @@ class RunExecutor:
             result = LoopResult(status=RunOutcome.ERROR.value, error=f"internal error: {exc.__class__.__name__}")
         finally:
             wall.cancel()
+        if result.status == RunOutcome.CANCELLED and active.token.reason == SUPERSEDED:
+            return  # taken over (the takeover message or the ownership check): neither ack nor nak
         if result.status == RunOutcome.CANCELLED and active.token.reason == "shutdown":
             await sink.flush()
             await active.msg.nak()  # hand the run back: another runner resumes it from PostgreSQL
@@ -284,10 +310,10 @@ class RunExecutor:
                                     timings=timings, owner=self.runner_id,
                                     last_step_and_end=last_step_and_end if store is not None else None)
         except RunSuperseded:  # its last step could not be written: the run is another runner's now
-            await sink.flush()
+            sink.discard()
             return False
         if outcome.superseded:
-            await sink.flush()
+            sink.discard()
             return False
         metrics.RUNS_FINISHED.labels(status=status).inc()
         if timings.get("ttft") is not None:  # null when no token came

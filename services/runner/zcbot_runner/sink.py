@@ -65,14 +65,19 @@ class BusEventSink:
         self.published = 0  # stored (or already stored: a deduplicated republish)
         self.republished = 0
         self.lost = 0
+        self.discarded = False  # the run is another runner's now: nothing more is published
         nc = getattr(js, "_nc", None)  # the server's limit (1 MB unless raised), learnt at connect
         self.max_bytes = int(getattr(nc, "max_payload", 0) or ev.DEFAULT_MAX_PAYLOAD)
 
     # ---- the publisher -----------------------------------------------------------------------
     async def _enqueue(self, event: ev.RunEvent) -> None:
+        if self.discarded:
+            return
         while len(self._queue) >= MAX_QUEUED:
             self._room.clear()
             await self._room.wait()
+            if self.discarded:
+                return
         self._queue.append(event)
         self._idle.clear()
         if self._publisher is None or self._publisher.done():
@@ -139,6 +144,26 @@ class BusEventSink:
         log.warning("run event could not be stored", extra={"run_id": self.run_id, "type": event.type,
                                                              "error": repr(exc)})
 
+    def discard(self) -> None:
+        """The run was taken over by another runner (issue 23): its events are that runner's to send.
+        Queued and buffered events are dropped, the publish in flight is abandoned (it may or may not
+        be stored: one event at most), and later `emit`s are no-ops, so a client never reads two
+        interleaved copies of the answer."""
+        if self.discarded:
+            return
+        self.discarded = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._buffer = []
+        dropped = len(self._queue)
+        self._queue.clear()
+        self._room.set()  # an `emit` waiting for room returns (and drops its event)
+        if self._publisher is not None and not self._publisher.done():
+            self._publisher.cancel()
+        self._idle.set()  # `flush` returns at once (a publisher cancelled before it ran has no `finally`)
+        log.info("run taken over: its queued events are dropped", extra={"run_id": self.run_id, "dropped": dropped})
+
     def fresh_budget(self) -> None:
         """The events that end a run (the error saying events were lost, `done`) get a retry budget of
         their own, so an outage that used up the budget mid-run does not also take the run's end."""
@@ -173,6 +198,8 @@ class BusEventSink:
             self._timer = loop.call_later(delay, lambda: asyncio.ensure_future(self._timer_flush()))
 
     async def emit(self, event: ev.RunEvent) -> None:
+        if self.discarded:
+            return
         async with self._lock:
             if isinstance(event, _DELTAS):
                 if self._kind is not type(event):

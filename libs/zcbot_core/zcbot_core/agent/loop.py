@@ -209,8 +209,9 @@ class AgentLoop:
     async def _store_cancelled(self, reason: str) -> None:
         """History tells the truth: the partial answer streamed so far and a notice are stored as
         one assistant message of kind "cancelled" (a reload shows both; the next run's model sees
-        that it was interrupted). Not for "shutdown": that run is handed back and resumed."""
-        if reason == "shutdown":
+        that it was interrupted). Not for "shutdown": that run is handed back and resumed; nor for
+        "superseded": another runner took the run over and writes its history."""
+        if reason in ("shutdown", "superseded"):
             return
         partial = "".join(self.state.partial).strip()
         notice = say("cancelled_notice" if reason == "user" else "interrupted_notice", self.lang)

@@ -27,7 +27,10 @@ class RunRequest:
 class CancelRequest:
     task_id: str
     run_id: str
-    reason: str = "user"  # user | timeout | interrupt | shutdown
+    reason: str = "user"  # user | timeout | interrupt | shutdown | superseded
+    # A takeover (reason "superseded", never stored in the cancel KV): the runner that claimed the run
+    # from another. Every other runner executing the run stops; this owner's own execution ignores it.
+    owner: str = ""
 
 
 @message("tool_call")

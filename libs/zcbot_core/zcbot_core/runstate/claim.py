@@ -29,6 +29,7 @@ class Claim:
     task: Any  # the claimed tasks row (read-only attribute access, like the ORM object)
     history: list[dict[str, Any]]
     cancelling: bool
+    prior_owner: str | None = None  # another runner's id: this claim took the run over from it
 
 
 async def claim_run(autocommit: AsyncEngine, req: RunRequest, owner: str) -> Claim | None:
@@ -50,4 +51,5 @@ async def claim_run(autocommit: AsyncEngine, req: RunRequest, owner: str) -> Cla
                                                 "reset_owner": owner, "reset_base": base, "reset_summary": summary})
             rows = [r for r in rows if r[0] >= base]
     history = window([(idx, kind, payload) for idx, kind, payload, _ in rows], base, summary)
-    return Claim(task=task, history=history, cancelling=task.run_status == RunStatus.CANCELLING)
+    return Claim(task=task, history=history, cancelling=task.run_status == RunStatus.CANCELLING,
+                 prior_owner=task.prior_owner)

@@ -218,6 +218,10 @@ RUN_OF_TASK = select(tasks.c.run_id).where(tasks.c.task_id == bindparam("of_task
 # One statement, run in autocommit (no BEGIN/COMMIT round trips): a conditional UPDATE claims the
 # run (a cancel requested before the claim keeps `cancelling`; no row: a stale or duplicate delivery
 # of a finished run) and the same statement returns the task's window as one JSON array.
+# `prior_owner`: the owner before this claim (a subquery in RETURNING reads the statement's snapshot,
+# i.e. the row before the update): another runner's id means a takeover, and that runner is told to stop.
+_before = tasks.alias("before_claim")
+_prior_owner = select(_before.c.run_owner).where(_before.c.task_id == tasks.c.task_id).scalar_subquery()
 _claimed = (
     update(tasks)
     .where(tasks.c.task_id == bindparam("claim_task"), tasks.c.run_id == bindparam("claim_run"),
@@ -225,7 +229,7 @@ _claimed = (
     .values(run_status=case((tasks.c.run_status == RunStatus.CANCELLING.value, RunStatus.CANCELLING.value),
                             else_=RunStatus.RUNNING.value),
             run_owner=bindparam("claim_owner"), run_started_at=func.coalesce(tasks.c.run_started_at, func.now()))
-    .returning(*tasks.c)
+    .returning(*tasks.c, _prior_owner.label("prior_owner"))
     .cte("claimed")
 )
 _window_json = (
@@ -267,3 +271,6 @@ REAP = (
            tasks.c.run_status == bindparam("reap_status"))
     .values(run_status=RunStatus.ERROR.value, run_error=bindparam("reap_error"), run_owner=None)
 )
+
+# ---- ownership (the runner's takeover backstop, `zcbot_runner.takeover`) ---------------------------
+RUN_HOLDER = select(tasks.c.run_id, tasks.c.run_owner).where(tasks.c.task_id == bindparam("holder_task"))
