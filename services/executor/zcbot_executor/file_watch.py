@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ SCAN_MAX_FILES = 2000
 KEEP_MAX_FILE = 8 * 1024 * 1024
 KEEP_MAX_TOTAL = 64 * 1024 * 1024
 CACHE_ENTRIES = 50_000
+PRUNE_EVERY_SECONDS = 600.0  # retention (age, byte budget) runs at most this often per user
 MAX_FILE_CHANGES = 500  # per reply (a NATS message has a size limit)
 WORKSPACE = "/workspace"
 Sig = tuple[int, int, int]  # size, mtime_ns, inode
@@ -71,14 +73,27 @@ class FileWatch:
         self.settings = settings
         self.storage_root = storage_root
         self.cache: OrderedDict[tuple[str, str], tuple[Sig, str]] = OrderedDict()
+        self.pruned: dict[str, float] = {}
 
     def store(self, user_id: str) -> filehistory.VersionStore:
         return filehistory.VersionStore(self.storage_root, user_id,
                                         max_age_days=self.settings.zcbot_versions_max_age_days,
                                         budget_bytes=self.settings.zcbot_versions_budget_mb * 1024 * 1024)
 
+    def prune(self, user_id: str) -> None:
+        """The user's retention, at most every PRUNE_EVERY_SECONDS (oldest versions go first)."""
+        now = time.monotonic()
+        if now - self.pruned.get(user_id, -1e9) < PRUNE_EVERY_SECONDS:
+            return
+        self.pruned[user_id] = now
+        removed = self.store(user_id).prune()
+        if removed:
+            log.info("old file versions pruned", extra={"user_id": user_id, "removed": len(removed)})
+
     def before(self, user_id: str, user_root: Path, cwd_rel: str, tool: str, args: dict[str, Any]) -> Before | None:
         try:
+            if tool in ("write", "edit", "shell", "run_python"):
+                self.prune(user_id)
             with safe_fs.Root.open(user_root) as r:
                 if tool in ("write", "edit"):
                     target = _target(args, cwd_rel)
