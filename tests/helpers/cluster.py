@@ -194,9 +194,10 @@ class ClusterStack:
             "ZCBOT_MODELS_DIR": str(models), "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True", "ZCBOT_LOG_LEVEL": "INFO",
             "ZCBOT_EXECUTOR_HOST": f"h{secrets.token_hex(4)}",
-            # The deploy value: longer than an election (5-9 s here), so a runner whose in-progress acks
-            # went to a dead leader keeps its run (with 3 s the run was redelivered and ran twice at once).
-            "ZCBOT_ACK_WAIT_SECONDS": "30",
+            # Shorter than an election (5-9 s here): a runner whose in-progress acks went to a dead leader
+            # has its run redelivered to the other runner, whose claim takes it over and stops the first
+            # (zcbot_runner/takeover.py); the test's one-copy-of-each-event checks cover that.
+            "ZCBOT_ACK_WAIT_SECONDS": "3",
             "ZCBOT_SSE_HEARTBEAT_SECONDS": "1", "ZCBOT_MAX_RUNS_PER_USER": "100",
             **self.extra_env,
         }
