@@ -50,9 +50,21 @@ class VersionStore:
         return cls(settings.storage_root, user_id, max_age_days=settings.zcbot_versions_max_age_days,
                    budget_bytes=settings.zcbot_versions_budget_mb * 1024 * 1024)
 
+    def _owner(self) -> tuple[int, int] | None:
+        """The storage root's owner when we are root (the executor): the gateway, running as the
+        service user, must read and add to what the executor kept."""
+        if os.geteuid() != 0:
+            return None
+        st = os.stat(self.path.parent.parent)
+        return st.st_uid, st.st_gid
+
     def _open(self) -> safe_fs.Root:
-        os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
-        return safe_fs.Root.open(self.path, create=True)
+        owner = self._owner()
+        if not self.path.parent.is_dir():
+            os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
+            if owner is not None:
+                os.chown(self.path.parent, *owner)
+        return safe_fs.Root.open(self.path, create=True, owner=owner)
 
     # ---- keeping ---------------------------------------------------------------------------
 
@@ -65,7 +77,8 @@ class VersionStore:
         with src, self._open() as store:
             digest = hashlib.sha256()
             size = 0
-            with store.temp_file("", mode=0o600) as tmp:
+            owner = self._owner()
+            with store.temp_file("", mode=0o600, owner=owner) as tmp:
                 while chunk := src.read(CHUNK):
                     digest.update(chunk)
                     size += len(chunk)
@@ -76,7 +89,7 @@ class VersionStore:
                 if store.is_file(f"{shard}/{hexd}"):
                     self._touch(store, f"{shard}/{hexd}")  # deduplicated: the temp copy is discarded
                 else:
-                    store.makedirs(shard, mode=0o700)  # the name is known only now: rename into its shard
+                    store.makedirs(shard, mode=0o700, owner=owner)  # the name is known only now: rename into its shard
                     store.rename(tmp.name, f"{shard}/{hexd}", replace=True)
                     tmp.committed = True
         return Kept(hexd, size)
