@@ -77,6 +77,11 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/v1/files/mkdir"): Route(json={"path": "made"}),
     ("POST", "/v1/files/delete"): Route(json={"path": OWNER_FILE}, owned=True),
     ("POST", "/v1/files/rename"): Route(json={"path": OWNER_FILE, "new_name": "stolen.txt"}, owned=True),
+    # File history (issue 29): another user's versions are simply not in the caller's list
+    # (tests/gateway_extra/test_file_versions.py checks the 404 on restoring one).
+    ("GET", "/v1/files/versions"): Route(query={"path": OWNER_FILE}),
+    ("POST", "/v1/files/restore"): Route(json={"path": OWNER_FILE, "version_id": 1}),
+    ("POST", "/v1/tasks/{task_id}/runs/{run_id}/revert-files"): Route(json={}, owned=True),
     ("GET", "/v1/memory"): Route(),
     ("GET", "/v1/memory/extended/{filename}"): Route(owned=True),
     ("GET", "/v1/shortcuts"): Route(),
@@ -142,7 +147,7 @@ async def _world(client: httpx.AsyncClient, settings: Settings) -> World:
     job_id = await seed_schedule(db, OWNER, "daily", "brief me")
     seed_extended_memory(settings.storage_root, OWNER, "diary.md", "private", "alice's secret diary")
     params = {"task_id": task_id, "job_id": job_id, "filename": "diary.md", "channel": "wecom", "email": MEMBER,
-              "proc_id": "p0123456789ab"}
+              "proc_id": "p0123456789ab", "run_id": "run-none"}
     return World(client=client, settings=settings, tokens=tokens, params=params)
 
 
@@ -235,7 +240,7 @@ async def test_other_users_resources_are_404_and_untouched(world: World) -> None
     other = bearer(world.tokens[OTHER])
     failures = []
     owned = {key: route for key, route in ROUTES.items() if route.owned}
-    assert len(owned) == 17
+    assert len(owned) == 18
     for (method, path), route in owned.items():
         r = await _call(world, method, path, route, other)
         if r.status_code != 404:
