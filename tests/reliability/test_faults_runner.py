@@ -88,11 +88,11 @@ async def test_a_runner_that_stops_heartbeating_yields_the_run_to_the_runner_tha
         await asyncio.Event().wait()
 
     stalled.service.executor._heartbeat = no_heartbeats  # keeps executing, never extends ack_wait
-    if not takeover_message:
-        async def lost(*args: object) -> None:
-            return None
+    async def off(*args: object, **kwargs: object) -> None:
+        return None
 
-        monkeypatch.setattr(execution, "announce_takeover", lost)
+    # Each path alone: the takeover message without the ownership check, and the check with the message lost.
+    monkeypatch.setattr(execution, "watch_ownership" if takeover_message else "announce_takeover", off)
     chunks = [f"z{i} " for i in range(45)]
     h.fake.script("KEY-stall", [{"chunks": chunks, "chunk_delay": 0.1}])
     stack = h.stack()
@@ -119,14 +119,17 @@ async def test_a_runner_that_stops_heartbeating_yields_the_run_to_the_runner_tha
 
     events = await asyncio.wait_for(reader, 60)
     await wait_for(lambda: not other.service.executor.active, what="both executions over")
-    assert [e["data"]["attempt"] for e in events if e["event"] == "run_start"] == [1, 2]
+    # Attempt 2 or 3: a pull request the stalled runner left open may take delivery 2 (it keeps its
+    # execution: "redelivery of a run in progress here"), the other runner then gets delivery 3.
+    attempts = [e["data"]["attempt"] for e in events if e["event"] == "run_start"]
+    assert len(attempts) == 2 and attempts[0] == 1 and attempts[1] >= 2, attempts
     assert [e["event"] for e in events].count("done") == 1 and events[-1]["data"]["status"] == "ok"
     # What the stream stored: after attempt 2 started, one copy of the answer, no chunk of the
     # superseded execution interleaved, and nothing after the one `done`.
     await asyncio.sleep(0.5)  # anything the stalled runner still had queued would land by now
     stored = await stored_events(other.service.rt.js, other.service.rt.topo, task["task_id"])
     starts = [i for i, e in enumerate(stored) if isinstance(e, ev.RunStart)]
-    assert [stored[i].attempt for i in starts] == [1, 2]
+    assert [stored[i].attempt for i in starts] == attempts
     assert stalled_sink.seq == sent_when_stopped  # nothing published by the stalled runner once stopped
     after = "".join(e.delta for e in stored[starts[1]:] if isinstance(e, ev.TextDelta))
     if takeover_message:

@@ -141,3 +141,31 @@ async def test_events_that_cannot_be_stored_are_counted_never_silently_dropped(n
     assert sink.lost == 5
     assert elapsed < 5  # one outage budget in all, not one per event
     assert [type(e) for e in events] == [ev.Done]
+
+
+async def test_a_discarded_sink_drops_what_is_queued_and_publishes_nothing_more(nats_server_url: str,
+                                                                                  bus_prefix: str) -> None:
+    """A run taken over by another runner (issue 23): the events still queued behind a slow ack are
+    dropped, later emits are no-ops and `flush` returns at once."""
+    topo = Topology(bus_prefix)
+    nc = await connect(nats_server_url, "sink-discard")
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js, topo)
+        sink = BusEventSink(js, topo, "task5", "run5")
+        await sink.emit(ev.RunStart(run_id="run5", task_id="task5", model_profile="fake", attempt=1))
+        await sink.flush()
+        for i in range(50):  # queued faster than they are acked
+            await sink.emit(ev.Warn(run_id="run5", msg=f"w{i}"))
+        sink.discard()
+        await sink.emit(ev.TextDelta(run_id="run5", delta="late"))
+        await sink.emit(ev.Done(run_id="run5", status="ok"))
+        await asyncio.wait_for(sink.flush(), 1)
+        sent = sink.seq
+        await asyncio.sleep(0.3)  # a delta timer or a publisher still running would send by now
+        events = await _stored(js, topo, "task5")
+    finally:
+        await nc.close()
+    assert sink.seq == sent and sent <= 2  # RunStart, at most one Warn in flight
+    assert isinstance(events[0], ev.RunStart) and len(events) <= sent
+    assert not any(isinstance(e, (ev.Done, ev.TextDelta)) for e in events)
