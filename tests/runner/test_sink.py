@@ -4,6 +4,7 @@ first after a quiet spell goes out at once, other events keep their order."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from zcbot_core.bus import Topology, decode
 from zcbot_core.bus import events as ev
@@ -148,11 +149,11 @@ async def test_a_discarded_sink_drops_what_is_queued_and_publishes_nothing_more(
     """A run taken over by another runner (issue 23): the events still queued behind a slow ack are
     dropped, later emits are no-ops and `flush` returns at once."""
     topo = Topology(bus_prefix)
-    nc = await connect(nats_server_url, "sink-discard")
-    try:
-        js = nc.jetstream()
-        await ensure_topology(js, topo)
-        sink = BusEventSink(js, topo, "task5", "run5")
+    async with contextlib.AsyncExitStack() as closing:
+        nc = await connect(nats_server_url, "sink-discard")
+        closing.push_async_callback(nc.close)
+        await ensure_topology(nc.jetstream(), topo)
+        sink = BusEventSink(nc.jetstream(), topo, "task5", "run5")
         await sink.emit(ev.RunStart(run_id="run5", task_id="task5", model_profile="fake", attempt=1))
         await sink.flush()
         for i in range(50):  # queued faster than they are acked
@@ -163,9 +164,7 @@ async def test_a_discarded_sink_drops_what_is_queued_and_publishes_nothing_more(
         await asyncio.wait_for(sink.flush(), 1)
         sent = sink.seq
         await asyncio.sleep(0.3)  # a delta timer or a publisher still running would send by now
-        events = await _stored(js, topo, "task5")
-    finally:
-        await nc.close()
+        events = await _stored(nc.jetstream(), topo, "task5")
     assert sink.seq == sent and sent <= 2  # RunStart, at most one Warn in flight
     assert isinstance(events[0], ev.RunStart) and len(events) <= sent
     assert not any(isinstance(e, (ev.Done, ev.TextDelta)) for e in events)
