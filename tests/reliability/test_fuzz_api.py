@@ -43,7 +43,7 @@ from tests.reliability.conftest_shared import (  # noqa: F401
 )
 from tests.helpers.db import db_exec_async, db_rows_async
 from tests.helpers.wait import wait_for
-from zcbot_core import paths, quota
+from zcbot_core import filehistory, paths, quota
 from zcbot_core.bus import CancelRequest, RunRequest, ToolCallRequest, ToolCancel, Topology, encode
 from zcbot_devstack.embedded import free_port
 
@@ -377,7 +377,8 @@ async def test_garbage_on_the_bus_does_not_stop_live_services(stack: Stack, capl
     # Hostile user ids / cwds never wrote outside the storage root.
     storage = Path(settings_.storage_root)
     assert not list(storage.parent.glob("pwned*")) and not (storage.parent.parent / "pwned.txt").exists()
-    # the disk-quota ledger lives beside the user roots (a name no user id can take)
-    assert sorted(p.name for p in storage.iterdir() if p.name != quota.LEDGER_DIR) == ["busfuzz"], list(storage.iterdir())
+    # the disk-quota ledger and the version store live beside the user roots (names no user id can take)
+    beside = (quota.LEDGER_DIR, filehistory.STORE_DIR)
+    assert sorted(p.name for p in storage.iterdir() if p.name not in beside) == ["busfuzz"], list(storage.iterdir())
     assert await db_rows_async(settings_.zcbot_db_url, "select count(*) from tasks where run_status = 'error'") == [(0,)]
     assert service_errors(caplog) == []
