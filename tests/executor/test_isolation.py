@@ -156,6 +156,16 @@ async def test_no_process_outlives_its_call(one: Stack) -> None:
     assert leftovers == []
 
 
+async def test_a_process_that_keeps_forking_does_not_outlive_its_call(one: Stack) -> None:
+    # A stray that forks while the end-of-call sweep reads /proc leaves a child the sweep never
+    # listed; the sweep repeats until a pass finds nobody new (tools_exec.sweep_strays).
+    tag = secrets.randbelow(80_000) + 10_000
+    r = await one.shell(f"setsid sh -c 'while :; do sleep {tag} & done' >/dev/null 2>&1 & sleep 0.3; echo started")
+    assert r.ok and "started" in r.output, r.error
+    leftovers = await wait_no_processes(lambda c: c in (f"sleep {tag}", f"sh -c while :; do sleep {tag} & done"))
+    assert leftovers == []
+
+
 async def test_multiprocessing_works_and_shm_is_private(one: Stack) -> None:
     # Batch data scripts (the seed's run_python use case) need POSIX semaphores: /dev/shm must be
     # writable inside the sandbox (issue 26 item 7), and it is the sandbox's own, not the host's.

@@ -39,29 +39,39 @@ def kill_group(pgid: int) -> None:
 
 
 def sweep_strays(keep_sessions: set[int]) -> int:
-    """Kill every process of this PID namespace outside `keep_sessions` (never pid 1 or ourselves)."""
+    """Kill every process of this PID namespace outside `keep_sessions` (never pid 1 or ourselves).
+
+    One pass over /proc is not enough: a stray that forks after the directory was listed leaves a
+    child the pass never saw (CI caught a `(setsid sh -c 'sleep N' &)` chain doing exactly this).
+    Passes repeat until one finds nobody new; a process cannot fork once SIGKILL is pending, so
+    each pass shrinks the set of forkers and the loop ends."""
     me = os.getpid()
-    killed = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        if pid in (1, me):
-            continue
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            session = int(fields[3])
-        except (OSError, IndexError, ValueError):
-            continue
-        if session in keep_sessions:
-            continue
-        try:
-            os.kill(pid, SIGKILL)
-            killed += 1
-        except OSError:
-            pass
-    return killed
+    killed: set[int] = set()
+    for _ in range(50):
+        fresh = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid in (1, me) or pid in killed:
+                continue
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+                state, session = fields[0], int(fields[3])
+            except (OSError, IndexError, ValueError):
+                continue
+            if session in keep_sessions or state == b"Z":
+                continue
+            try:
+                os.kill(pid, SIGKILL)
+                killed.add(pid)
+                fresh += 1
+            except OSError:
+                pass
+        if not fresh:
+            break
+    return len(killed)
 
 
 class Call:
