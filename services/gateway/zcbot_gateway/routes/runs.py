@@ -53,7 +53,7 @@ def install(app: Any) -> None:
     """Start the process-wide event hub with the app; end every SSE stream when the gateway stops."""
     async def start_hub(app: Any) -> None:
         rt = app.state.rt
-        hub = EventHub(rt, heartbeat=rt.settings.zcbot_sse_heartbeat_seconds)
+        hub = EventHub(rt, heartbeat=app.state.settings.zcbot_sse_heartbeat_seconds)
         await hub.start()
         app.state.event_hub = hub
 
