@@ -258,7 +258,8 @@ async def test_a_waiting_run_is_cancelled_at_once_and_its_stream_hears_it(rt: Ru
     await add_task(rt, "t-b")
     a = await send(rt, "t-a", one_call=True, limits=QUEUE_LIMITS)
     await send(rt, "t-b", one_call=True, limits=QUEUE_LIMITS)
-    assert await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id="sub", task_id="t-a") == (a.run_id, True)
+    assert await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id="sub", task_id="t-a",
+                                     grant_key=rt.settings.zcbot_run_grant_key) == (a.run_id, True)
     row, _ = await task_state(rt, "t-a")
     assert (row["run_status"], row["run_request"]) == ("idle", None)
     done = decode((await rt.js.get_last_msg(rt.topo.events_stream, rt.topo.event_subject("t-a"))).data, Done)
@@ -266,4 +267,5 @@ async def test_a_waiting_run_is_cancelled_at_once_and_its_stream_hears_it(rt: Ru
     async with rt.autocommit.connect() as conn:
         assert (await conn.execute(sql.WAITING_POSITION, {"position_task": "t-b"})).scalar_one() == 1
     with pytest.raises(runs.NothingToCancel):
-        await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id="sub", task_id="t-a")
+        await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id="sub", task_id="t-a",
+                                  grant_key=rt.settings.zcbot_run_grant_key)

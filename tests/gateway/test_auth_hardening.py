@@ -14,6 +14,7 @@ from sqlalchemy import delete, update
 from zcbot_core import auth
 from zcbot_core.config import Settings
 from zcbot_core.db.models import User
+from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.throttle import LoginThrottle
 
 LIMIT = 3
@@ -132,10 +133,10 @@ async def test_wrong_old_passwords_are_throttled(app_client, make_user, clock: C
 async def test_throttle_limit_comes_from_settings(settings: Settings, start_app) -> None:
     """The configured limit, on the app as built (no clock override): the issue's 40 guesses in a few
     seconds now get 429 after the tenth."""
-    async with start_app(settings.model_copy(update={"zcbot_login_failures_per_minute": 10})) as client:
+    async with start_app(GatewaySettings.extend(settings).model_copy(update={"zcbot_login_failures_per_minute": 10})) as client:
         codes = [(await password_login(client, "nobody", f"guess {i}")).status_code for i in range(12)]
         assert codes == [403] * 10 + [429, 429]
-    async with start_app(settings.model_copy(update={"zcbot_login_failures_per_minute": 0})) as client:  # off
+    async with start_app(GatewaySettings.extend(settings).model_copy(update={"zcbot_login_failures_per_minute": 0})) as client:  # off
         codes = {(await password_login(client, "nobody", f"guess {i}")).status_code for i in range(12)}
         assert codes == {403}
 
@@ -226,7 +227,8 @@ async def _preflight(client: httpx.AsyncClient, origin: str) -> httpx.Response:
 
 
 async def test_production_cors_allows_only_the_allowlist(settings: Settings, start_app, make_user) -> None:
-    prod = settings.model_copy(update={"zcbot_env": "production", "zcbot_cors_origins": f"{UI}, http://localhost:3000"})
+    prod = GatewaySettings.extend(settings).model_copy(
+        update={"zcbot_env": "production", "zcbot_cors_origins": f"{UI}, http://localhost:3000"})
     async with start_app(prod) as client:
         allowed = await _preflight(client, UI)
         assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == UI
@@ -247,4 +249,4 @@ def test_cors_origins_must_be_origins(value: str, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setenv("ZCBOT_CORS_ORIGINS", value)
     with pytest.raises(ConfigError, match="ZCBOT_CORS_ORIGINS"):
-        load_settings(Settings)
+        load_settings(GatewaySettings)

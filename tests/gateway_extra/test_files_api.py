@@ -14,6 +14,7 @@ from sqlalchemy import select
 from extra_helpers import create_task, db, get_task_row, set_task, user_dir
 from tests.helpers.seed import legacy_task
 from zcbot_core.config import Settings
+from zcbot_gateway.config import GatewaySettings
 from zcbot_core.db.models import ScheduledJob
 from zcbot_core.safe_fs import resolve as safe_fs_resolve
 
@@ -202,7 +203,7 @@ async def test_upload_rejections(app_client: httpx.AsyncClient, settings: Settin
     assert (await upload(app_client, h, "docs", ("folder", b"x"))).status_code == 409  # a folder is in the way
     assert (await upload(app_client, h, "afile/sub", ("f.txt", b"x"))).status_code == 409  # a file is in the way
 
-    settings_live: Settings = app_client.app.state.settings  # type: ignore[attr-defined]
+    settings_live: GatewaySettings = app_client.app.state.settings  # type: ignore[attr-defined]
     settings_live.zcbot_upload_max_bytes = 100
     over = await upload(app_client, h, "docs", ("ok.txt", b"a" * 60), ("big.txt", b"b" * 60))  # counted while writing
     assert over.status_code == 413, over.text

@@ -79,7 +79,7 @@ async def test_events_refused_for_a_while_arrive_in_order_or_end_the_run_in_an_e
     assert await _status(stack, task_id) == ("idle", None)
 
     # 2. Refused until the runner gives an event up (budget 1 s): the run ends in error, saying so.
-    runner.rt.settings = runner.rt.settings.model_copy(update={"zcbot_event_publish_retry_seconds": 1.0})
+    runner.executor.settings = runner.executor.settings.model_copy(update={"zcbot_event_publish_retry_seconds": 1.0})
     events, _, task_id = await _run_with_refusals(stack, "KEY-lost", None)
     status, error = await _status(stack, task_id)
     assert status == "error" and error is not None and "could not be stored" in error  # an English message

@@ -17,11 +17,11 @@ from zcbot_devstack.services import BY_NAME, NAMES
 
 # Settings classes each service reads beyond the shared zcbot_core.config.Settings (settings_doc's refs).
 SERVICE_SETTINGS = {
-    "gateway": ("zcbot_core.channels.settings:ChannelSettings",),
+    "gateway": ("zcbot_gateway.config:GatewaySettings", "zcbot_core.channels.settings:ChannelSettings"),
     "channels": ("zcbot_core.channels.settings:ChannelSettings",),
     "executor": ("zcbot_executor.config:ExecutorSettings",),
     "scheduler": ("zcbot_scheduler.config:SchedulerSettings",),
-    "runner": (),
+    "runner": ("zcbot_runner.config:RunnerSettings",),
     "up": (),  # `zcbot up` reads the shared settings and hands them to every service
 }
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from zcbot_core.config import Settings, load_settings
+from zcbot_core.config import Settings
 from zcbot_executor.egress.allowlist import parse_entry
 
 DEFAULT_EGRESS_ALLOW = "pypi.org,files.pythonhosted.org,registry.npmjs.org"
@@ -106,13 +106,6 @@ class ExecutorSettings(Settings):
             if entry.strip():
                 parse_entry(entry)
         return value
-
-    @classmethod
-    def extend(cls, settings: Settings) -> "ExecutorSettings":
-        """`settings` as given (explicit values win) plus the executor knobs from the environment."""
-        if isinstance(settings, cls):
-            return settings
-        return load_settings(cls, **settings.model_dump(by_alias=True, exclude_unset=True))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from zcbot_core.config import Settings
 from zcbot_core.service import close_runtime, health_routes, open_runtime, settle_heap
 
 from zcbot_gateway.apidocs import install_docs
+from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.errors import install_error_handlers
 from zcbot_gateway.openapi_docs import install_openapi
 from zcbot_gateway.hooks import init_hooks, run_shutdown_hooks, run_startup_hooks
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    settings: Settings = app.state.settings
+    settings: GatewaySettings = app.state.settings
     rt = await open_runtime("gateway", settings)
     app.state.rt = rt
     try:
@@ -62,6 +63,9 @@ def _include_routers(app: FastAPI) -> None:
 
 
 def create_app(settings: Settings) -> FastAPI:
+    """The app on `settings`: a `GatewaySettings` as given, a shared `Settings` extended with the
+    gateway's knobs from the environment (explicit values win)."""
+    settings = GatewaySettings.extend(settings)
     app = FastAPI(
         title="zcbot gateway",
         version=__version__,

@@ -1,6 +1,6 @@
 """Request dependencies (`Annotated` aliases, FastAPI full-stack-template style).
 
-- `SettingsDep`: the `Settings` the app was created with (`app.state.settings`).
+- `SettingsDep`: the `GatewaySettings` the app was created with (`app.state.settings`).
 - `RuntimeDep`: the live `zcbot_core.service.Runtime` (`app.state.rt`); 503 while starting/stopping.
 - `SessionDep`: one `AsyncSession` per request. Function-scoped: it is closed when the route
   function returns, before the response body is sent, so a streaming (SSE) route never holds a
@@ -36,6 +36,7 @@ from zcbot_core.config import Settings
 from zcbot_core.db.models import User
 from zcbot_core.service import Runtime
 
+from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,11 @@ _bearer = HTTPBearer(auto_error=False, description="JWT from /v1/auth/login or /
 
 # Dependencies are `async def` even when they do not await: FastAPI runs a plain `def` dependency
 # in its thread pool, a thread hop on every request.
-async def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> GatewaySettings:
     return request.app.state.settings
 
 
-SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+SettingsDep = Annotated[GatewaySettings, Depends(get_settings_dep)]
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -14,12 +14,13 @@ import socket
 import uvicorn
 from fastapi import FastAPI
 
-from zcbot_core.config import ConfigError, get_settings
+from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.llm.profiles import check_profiles
 from zcbot_core.logs import setup_logging
 from zcbot_core.service import own_process_heap
 
 from zcbot_gateway.app import create_app
+from zcbot_gateway.config import GatewaySettings
 
 GRACEFUL_SHUTDOWN_SECONDS = 10
 
@@ -40,7 +41,7 @@ class GatewayServer(uvicorn.Server):
 
 def main() -> None:
     try:
-        settings = get_settings()  # every variable validated: a bad value names itself
+        settings = load_settings(GatewaySettings)  # every variable validated: a bad value names itself
         settings.require_secrets()
         settings.require_urls()
         check_profiles(settings)  # an invalid model profile file: refuse to start, naming it

@@ -31,6 +31,7 @@ from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_runner.budget import RunBudget
 from zcbot_runner import metrics
+from zcbot_runner.config import RunnerSettings
 from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
 from zcbot_runner.store import DbStepStore, RunSuperseded
@@ -67,9 +68,10 @@ class ActiveRun:
 
 
 class RunExecutor:
-    def __init__(self, rt: Runtime, runner_id: str, executor_client: Any, sandbox_schemas: list[dict[str, Any]],
-                 extend_toolbox: Any = None) -> None:
+    def __init__(self, rt: Runtime, settings: RunnerSettings, runner_id: str, executor_client: Any,
+                 sandbox_schemas: list[dict[str, Any]], extend_toolbox: Any = None) -> None:
         self.rt = rt
+        self.settings = settings  # the runner's own knobs (the shared ones: rt.settings, the same values)
         self.runner_id = runner_id
         self.executor_client = executor_client
         self.sandbox_schemas = sandbox_schemas
@@ -164,7 +166,7 @@ class RunExecutor:
             metrics.QUEUE_WAIT.observe(queue_wait)
         metrics.RUNS_STARTED.inc()
         sink = BusEventSink(self.rt.js, self.rt.topo, task.task_id, req.run_id, attempt=attempt,
-                            retry_seconds=settings.zcbot_event_publish_retry_seconds)
+                            retry_seconds=self.settings.zcbot_event_publish_retry_seconds)
         active.sink = sink
         pending = await pending_cancel
         if claim.cancelling or pending:

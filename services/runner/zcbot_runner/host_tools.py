@@ -95,10 +95,10 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
 class HostToolKit:
     """`extend_run` plus the host tools that hold a client for the runner's lifetime (`web_search`,
     `web_fetch`) or need configuration (`look_at_image`), each registered only when configured.
-    Built once when the runner starts: a bad `HostToolSettings` value stops it there."""
+    Built once when the runner starts, from the runner's settings (a bad value stopped it there)."""
 
-    def __init__(self, rt: Runtime, host_settings: HostToolSettings | None = None) -> None:
-        self.host_settings = host_settings or HostToolSettings.from_env()
+    def __init__(self, rt: Runtime, host_settings: HostToolSettings) -> None:
+        self.host_settings = host_settings
         self.web = WebTools.build(self.host_settings, rt.settings)
         if self.host_settings.vision_profile:
             get_profile(rt.settings, self.host_settings.vision_profile)  # an unknown profile: ConfigError now

@@ -13,6 +13,7 @@ from zcbot_core.bus.topology import max_deliveries_advisory, runs_consumer_confi
 from zcbot_core.service import Runtime, stream_limits
 from zcbot_core.worker import PullWorker, TaskGroup, instance_id
 from zcbot_runner import metrics
+from zcbot_runner.config import RunnerSettings
 from zcbot_runner.execution import RunExecutor
 from zcbot_runner.reaper import Reaper, drop_exhausted, register_liveness
 
@@ -33,15 +34,18 @@ class RunnerService:
 
     async def start(self, rt: Runtime) -> None:
         self.rt = rt
+        # The runtime's settings as given (the process's `RunnerSettings`), else extended with the
+        # runner's knobs from the environment (a service started in-process on a shared `Settings`).
+        self.settings = RunnerSettings.extend(rt.settings)
         client = self._executor_client_factory(rt) if self._executor_client_factory else _default_executor_client(rt)
         schemas = self._sandbox_schemas if self._sandbox_schemas is not None else _default_sandbox_schemas()
-        extend = self._extend_toolbox if self._extend_toolbox is not None else _default_extend_toolbox(rt)
-        self.executor = RunExecutor(rt, self.runner_id, client, schemas, extend)
+        extend = self._extend_toolbox if self._extend_toolbox is not None else _default_extend_toolbox(rt, self.settings)
+        self.executor = RunExecutor(rt, self.settings, self.runner_id, client, schemas, extend)
         await _warm_llm_client(rt)
         self._cancel_sub = await rt.nc.subscribe(rt.topo.cancel_wildcard(), cb=self._on_cancel)
         config: ConsumerConfig = runs_consumer_config(rt.topo, stream_limits(rt.settings))
         psub = await rt.js.pull_subscribe_bind(durable=config.durable_name, stream=rt.topo.runs_stream)
-        self.worker = PullWorker(psub, self._handle, rt.settings.zcbot_runner_concurrency, "runner",
+        self.worker = PullWorker(psub, self._handle, self.settings.zcbot_runner_concurrency, "runner",
                                  poll_seconds=PULL_POLL_SECONDS)
         self.worker.start()
         self._background.spawn(register_liveness(rt, self.runner_id, self._stopping))
@@ -116,7 +120,7 @@ def _default_sandbox_schemas() -> list[dict[str, Any]]:
     return list(SANDBOX_TOOL_SCHEMAS)
 
 
-def _default_extend_toolbox(rt: Runtime) -> Any:
+def _default_extend_toolbox(rt: Runtime, settings: RunnerSettings) -> Any:
     from zcbot_runner.host_tools import HostToolKit
 
-    return HostToolKit(rt)
+    return HostToolKit(rt, settings)

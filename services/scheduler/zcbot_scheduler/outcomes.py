@@ -277,7 +277,8 @@ async def check_inflight(rt: Runtime, cfg: SchedulerConfig, now: datetime, infli
                              extra={"job_id": job.job_id, "run_id": job.last_run_id})
                     try:
                         await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=job.user_id,
-                                                  task_id=job.last_task_id, reason="timeout")
+                                                  task_id=job.last_task_id, reason="timeout",
+                                                  grant_key=rt.settings.zcbot_run_grant_key)
                     except (runs.NothingToCancel, runs.TaskNotFound):
                         pass  # it ended meanwhile: the next check records it (as a timeout)
             elif job.cancel_requested_at is not None and now >= job.cancel_requested_at + timedelta(

@@ -18,7 +18,8 @@ from pathlib import Path
 from .common import RenderError
 from .docx_brief import BRIEF, render_brief
 from .docx_manuscript import PROFILES, render_manuscript
-from .docx_writer import DocStyle, RenderReport, render_docx
+from .docx_style import DocStyle
+from .docx_writer import RenderReport, render_docx
 from .fit import FitReport, fit_to_budget, page_budget
 from .mdparse import parse as parse_markdown
 from .pdf import find_soffice, to_pdf, to_pdf_many

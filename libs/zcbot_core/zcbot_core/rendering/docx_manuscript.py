@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .docx_writer import DocStyle, RenderReport, render_docx
+from .docx_style import DocStyle
+from .docx_writer import RenderReport, render_docx
 from .mdparse import Document
 
 PROPOSAL = DocStyle(name="proposal")

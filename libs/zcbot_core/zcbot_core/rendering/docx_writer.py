@@ -13,45 +13,15 @@ from pathlib import Path
 
 from docx import Document as new_document
 from docx.enum.table import WD_CELL_VERTICAL_ALIGNMENT, WD_TABLE_ALIGNMENT
-from docx.enum.text import WD_ALIGN_PARAGRAPH, WD_LINE_SPACING
+from docx.enum.text import WD_ALIGN_PARAGRAPH
 from docx.shared import Pt, RGBColor
 
 from . import common
 from .docx_lists import ListNumbering, Numberer
 from .docx_notes import Footnotes, set_metadata
+from .docx_style import DocStyle, apply_style
 from .docx_tables import column_widths, display_width, set_column_widths
 from .mdparse import Code, Document, Heading, Image, ListBlock, PageBreak, Paragraph, Quote, Rule, Table, parse, plain_text
-
-
-@dataclass
-class DocStyle:
-    name: str
-    latin: str = "Times New Roman"
-    east_asia: str = "SimSun"
-    heading_latin: str = "Times New Roman"
-    heading_east_asia: str = "SimHei"
-    code_font: str = "Consolas"
-    size: float = 12.0
-    heading_sizes: tuple[float, ...] = (16.0, 14.0, 12.0, 12.0, 12.0, 12.0)
-    title_size: float = 22.0
-    heading_color: str = "000000"
-    accent: str = "000000"
-    line_spacing: float = 1.5
-    space_after: float = 0.0
-    first_line_chars: float = 2.0  # first-line indent in characters (0 = none)
-    justify: bool = True
-    numbering: str = "auto"  # auto | decimal | chinese | none
-    table_style: str = "three-line"  # three-line | grid
-    table_size: float = 10.5
-    header_fill: str = ""
-    caption_size: float = 10.5
-    paper: str = "A4"
-    margins: tuple[float, float, float, float] = (2.54, 2.54, 3.17, 3.17)  # top, bottom, left, right (cm)
-    page_numbers: bool = True
-    title_rule: bool = False
-    quote_color: str = ""  # e.g. the export's grey tool lines; "" = body colour
-    quote_size: float = 0.0  # 0 = body size
-    code_fill: str = "F3F3F3"  # background of code blocks ("" = none)
 
 
 @dataclass
@@ -89,7 +59,7 @@ class DocxWriter:
         self.note_texts: dict[str, str] = {}
         self.notes_used: set[str] = set()
         self._lists: ListNumbering | None = None
-        self._setup()
+        apply_style(self.doc, style)
 
     def _spans(self, para, text: str, **kwargs: object) -> None:
         common.add_spans(para, text, note=self._note, **kwargs)  # type: ignore[arg-type]
@@ -105,49 +75,6 @@ class DocxWriter:
         self.notes_used.add(note_id)
         self.footnotes.add(para, lambda p: common.add_spans(p, text, code_font=self.style.code_font))
         return True
-
-    # ---- styles ---------------------------------------------------------------------------
-    def _setup(self) -> None:
-        st, doc = self.style, self.doc
-        common.set_page(doc, st.paper, *st.margins)
-        common.set_doc_defaults(doc, st.latin, st.east_asia, st.size, "zh-CN")
-        normal = doc.styles["Normal"]
-        common.set_style_fonts(normal, st.latin, st.east_asia, st.size)
-        pf = normal.paragraph_format
-        pf.line_spacing = st.line_spacing
-        pf.line_spacing_rule = WD_LINE_SPACING.MULTIPLE
-        pf.space_after = Pt(st.space_after)
-        pf.space_before = Pt(0)
-        for level in range(1, 7):
-            heading = doc.styles[f"Heading {level}"]
-            size = st.heading_sizes[min(level, len(st.heading_sizes)) - 1]
-            common.set_style_fonts(heading, st.heading_latin, st.heading_east_asia, size, bold=True, italic=False,
-                                   color=st.heading_color)
-            hpf = heading.paragraph_format
-            hpf.space_before = Pt(size * (0.9 if level == 1 else 0.6))
-            hpf.space_after = Pt(size * 0.4)
-            hpf.line_spacing = 1.25
-            hpf.first_line_indent = Pt(0)
-            hpf.keep_with_next = True
-        title = doc.styles["Title"]
-        common.set_style_fonts(title, st.heading_latin, st.heading_east_asia, st.title_size, bold=True, color=st.heading_color)
-        title.paragraph_format.alignment = WD_ALIGN_PARAGRAPH.LEFT if st.title_rule else WD_ALIGN_PARAGRAPH.CENTER
-        title.paragraph_format.space_after = Pt(6)
-        # The default template draws a blue rule under Title: drop it (brief adds its own).
-        ppr = title.element.get_or_add_pPr()
-        for bdr in ppr.findall(common.qn("w:pBdr")):
-            ppr.remove(bdr)
-        caption = doc.styles["Caption"]
-        common.set_style_fonts(caption, st.latin, st.east_asia, st.caption_size, bold=False, italic=False, color="000000")
-        caption.paragraph_format.alignment = WD_ALIGN_PARAGRAPH.CENTER
-        caption.paragraph_format.first_line_indent = Pt(0)
-        caption.paragraph_format.space_before = Pt(3)
-        caption.paragraph_format.space_after = Pt(6)
-        for name in ("List Bullet", "List Bullet 2", "List Bullet 3", "List Number", "Quote"):
-            if name in [s.name for s in doc.styles]:
-                common.set_style_fonts(doc.styles[name], st.latin, st.east_asia, st.size)
-        if st.page_numbers:
-            common.add_page_numbers(doc)
 
     def _body_format(self, para, indent: bool = True) -> None:
         pf = para.paragraph_format

@@ -221,9 +221,11 @@ async def request_cancel(
     *,
     user_id: str,
     task_id: str,
+    grant_key: str | None,
     reason: str = "user",
 ) -> tuple[str, bool]:
-    """The cancelled run's id, and True when it was waiting in its user's FIFO (it is over at once)."""
+    """The cancelled run's id, and True when it was waiting in its user's FIFO (it is over at once).
+    `grant_key`: the caller's `ZCBOT_RUN_GRANT_KEY`, which signs the background stop."""
     async with sessions() as session, session.begin():
         task = await lock_task(session, user_id, task_id)
         if task.run_status not in ACTIVE or not task.run_id:
@@ -240,7 +242,7 @@ async def request_cancel(
     await signal_cancel(nc, js, topo, task_id, run_id, reason)
     # The run's background processes go with it (every cancel path: user, scheduler timeout), except
     # keep=true ones (docs/security.md, Layer 3).
-    await stop_background(nc, topo, user_id, task_id, "run cancelled", run_id=run_id)
+    await stop_background(nc, topo, user_id, task_id, "run cancelled", grant_key=grant_key, run_id=run_id)
     return run_id, False
 
 

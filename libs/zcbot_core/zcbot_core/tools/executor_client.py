@@ -40,7 +40,6 @@ from zcbot_core.bus import (
     encode,
     grants,
 )
-from zcbot_core.config import get_settings
 from zcbot_core.tools.sandbox_schemas import effective_timeout
 
 log = logging.getLogger(__name__)
@@ -59,17 +58,17 @@ def _fail(req: ToolCallRequest, error: str, host: str = "") -> ToolCallReply:
 
 
 async def stop_background(nc: NATS, topo: Topology, user_id: str, task_id: str, reason: str, *,
-                          run_id: str = "", grant_key: str | None = None) -> None:
+                          grant_key: str | None, run_id: str = "") -> None:
     """Tell every executor to kill the background processes of `task_id` (except keep=true ones):
     a run was cancelled or the task deleted. Fire and forget; never raises (the caller's action
     stands either way; each process still has its time limit).
 
-    The stop carries a grant for (`run_id`, user, task) signed with `grant_key` — by default this
-    process's `ZCBOT_RUN_GRANT_KEY` (the gateway and the scheduler hold it) — so that no other bus
-    identity can stop another user's processes (issue 22)."""
-    key = grant_key if grant_key is not None else get_settings().zcbot_run_grant_key
+    The stop carries a grant for (`run_id`, user, task) signed with `grant_key` — the caller's
+    `ZCBOT_RUN_GRANT_KEY` (the gateway and the scheduler hold it; None: an unsigned stop, which an
+    executor with a key refuses) — so that no other bus identity can stop another user's processes
+    (issue 22)."""
     stop = BackgroundStop(user_id=user_id, task_id=task_id, reason=reason, run_id=run_id,
-                          grant=grants.issue(key, run_id, user_id, task_id))
+                          grant=grants.issue(grant_key, run_id, user_id, task_id))
     try:
         await nc.publish(topo.exec_background_stop_subject(), encode(stop))
         await nc.flush(timeout=2)

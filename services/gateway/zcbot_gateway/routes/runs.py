@@ -53,7 +53,7 @@ def install(app: Any) -> None:
     """Start the process-wide event hub with the app; end every SSE stream when the gateway stops."""
     async def start_hub(app: Any) -> None:
         rt = app.state.rt
-        hub = EventHub(rt, heartbeat=rt.settings.zcbot_sse_heartbeat_seconds)
+        hub = EventHub(rt, heartbeat=app.state.settings.zcbot_sse_heartbeat_seconds)
         await hub.start()
         app.state.event_hub = hub
 
@@ -145,7 +145,8 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
 @router.post("/tasks/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED)
 async def cancel_run(task_id: str, user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
     # TaskNotFound 404, NothingToCancel 409 (domain errors, mapped at the edge)
-    run_id, waited = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id)
+    run_id, waited = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id,
+                                               grant_key=rt.settings.zcbot_run_grant_key)
     # A waiting run never started: it is cancelled at once.
     return {"task_id": task_id, "run_id": run_id,
             "status": RunOutcome.CANCELLED.value if waited else RunStatus.CANCELLING.value}

@@ -215,7 +215,7 @@ async def delete_task(task_id: str, user: CurrentUser, session: SessionDep, rt: 
         raise conflict(f"task has an active run ({task.run_status}); cancel it first")
     task.deleted_at = func.now()
     await session.commit()
-    await stop_background(rt.nc, rt.topo, user, task_id, "task deleted")
+    await stop_background(rt.nc, rt.topo, user, task_id, "task deleted", grant_key=rt.settings.zcbot_run_grant_key)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -1,0 +1,27 @@
+"""Runner configuration: `RunnerSettings`, the core `Settings` plus the runner's own knobs and its
+host tools' (`HostToolSettings`: web_search, web_fetch, look_at_image), validated at start-up in one
+object (`main.py` loads it; `RunnerService.start` extends a shared `Settings` given to it). The
+README's table is generated from it (`python -m zcbot_core.settings_doc`).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from zcbot_core.config import Settings
+from zcbot_core.web.settings import HostToolSettings
+
+
+class RunnerSettings(Settings, HostToolSettings):
+    """The runner's environment; an empty variable means "the default". Not frozen, unlike a bare
+    `HostToolSettings`: it is the runner's `Settings` (tests copy it with a changed knob)."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False, env_ignore_empty=True,
+                                      frozen=False, populate_by_name=True)
+
+    zcbot_runner_concurrency: int = Field(default=200, alias="ZCBOT_RUNNER_CONCURRENCY",
+        description='runs one runner process drives at once')
+    zcbot_event_publish_retry_seconds: float = Field(default=30.0, gt=0, alias="ZCBOT_EVENT_PUBLISH_RETRY_SECONDS",
+        description='how long a runner retries storing a run event (a leader election, a NATS restart) before '
+                    'the run ends with an error saying events were lost')
