@@ -168,7 +168,7 @@ async def _delete_bus_objects(nats_url: str, topo: Topology) -> None:
     nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=2)
     try:
         js = nc.jetstream()
-        for stream in (topo.runs_stream, topo.events_stream, topo.channel_inbound_stream):
+        for stream in (topo.runs_stream, topo.events_stream, topo.channel_inbound_stream, topo.file_changes_stream):
             try:
                 await js.delete_stream(stream)
             except NotFoundError:

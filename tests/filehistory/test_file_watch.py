@@ -47,3 +47,31 @@ def test_scan_and_prune(tmp_path: Path) -> None:
         else:
             expect.append(digest)
     assert left == expect and len(left) < len(objs), "the oldest versions go first until under the budget"
+
+
+def test_folders_moves_and_absorbed_changes(tmp_path: Path) -> None:
+    """The scan lists folders made/removed and a moved file as one rename; a background scan kept
+    as JSON takes another call's reported changes in, so its own report does not repeat them."""
+    from zcbot_core import safe_fs
+    from zcbot_executor.file_watch import Before, absorb
+
+    root = tmp_path / "u2"
+    (root / "T" / "old" / "sub").mkdir(parents=True)
+    (root / "T" / "a.txt").write_bytes(b"a")
+    (root / "T" / "old" / "sub" / "x.txt").write_bytes(b"x")
+    watch = FileWatch(SimpleNamespace(zcbot_versions_max_age_days=0, zcbot_versions_budget_mb=0), tmp_path)
+    bg = Before.from_json(watch.before("u2", root, "T", "shell", {"command": "x", "background": True}).to_json())
+    fg = watch.before("u2", root, "T", "shell", {"command": "y"})
+    assert bg.dirs == {"T/old", "T/old/sub"}
+    (root / "T" / "a.txt").rename(root / "T" / "b.txt")  # the foreground call's move
+    fg_changes = watch.after("u2", fg, True)
+    assert [(c["path"], c["kind"], c.get("old_path")) for c in fg_changes] == [("T/b.txt", "rename", "T/a.txt")]
+    with safe_fs.Root.open(root) as r:
+        assert absorb(bg, r, fg_changes)
+    (root / "T" / "old" / "sub" / "x.txt").unlink()  # the background process's changes
+    (root / "T" / "old" / "sub").rmdir()
+    (root / "T" / "old").rmdir()
+    (root / "T" / "new" / "deep").mkdir(parents=True)
+    got = [(c["path"], c["kind"]) for c in watch.after("u2", bg, True)]
+    assert got == [("T/new", "mkdir"), ("T/new/deep", "mkdir"), ("T/old/sub/x.txt", "delete"),
+                   ("T/old/sub", "rmdir"), ("T/old", "rmdir")]

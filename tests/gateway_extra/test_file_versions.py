@@ -106,3 +106,86 @@ async def test_revert_run(app_client: httpx.AsyncClient, settings: Settings, mak
     assert forced.status_code == 200 and forced.json()["reverted"] == ["T/new.txt"], forced.text
     assert not (root / "T" / "new.txt").exists()  # the run created it: gone
     assert (await app_client.post(f"/v1/tasks/{task['task_id']}/runs/nope/revert-files", headers=h)).status_code == 404
+
+
+async def _versions(client: httpx.AsyncClient, h: dict[str, str], path: str) -> list[dict]:
+    resp = await client.get("/v1/files/versions", headers=h, params={"path": path})
+    assert resp.status_code == 200, resp.text
+    return resp.json()["items"]
+
+
+async def _rename(client: httpx.AsyncClient, h: dict[str, str], path: str, new_name: str) -> None:
+    resp = await client.post("/v1/files/rename", headers=h, json={"path": path, "new_name": new_name})
+    assert resp.status_code == 200, resp.text
+
+
+async def test_history_follows_renames(app_client: httpx.AsyncClient, settings: Settings, make_user) -> None:
+    """A renamed file's history keeps what it had under its old name (file and folder renames);
+    the old path's history still lists its own versions; a new file at the old path is not mixed in."""
+    h = await make_user(app_client, "rena")
+    await _upload(app_client, h, "plan.md", b"first draft")
+    await _upload(app_client, h, "plan.md", b"second draft")  # keeps "first draft" at docs/plan.md
+    await _rename(app_client, h, "docs/plan.md", "final.md")
+    rename = (await _events(app_client, "rena"))[-1]
+    assert (rename.kind, rename.path, rename.old_path) == ("rename", "docs/final.md", "docs/plan.md")
+
+    old = await _versions(app_client, h, "docs/plan.md")
+    assert [i["path"] for i in old] == ["docs/plan.md"], old  # still listed under the old path
+    new = await _versions(app_client, h, "docs/final.md")
+    assert [(i["id"], i["path"]) for i in new] == [(old[0]["id"], "docs/plan.md")], new
+
+    # a new file at the old path: its versions are the old path's, never the renamed file's
+    await _upload(app_client, h, "plan.md", b"another plan")
+    await _upload(app_client, h, "plan.md", b"another plan, v2")
+    assert len(await _versions(app_client, h, "docs/plan.md")) == 2
+    assert [i["id"] for i in await _versions(app_client, h, "docs/final.md")] == [old[0]["id"]]
+
+    # a folder rename carries the history of everything in it
+    await _rename(app_client, h, "docs", "papers")
+    moved = await _versions(app_client, h, "papers/final.md")
+    assert [i["id"] for i in moved] == [old[0]["id"]], moved
+    ok = await app_client.post("/v1/files/restore", headers=h, json={"path": "papers/final.md", "version_id": old[0]["id"]})
+    assert ok.status_code == 200, ok.text
+    assert (user_dir(settings, "rena") / "papers" / "final.md").read_bytes() == b"first draft"
+    after = await _versions(app_client, h, "papers/final.md")  # the restore kept "second draft" here
+    assert [i["path"] for i in after] == ["papers/final.md", "docs/plan.md"], after
+    # a version of the other file is not restorable under this name
+    theirs = (await _versions(app_client, h, "papers/plan.md"))[0]
+    wrong = await app_client.post("/v1/files/restore", headers=h, json={"path": "papers/final.md", "version_id": theirs["id"]})
+    assert wrong.status_code == 404, wrong.text
+
+
+async def test_revert_run_folders(app_client: httpx.AsyncClient, settings: Settings, make_user) -> None:
+    """A run that made and removed folders is reverted to the exact tree: the folder it made (empty
+    now that its file is gone) is removed, the one it removed is made again with its files; a
+    folder it made that holds someone else's file since is listed, not removed."""
+    h = await make_user(app_client, "dora")
+    task = await create_task(app_client, h, name="D")
+    root = user_dir(settings, "dora")
+    (root / "D" / "gone" / "empty").mkdir(parents=True)
+    (root / "D" / "gone" / "f.txt").write_bytes(b"in the folder")
+    store = filehistory.VersionStore.from_settings(settings, "dora")
+    with safe_fs.Root.open(root) as r:  # the run's changes, through the ops the executor's hooks use
+        prev = filehistory.keep_before(store, r, "D/gone/f.txt")
+        r.rmtree("D/gone")
+        r.makedirs("D/made/deep")
+        r.makedirs("D/other")
+        r.write_bytes("D/made/deep/x.txt", b"run file")
+        changes = [filehistory.Change("D/made", "mkdir"), filehistory.Change("D/made/deep", "mkdir"),
+                   filehistory.Change("D/other", "mkdir"), filehistory.written(r, "D/made/deep/x.txt", None, False),
+                   filehistory.Change("D/gone/f.txt", "delete", None, None, prev),
+                   filehistory.Change("D/gone/empty", "rmdir"), filehistory.Change("D/gone", "rmdir")]
+    async with db(app_client) as s:
+        await filehistory.record(s, "dora", changes, task_id=task["task_id"], run_id="run-d")
+        await s.commit()
+    (root / "D" / "other" / "mine.txt").write_bytes(b"the user's, after the run")
+
+    resp = await app_client.post(f"/v1/tasks/{task['task_id']}/runs/run-d/revert-files", headers=h, json={})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert [c["path"] for c in body["conflicts"]] == ["D/other"], body
+    assert sorted(p.relative_to(root / "D").as_posix() for p in (root / "D").rglob("*")) == \
+        ["gone", "gone/empty", "gone/f.txt", "other", "other/mine.txt"]
+    assert (root / "D" / "gone" / "f.txt").read_bytes() == b"in the folder"
+    assert sorted(body["reverted"]) == ["D/gone", "D/gone/empty", "D/gone/f.txt", "D/made", "D/made/deep",
+                                        "D/made/deep/x.txt"]

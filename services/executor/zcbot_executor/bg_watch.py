@@ -14,6 +14,11 @@ outside:
 - counts its live processes against ZCBOT_MAX_BG_PROCS whatever their files say.
 After a kill, the executor writes the terminal files itself (exit code 124 time limit, 137 killed).
 Records are reloaded at start, so an executor restart keeps enforcing.
+
+When a process is seen gone (ended, killed), `on_end(proc_id, record)` runs once: the executor
+reports what it did to the user's files (issue 29; the record's "watch" is the before-scan). A
+record still holding its "watch" is reloaded even when its process ended while the executor was
+down, so the report is not lost to a restart.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from zcbot_executor.sandbox.base import BackgroundSpec, SandboxBackend
@@ -39,6 +45,7 @@ class BackgroundWatch:
         self.private_dir = private_dir
         self.entries: dict[str, dict[str, Any]] = {}  # proc_id -> private record, live ones only
         self._task: asyncio.Task[None] | None = None
+        self.on_end: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
 
     # ---- records ----------------------------------------------------------------------------
     def load(self) -> int:
@@ -50,7 +57,7 @@ class BackgroundWatch:
                 record = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            if isinstance(record, dict) and record.get("user_id") and self.alive(path.stem, record):
+            if isinstance(record, dict) and record.get("user_id") and (record.get("watch") or self.alive(path.stem, record)):
                 self.entries[path.stem] = record
         return len(self.entries)
 
@@ -82,6 +89,7 @@ class BackgroundWatch:
             from zcbot_executor.procs import _finish_lost  # procs imports this module
 
             await asyncio.to_thread(_finish_lost, user_root / str(record.get("dir")), reason, code)
+            await self._ended(proc_id, record)
         log.info("background process killed", extra={"proc_id": proc_id, "reason": reason, "gone": gone})
         return gone
 
@@ -104,6 +112,7 @@ class BackgroundWatch:
                 groups = self.backend.cgroups
                 if groups is not None:
                     groups.remove(str(record.get("user_id")), proc_id)
+                await self._ended(proc_id, record)
                 continue
             try:
                 deadline = float(record["started_at"]) + float(record["time_limit"]) + LIMIT_GRACE_SECONDS
@@ -112,6 +121,14 @@ class BackgroundWatch:
             if now > deadline and await self.kill(proc_id, "time limit", 124):
                 killed.append(proc_id)
         return killed
+
+    async def _ended(self, proc_id: str, record: dict[str, Any]) -> None:
+        if self.on_end is None:
+            return
+        try:
+            await self.on_end(proc_id, record)
+        except Exception:
+            log.exception("background end hook failed", extra={"proc_id": proc_id})
 
     # ---- loop -------------------------------------------------------------------------------
     def start(self) -> None:

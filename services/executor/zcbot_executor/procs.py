@@ -121,6 +121,17 @@ class ProcManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self.watch = BackgroundWatch(backend, self.private_dir)  # limits and kills from outside (bg_watch.py)
 
+    def forget_watch(self, proc_id: str, record: dict[str, Any]) -> None:
+        """Its file changes were reported: the private record no longer carries the before-scan
+        (so a restart does not report them again)."""
+        record.pop("watch", None)
+        self.save_record(proc_id, record)
+
+    def save_record(self, proc_id: str, record: dict[str, Any]) -> None:
+        path = self.private_dir / f"{proc_id}.json"
+        if path.exists():  # host state, not a user tree (the sweeper may have removed it)
+            _write_json(path, record)
+
     def _user_procs(self, user_root: Path) -> list[Path]:
         base = user_root / PROCS_DIR
         try:
@@ -145,7 +156,9 @@ class ProcManager:
         return sorted(ids)
 
     async def start(self, user_id: str, user_root: Path, task_id: str, cwd_rel: str, tool: str,
-                    args: dict[str, Any]) -> ToolResult:
+                    args: dict[str, Any], run_id: str = "", watch: dict[str, Any] | None = None) -> ToolResult:
+        """Launch a background process; `watch` (file_watch.Before.to_json) rides in its private
+        record until it ends, when the executor reports its file changes for `run_id`."""
         body = args.get("command") if tool == "shell" else args.get("code")
         field = "command" if tool == "shell" else "code"
         if not isinstance(body, str) or not body.strip():
@@ -186,7 +199,10 @@ class ProcManager:
                 return ToolResult(False, error=f"could not start the background process: {exc}")
             self.private_dir.mkdir(parents=True, exist_ok=True)
             record = {**private, "user_root": str(user_root), "dir": rel_dir, "user_id": user_id, "task_key": task_key,
-                      "started_at": spec["started_at"], "time_limit": limit, "keep": args.get("keep") is True}
+                      "started_at": spec["started_at"], "time_limit": limit, "keep": args.get("keep") is True,
+                      "task_id": task_id, "run_id": run_id}
+            if watch is not None:
+                record["watch"] = watch
             _write_json(self.private_dir / f"{proc_id}.json", record)
             self.watch.add(proc_id, record)
         text = (f"started background process {proc_id} ({tool}); time limit {limit:g} s. Output goes to "

@@ -51,7 +51,7 @@ from zcbot_core.service import Runtime
 from zcbot_core.worker import TaskGroup
 from zcbot_core.tools.executor_client import probe_host
 from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
-from zcbot_executor import metrics, procs_api
+from zcbot_executor import bg_files, metrics, procs_api
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.file_watch import MAX_FILE_CHANGES, FileWatch
 from zcbot_executor.leases import LeaseKeeper
@@ -102,6 +102,7 @@ class ExecutorService:
                                   in_use=self._in_use, idle_seconds=self.config.idle_seconds)
         await self.leases.start()
         self.procs = ProcManager(self.config, self.backend)
+        self.procs.watch.on_end = self._background_ended
         self.quota = QuotaGuard(self.config.storage_root, self.settings.zcbot_user_disk_quota_mb * MB, self.procs.watch)
         self.procs.watch.start()
         self.sem = asyncio.Semaphore(self.config.max_concurrency)
@@ -295,7 +296,10 @@ class ExecutorService:
             if refusal is not None:
                 return ToolResult(False, error=refusal, meta={"disk_quota": True})
             if req.tool in ("shell", "run_python") and req.args.get("background"):
-                return await self.procs.start(req.user_id, user_root, req.task_id, cwd_rel, req.tool, req.args)
+                # The before-scan now, the after-scan when the process ends (`_background_ended`).
+                watched = await asyncio.to_thread(self.file_watch.before, req.user_id, user_root, cwd_rel, req.tool, req.args)
+                return await self.procs.start(req.user_id, user_root, req.task_id, cwd_rel, req.tool, req.args,
+                                              run_id=req.run_id, watch=watched.to_json() if watched else None)
             timeout = effective_timeout(req.tool, req.args, req.timeout)
             cwd = policy.WORKSPACE + (f"/{cwd_rel}" if cwd_rel else "")
             # The OOM counter is read around calls that run user processes only (a read stays cheap).
@@ -310,6 +314,8 @@ class ExecutorService:
                 result = await box.call(req.call_id, req.tool, req.args, cwd, timeout)
                 if watched is not None:
                     changes = await asyncio.to_thread(self.file_watch.after, req.user_id, watched, result.ok)
+                    if changes and self.procs.watch.entries:  # recorded once: not again by a background job's scan
+                        await asyncio.to_thread(bg_files.absorb_call, self.procs, req.user_id, changes)
                     if changes:  # capped so the reply fits on the bus; the rest is counted
                         result.meta["file_changes"] = changes[:MAX_FILE_CHANGES]
                         if len(changes) > MAX_FILE_CHANGES:
@@ -321,6 +327,9 @@ class ExecutorService:
                 await self.pool.discard(req.user_id)
                 return self._oom_note(req.user_id, ooms, ToolResult(
                     False, error=f"sandbox failure: {exc}; a fresh sandbox starts with the next call"))
+
+    async def _background_ended(self, proc_id: str, record: dict[str, Any]) -> None:
+        await bg_files.report(self.file_watch, self.procs, self.rt.js, self.topo, proc_id, record)
 
     def _oom_kills(self, user_id: str) -> int | None:
         groups = self.backend.cgroups

@@ -9,10 +9,10 @@ from typing import Any
 from nats.js.api import ConsumerConfig
 
 from zcbot_core.bus import BusDecodeError, CancelRequest, decode
-from zcbot_core.bus.topology import max_deliveries_advisory, runs_consumer_config
+from zcbot_core.bus.topology import file_changes_consumer_config, max_deliveries_advisory, runs_consumer_config
 from zcbot_core.service import Runtime, stream_limits
 from zcbot_core.worker import PullWorker, TaskGroup, instance_id
-from zcbot_runner import metrics
+from zcbot_runner import file_events, metrics
 from zcbot_runner.config import RunnerSettings
 from zcbot_runner.execution import RunExecutor
 from zcbot_runner.reaper import Reaper, drop_exhausted, register_liveness
@@ -48,6 +48,11 @@ class RunnerService:
         self.worker = PullWorker(psub, self._handle, self.settings.zcbot_runner_concurrency, "runner",
                                  poll_seconds=PULL_POLL_SECONDS)
         self.worker.start()
+        fconfig = file_changes_consumer_config(rt.topo, stream_limits(rt.settings))
+        fsub = await rt.js.pull_subscribe_bind(durable=fconfig.durable_name, stream=rt.topo.file_changes_stream)
+        self.file_worker = PullWorker(fsub, lambda msg: file_events.on_report(rt.sessions, msg), 4, "file-changes",
+                                      poll_seconds=PULL_POLL_SECONDS)  # background processes' changes (issue 29)
+        self.file_worker.start()
         self._background.spawn(register_liveness(rt, self.runner_id, self._stopping))
         self._exhausted_sub = await rt.nc.subscribe(max_deliveries_advisory(rt.topo), cb=self._on_exhausted,
                                                     queue=rt.topo.runner_advisories_queue_group)
@@ -81,6 +86,7 @@ class RunnerService:
         """Stop pulling, hand unfinished runs back (nak) so another runner resumes them at once."""
         self._stopping.set()
         await self.worker.stop()
+        await self.file_worker.stop()
         for active in list(self.executor.active.values()):
             active.token.cancel("shutdown")
         await self.worker.wait(DRAIN_GRACE_SECONDS)
@@ -91,6 +97,8 @@ class RunnerService:
         except Exception:
             pass
         await self.worker.close()
+        await self.file_worker.wait(5.0)
+        await self.file_worker.close()
         close = getattr(self.executor.extend_toolbox, "aclose", None)
         if close is not None:  # the host tools' HTTP clients
             await close()

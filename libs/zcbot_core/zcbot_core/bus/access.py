@@ -44,7 +44,8 @@ class Permissions:
 
 def _streams(topo: Topology) -> list[str]:
     buckets = (topo.cancel_bucket, topo.sandbox_leases_bucket, topo.leases_bucket)
-    return [topo.runs_stream, topo.events_stream, topo.channel_inbound_stream, *(f"KV_{b}" for b in buckets)]
+    return [topo.runs_stream, topo.events_stream, topo.channel_inbound_stream, topo.file_changes_stream,
+            *(f"KV_{b}" for b in buckets)]
 
 
 def _jetstream(topo: Topology) -> list[str]:
@@ -80,7 +81,8 @@ def service_permissions(service: str, topo: Topology) -> Permissions:
                        f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{topo.runs_stream}.{topo.runners_consumer}"))
     if service == "executor":
         return Permissions(
-            publish=(*js, _kv(topo.sandbox_leases_bucket), "$SRV.>"),
+            # fchg: a background process's file changes (runner records them; no other identity may)
+            publish=(*js, _kv(topo.sandbox_leases_bucket), "$SRV.>", topo.file_changes_subject()),
             subscribe=(own_inbox, f"{p}.exec.*.call", f"{p}.exec.*.cancel", f"{p}.exec.bgstop", f"{p}.exec.procs",
                        "$SRV.>"),
             responds=True)

@@ -99,6 +99,21 @@ class BackgroundStop:
     grant: str = ""
 
 
+@message("file_changes")
+@dataclass
+class FileChangesReport:
+    """What a background process did to the user's files (issue 29), published by the executor that
+    launched it when it ended (JetStream, `Nats-Msg-Id` = proc id) and recorded by a runner as the
+    `data_events` of the run that started it. `changes` are `filehistory.Change.as_dict()`s."""
+
+    user_id: str
+    task_id: str
+    run_id: str
+    proc_id: str
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    more: int = 0  # changes past the cap (not listed)
+
+
 # The web's background-process cards (GET /v1/procs, POST /v1/procs/{id}/kill): the gateway asks any
 # executor (queue group on `exec_procs_subject`); the process folders are the user's, so any host
 # lists them and any host can kill through the wrapper's kill file (zcbot_executor/procs_api.py).

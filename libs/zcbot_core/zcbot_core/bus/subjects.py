@@ -55,6 +55,15 @@ class Topology:
         return "channels"
 
     @property
+    def file_changes_stream(self) -> str:
+        """Background processes' file changes (issue 29): executor -> runner, work queue."""
+        return f"{self._upper}_FILE_CHANGES"
+
+    @property
+    def file_changes_consumer(self) -> str:
+        return "file-changes"
+
+    @property
     def cancel_bucket(self) -> str:
         return f"{self.prefix}_cancel".replace("-", "_")
 
@@ -130,6 +139,10 @@ class Topology:
     def exec_procs_subject(self) -> str:
         """`ProcsRequest` (list / kill a user's background processes): any executor (queue group)."""
         return f"{self.prefix}.exec.procs"
+
+    def file_changes_subject(self) -> str:
+        """`FileChangesReport`s: what a background process did to the user's files, once it ended."""
+        return f"{self.prefix}.fchg"
 
     def channel_inbound_subject(self, channel: str) -> str:
         """Inbound channel messages received by a gateway, handled durably by the channels service."""

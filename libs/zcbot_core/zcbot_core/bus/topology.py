@@ -123,6 +123,17 @@ def runs_consumer_config(topo: Topology, limits: StreamLimits) -> ConsumerConfig
     )
 
 
+def file_changes_consumer_config(topo: Topology, limits: StreamLimits | None = None) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=topo.file_changes_consumer,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=(limits or StreamLimits()).ack_wait_seconds,
+        max_deliver=(limits or StreamLimits()).max_deliver,
+        filter_subject=topo.file_changes_subject(),
+        num_replicas=(limits or StreamLimits()).replicas,
+    )
+
+
 def channels_consumer_config(topo: Topology, limits: StreamLimits | None = None) -> ConsumerConfig:
     return ConsumerConfig(
         durable_name=topo.channels_consumer,
@@ -187,23 +198,23 @@ async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float, replicas: in
         await js.update_stream(config)
 
 
+def _work_queue(name: str, subject: str, limits: StreamLimits) -> StreamConfig:
+    return StreamConfig(
+        name=name,
+        subjects=[subject],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        duplicate_window=limits.duplicate_window_seconds,
+        # Full (ZCBOT_QUEUES_MAX_BYTES): a new request is refused, never a queued one dropped.
+        discard=DiscardPolicy.NEW,
+        max_bytes=limits.queues_max_bytes,
+    )
+
+
 async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLimits | None = None) -> None:
     """Declare everything DESIGN §3 names; safe to call from every service at every start."""
     limits = limits or StreamLimits()
-    await _ensure_stream(
-        js,
-        StreamConfig(
-            name=topo.runs_stream,
-            subjects=[topo.runs_wildcard()],
-            retention=RetentionPolicy.WORK_QUEUE,
-            storage=StorageType.FILE,
-            duplicate_window=limits.duplicate_window_seconds,
-            # Full (ZCBOT_QUEUES_MAX_BYTES): a new request is refused, never a queued one dropped.
-            discard=DiscardPolicy.NEW,
-            max_bytes=limits.queues_max_bytes,
-        ),
-        limits.replicas,
-    )
+    await _ensure_stream(js, _work_queue(topo.runs_stream, topo.runs_wildcard(), limits), limits.replicas)
     await _ensure_stream(
         js,
         StreamConfig(
@@ -219,20 +230,12 @@ async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLi
         limits.replicas,
     )
     await _ensure_consumer(js, topo.runs_stream, runs_consumer_config(topo, limits))
-    await _ensure_stream(
-        js,
-        StreamConfig(
-            name=topo.channel_inbound_stream,
-            subjects=[topo.channel_inbound_wildcard()],
-            retention=RetentionPolicy.WORK_QUEUE,
-            storage=StorageType.FILE,
-            duplicate_window=limits.duplicate_window_seconds,
-            discard=DiscardPolicy.NEW,
-            max_bytes=limits.queues_max_bytes,
-        ),
-        limits.replicas,
-    )
+    await _ensure_stream(js, _work_queue(topo.channel_inbound_stream, topo.channel_inbound_wildcard(), limits),
+                         limits.replicas)
     await _ensure_consumer(js, topo.channel_inbound_stream, channels_consumer_config(topo, limits))
+    # Background processes' file changes (issue 29); Nats-Msg-Id = the proc id.
+    await _ensure_stream(js, _work_queue(topo.file_changes_stream, topo.file_changes_subject(), limits), limits.replicas)
+    await _ensure_consumer(js, topo.file_changes_stream, file_changes_consumer_config(topo, limits))
     await _ensure_kv(js, topo.cancel_bucket, CANCEL_TTL_SECONDS, limits.replicas)
     await _ensure_kv(js, topo.sandbox_leases_bucket, SANDBOX_LEASE_TTL_SECONDS, limits.replicas)
     await _ensure_kv(js, topo.leases_bucket, LEADER_LEASE_TTL_SECONDS, limits.replicas)

@@ -164,6 +164,7 @@ class DataEvent(Base):
     size: Mapped[int | None] = mapped_column(BigInteger)
     content_hash: Mapped[str | None] = mapped_column(String(64))
     prev_hash: Mapped[str | None] = mapped_column(String(64))
+    old_path: Mapped[str | None] = mapped_column(Text)  # a rename: where it was (the history follows it)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

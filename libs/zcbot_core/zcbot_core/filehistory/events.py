@@ -25,10 +25,14 @@ class Change:
     size: int | None = None
     content_hash: str | None = None  # SHA-256 of the new content (files only)
     prev_hash: str | None = None  # the kept version of what was replaced or removed
+    old_path: str | None = None  # a rename: the path before it (`path` is the new one)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "size": self.size, "content_hash": self.content_hash,
-                "prev_hash": self.prev_hash}
+        out = {"path": self.path, "kind": self.kind, "size": self.size, "content_hash": self.content_hash,
+               "prev_hash": self.prev_hash}
+        if self.old_path is not None:
+            out["old_path"] = self.old_path
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "Change":
@@ -36,8 +40,10 @@ class Change:
         if kind not in KINDS:
             raise ValueError(f"unknown change kind {kind!r}")
         size = raw.get("size")
+        old = raw.get("old_path")
         return cls(path=str(raw["path"])[:4096], kind=kind, size=int(size) if size is not None else None,
-                   content_hash=_hash_or_none(raw.get("content_hash")), prev_hash=_hash_or_none(raw.get("prev_hash")))
+                   content_hash=_hash_or_none(raw.get("content_hash")), prev_hash=_hash_or_none(raw.get("prev_hash")),
+                   old_path=str(old)[:4096] if kind == "rename" and isinstance(old, str) and old else None)
 
 
 def _hash_or_none(value: Any) -> str | None:
@@ -48,7 +54,7 @@ async def record(session: AsyncSession, user_id: str, changes: Iterable[Change],
                  run_id: str | None = None) -> int:
     """Add one `data_events` row per change to the session (the caller commits with its own work)."""
     rows = [DataEvent(user_id=user_id, task_id=task_id, run_id=run_id, path=c.path, kind=c.kind, size=c.size,
-                      content_hash=c.content_hash, prev_hash=c.prev_hash) for c in changes]
+                      content_hash=c.content_hash, prev_hash=c.prev_hash, old_path=c.old_path) for c in changes]
     session.add_all(rows)
     await session.flush()
     return len(rows)

@@ -154,9 +154,10 @@ class Root:
             os.close(dfd)
 
     def walk_files(self, rel: str | PurePath = "", *, skip_hidden: bool = True, skip: Callable[[str], bool] | None = None,
-                   max_depth: int = 32) -> list[tuple[str, os.stat_result]]:
+                   max_depth: int = 32, dirs: bool = False) -> list[tuple[str, os.stat_result]]:
         """(path relative to this root, lstat) of every regular file under the folder `rel`
-        (depth-first by name; symlinks never entered; hidden names skipped unless asked)."""
+        (depth-first by name; symlinks never entered; hidden names skipped unless asked; `dirs`:
+        the folders under `rel` too, each before its contents)."""
         rel = norm(rel)
 
         def skipped(name: str) -> bool:
@@ -164,7 +165,7 @@ class Root:
 
         dfd = self._open(rel, resolve.DIR_FLAGS, action="list")
         try:
-            return list(tree.walk_files(dfd, rel, skipped, max_depth))
+            return list(tree.walk_files(dfd, rel, skipped, max_depth, dirs=dirs))
         except OSError as exc:
             raise from_oserror(exc, rel, "list") from None
         finally:

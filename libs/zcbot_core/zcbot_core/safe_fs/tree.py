@@ -81,10 +81,11 @@ def chown_fd(fd: int, owner: tuple[int, int], recursive: bool, depth: int = 0) -
 
 
 def walk_files(dfd: int, prefix: str, skip: Callable[[str], bool], max_depth: int,
-               depth: int = 0) -> Iterator[tuple[str, os.stat_result]]:
+               depth: int = 0, dirs: bool = False) -> Iterator[tuple[str, os.stat_result]]:
     """(relative path, lstat) of each regular file under the folder `dfd`, depth-first; folders are
     entered through O_NOFOLLOW | O_DIRECTORY from their parent's fd, symlinks never; names for
-    which `skip(name)` is true are passed over (files and folders)."""
+    which `skip(name)` is true are passed over (files and folders). `dirs`: each folder is yielded
+    too, before what is in it."""
     for name, st in sorted(scan(dfd)):
         if skip(name):
             continue
@@ -92,11 +93,13 @@ def walk_files(dfd: int, prefix: str, skip: Callable[[str], bool], max_depth: in
         if stat.S_ISREG(st.st_mode):
             yield rel, st
         elif stat.S_ISDIR(st.st_mode) and depth < min(max_depth, MAX_DEPTH):
+            if dirs:
+                yield rel, st
             try:
                 child = os.open(name, resolve.DIR_FLAGS, dir_fd=dfd)
             except OSError:
                 continue  # removed or swapped for a symlink meanwhile
             try:
-                yield from walk_files(child, rel, skip, max_depth, depth + 1)
+                yield from walk_files(child, rel, skip, max_depth, depth + 1, dirs)
             finally:
                 os.close(child)

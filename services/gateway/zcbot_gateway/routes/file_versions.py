@@ -2,8 +2,10 @@
 `POST /v1/tasks/{id}/runs/{run_id}/revert-files`.
 
 Versions are the `data_events` rows of a path whose `prev_hash` is still in the user's version
-store (`zcbot_core.filehistory`): the content a change replaced or removed. Restoring keeps what is
-there now first (so a restore is undoable) and is recorded like any other change.
+store (`zcbot_core.filehistory`): the content a change replaced or removed. A path's rows include
+those from before a rename brought it there (`filehistory.lineage`; each item names the path it
+had). Restoring keeps what is there now first (so a restore is undoable) and is recorded like any
+other change.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sqlalchemy import func, select
 
 from zcbot_core import filehistory, paths, safe_fs
 from zcbot_core.db.models import DataEvent
+from zcbot_core.filehistory import lineage
 from zcbot_core.filehistory import revert as revert_mod
 from zcbot_core.runstate import ACTIVE
 
@@ -52,9 +55,10 @@ def _root(settings: Any, user: str) -> Path:
 @router.get("/v1/files/versions")
 async def list_versions(user: CurrentUser, session: SessionDep, settings: SettingsDep, paging: VersionPaging,
                         path: Annotated[str, Query(max_length=MAX_PATH)]) -> dict[str, Any]:
-    """Kept versions of one file, newest first (list envelope)."""
+    """Kept versions of one file, newest first (list envelope), across the renames that brought it here."""
     rel = _rel(path)
-    where = (DataEvent.user_id == user, DataEvent.path == rel, DataEvent.prev_hash.is_not(None))
+    segs = await lineage.segments(session, user, rel)
+    where = (DataEvent.user_id == user, lineage.where(segs), DataEvent.prev_hash.is_not(None))
     total = await session.scalar(select(func.count()).select_from(DataEvent).where(*where)) or 0
     rows = (await session.scalars(select(DataEvent).where(*where).order_by(DataEvent.id.desc())
                                   .offset(paging.offset).limit(paging.page_size))).all()
@@ -70,7 +74,8 @@ async def restore_version(body: RestoreIn, user: CurrentUser, session: SessionDe
     """Put a kept version back at its path (what is there now becomes a version itself)."""
     rel = _rel(body.path)
     row = await session.get(DataEvent, body.version_id)
-    if row is None or row.user_id != user or row.path != rel or row.prev_hash is None:
+    if row is None or row.user_id != user or row.prev_hash is None \
+            or not lineage.covers(await lineage.segments(session, user, rel), row.path, row.id):
         raise not_found("no such version of this file")
     store = filehistory.VersionStore.from_settings(settings, user)
     digest = row.prev_hash

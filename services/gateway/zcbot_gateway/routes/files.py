@@ -324,7 +324,7 @@ async def rename_path(body: RenameIn, user: CurrentUser, session: SessionDep, se
             raise HTTPException(exc.http_status, detail=f"{exc}; nothing was changed") from None
         raise
     try:
-        await filehistory.record(session, user, [filehistory.Change(entry["path"], "rename", entry["size"])])
+        await filehistory.record(session, user, [filehistory.Change(entry["path"], "rename", entry["size"], old_path=rel)])
         await session.commit()
     except BaseException:
         await asyncio.to_thread(rename_back, root, new_rel, old_name)
