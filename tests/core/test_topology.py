@@ -82,3 +82,36 @@ async def test_every_stream_bucket_and_consumer_gets_the_count_and_limits(nats_s
             await ensure_topology(js, Topology(bus_prefix + "r3"), StreamLimits(replicas=3))
     finally:
         await nc.close()
+
+
+async def test_declaring_the_topology_waits_out_a_server_that_is_not_answering(
+        tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    """A service that starts while JetStream does not answer (a cluster electing its leader; here a
+    server that is down for a moment) retries the idempotent declaration instead of crashing."""
+    import asyncio
+    import contextlib
+
+    from zcbot_devstack.embedded import EmbeddedNats, free_port
+
+    server = EmbeddedNats(tmp_path / "nats", port=free_port()).start()
+    nc = await connect(server.url, "topology-retry")
+    try:
+        await asyncio.to_thread(server.stop)
+        topo = Topology("retry")
+        with caplog.at_level(logging.WARNING, logger="zcbot_core.bus.topology"):
+            declaring = asyncio.create_task(ensure_topology(nc.jetstream(timeout=0.5), topo, retry_seconds=30))
+            await asyncio.sleep(2.0)
+            assert not declaring.done()
+            server.start()
+            await asyncio.wait_for(declaring, 30)
+        assert any("retrying" in r.getMessage() for r in caplog.records)
+        assert (await nc.jetstream().stream_info(topo.runs_stream)).config.name == topo.runs_stream
+        # With no server at all it gives up after its budget with the API's own error.
+        await asyncio.to_thread(server.stop)
+        with pytest.raises(Exception) as err:
+            await ensure_topology(nc.jetstream(timeout=0.3), Topology("retry2"), retry_seconds=1.5)
+        assert type(err.value).__name__ in ("TimeoutError", "NoRespondersError", "ServiceUnavailableError", "ConnectionResetError")
+    finally:
+        with contextlib.suppress(ConnectionError):  # closing flushes, and the server may be gone
+            await nc.close()
+        server.stop()

@@ -79,6 +79,9 @@ class ChannelsService:
         self.kv = await rt.js.key_value(rt.topo.leases_bucket)
         self._push_sub = await rt.nc.subscribe(rt.topo.push_wildcard(), queue=rt.topo.channels_push_queue_group,
                                                cb=self._on_push)
+        # Started means the server knows the subscription: a push sent the moment start() returns
+        # (another connection) was answered "no responders" in CI without this round trip.
+        await rt.nc.flush()
         if self.key is not None:
             self._scan_task = asyncio.create_task(self._scan_loop())
         self.inbound: InboundConsumer | None = None

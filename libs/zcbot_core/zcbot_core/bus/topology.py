@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,8 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeoutError
+from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
 
 from zcbot_core.bus.servers import server_list
@@ -211,9 +214,31 @@ def _work_queue(name: str, subject: str, limits: StreamLimits) -> StreamConfig:
     )
 
 
-async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLimits | None = None) -> None:
-    """Declare everything DESIGN §3 names; safe to call from every service at every start."""
-    limits = limits or StreamLimits()
+# A service starting beside a cluster that is still electing its meta leader (a fresh 3-node cluster
+# under load took >5 s in CI) gets API timeouts or 503s: wait it out instead of crash-looping.
+TOPOLOGY_RETRY_SECONDS = 60.0
+
+
+async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLimits | None = None,
+                          retry_seconds: float = TOPOLOGY_RETRY_SECONDS) -> None:
+    """Declare everything DESIGN §3 names; safe to call from every service at every start.
+    Every step is idempotent, so a step that times out is retried from the start."""
+    deadline = time.monotonic() + retry_seconds
+    delay = 0.25
+    while True:
+        try:
+            await _declare(js, topo, limits or StreamLimits())
+            return
+        except (NatsTimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("JetStream not answering while declaring the topology (%s); retrying in %.1f s",
+                        type(exc).__name__, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 4.0)
+
+
+async def _declare(js: JetStreamContext, topo: Topology, limits: StreamLimits) -> None:
     await _ensure_stream(js, _work_queue(topo.runs_stream, topo.runs_wildcard(), limits), limits.replicas)
     await _ensure_stream(
         js,
