@@ -30,6 +30,10 @@ from zcbot_channels.push_handler import _resolve_file
 from zcbot_executor import procs
 
 N = 500
+# The HTTP race sends 7 requests per round (each upload, rename and delete also keeps a version and a
+# data_events row since issue 29): 200 rounds still see both outcomes of the race many times over,
+# in a quarter of the 81 s that 500 took.
+N_HTTP = 200
 DAY = 86400.0
 
 
@@ -227,7 +231,7 @@ async def test_gateway_files_api_under_flipping(bare_stack: Stack, host: Path) -
 
     with flipping(root / "docs", canary.folder) as flip:
         async with stack.client(token) as c:
-            for chunk in range(0, N, 50):
+            for chunk in range(0, N_HTTP, 50):
                 jobs = []
                 for i in range(chunk, chunk + 50):
                     jobs += [
@@ -247,7 +251,7 @@ async def test_gateway_files_api_under_flipping(bare_stack: Stack, host: Path) -
                         jobs.append(call(c, "export", "GET", f"/v1/tasks/{task['task_id']}/export"))
                 await asyncio.gather(*jobs)
     for op, codes in statuses.items():
-        assert len(codes) >= (N // 5 if op == "export" else N) and not [s for s in codes if s >= 500], (op, sorted(set(codes)))
+        assert len(codes) >= (N_HTTP // 5 if op == "export" else N_HTTP) and not [s for s in codes if s >= 500], (op, sorted(set(codes)))
         assert set(codes) <= {200, 201, 400, 404, 409}, (op, sorted(set(codes)))
     assert all(s == 200 for s in statuses["export"])
     for op in ("list", "download", "upload", "mkdir"):
@@ -255,5 +259,5 @@ async def test_gateway_files_api_under_flipping(bare_stack: Stack, host: Path) -
         assert any(s == 400 for s in statuses[op]), f"{op} was never refused: the flipper did not race it"
     assert not [b for b in bodies if leaked(b) or str(canary.folder) in b]
     assert MARKER not in (root / "docs" / "f.txt").read_text()
-    assert flip.flips > N
+    assert flip.flips > N_HTTP
     canary.assert_intact()
