@@ -119,6 +119,7 @@ def test_up_forks_the_services_restarts_one_and_stops_cleanly(os_tmp_dir: Path, 
             assert os.getpgid(proc.pid) == proc.pid  # its own group, as Popen(process_group=0)
         server_env = server.environ()
         assert not [k for k in SECRETS if k in server_env], sorted(server_env)
+        assert server_env["PYTHONUNBUFFERED"] == "1"  # the services' stdout, set up by the server's interpreter
 
         secrets = dict(line.split("=", 1) for line in (home / "secrets.env").read_text().splitlines() if "=" in line)
         events = asyncio.run(_one_run(f"http://127.0.0.1:{ports['gateway']}", secrets["PLATFORM_KEY"]))

@@ -69,6 +69,9 @@ LOCK_FILE = "up.lock"
 # target is <= 20 PostgreSQL backends after 200 runs): set only when the operator set none.
 EMBEDDED_POOL = {"ZCBOT_DB_POOL_SIZE": "4", "ZCBOT_DB_MAX_OVERFLOW": "4"}
 EMBEDDED_PG_MAX_CONNECTIONS = "60"
+# What the services' environment sets that a Python interpreter reads when it starts or imports (the
+# fork server's interpreter is theirs).
+FORKSERVER_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1"}
 
 ServiceCmd = Callable[[str], list[str]]
 
@@ -230,7 +233,7 @@ class Stack:
         s = self.settings
         if self.service_cmd is default_service_cmd:  # its imports overlap the database's preparation
             self.forkserver = ForkServer(preload_modules([svc.name for svc in self.services]),
-                                         {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, self.say)
+                                         {**os.environ, **FORKSERVER_ENV}, self.say)
             self.forkserver.start()
         nats_url = s.zcbot_nats_url
         if not nats_url:
@@ -264,8 +267,7 @@ class Stack:
                 "ZCBOT_DB_URL": db_url,
                 "ZCBOT_NATS_URL": nats_url,
                 "ZCBOT_HOME": str(self.home),
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                "PYTHONUNBUFFERED": "1",
+                **FORKSERVER_ENV,
                 "ZCBOT_INSTANCE_ID": self.instance,
             }
         )
