@@ -1,6 +1,6 @@
 """`zcbot up` with the real services, forked by the fork server (issue 28): each service in its own
-process group under the server, the server holding no secret, a run served, a killed service restarted
-and ready again, Ctrl-C leaving no process behind."""
+process group under the server, the server holding no secret, a run with a sandboxed shell call served,
+a killed service restarted and ready again, Ctrl-C leaving no process behind."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from bench.startup import wait_line
 from tests.helpers.sse import sse_events
 from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from zcbot_devstack.embedded import free_port
+from zcbot_fakellm.control import push_script
 from zcbot_core import __version__
 from zcbot_devstack.forked import ForkServer, zygote_env
 from zcbot_devstack.services import SERVICE_PORT_ENV
@@ -67,7 +68,7 @@ async def _one_run(base: str, platform_key: str) -> list[dict[str, object]]:
         assert login.status_code == 200, login.text
         c.headers["Authorization"] = f"Bearer {login.json()['token']}"
         task = await c.post("/v1/tasks", json={"name": "hello"})
-        posted = await c.post(f"/v1/tasks/{task.json()['task_id']}/messages", json={"content": "hello there"})
+        posted = await c.post(f"/v1/tasks/{task.json()['task_id']}/messages", json={"content": "KEY-FORK hello"})
         assert posted.status_code == 202, posted.text
         async with asyncio.timeout(60), c.stream("GET", posted.json()["events_url"]) as r:
             return [event async for event in sse_events(r)]
@@ -121,9 +122,15 @@ def test_up_forks_the_services_restarts_one_and_stops_cleanly(os_tmp_dir: Path, 
         assert not [k for k in SECRETS if k in server_env], sorted(server_env)
         assert server_env["PYTHONUNBUFFERED"] == "1"  # the services' stdout, set up by the server's interpreter
 
+        # A tool call: the forked runner asks the forked executor (sandbox) to write and read a file.
+        asyncio.run(push_script(fake_base, "KEY-FORK", [
+            {"tool_calls": [{"name": "shell", "arguments": {"command": "echo forked > f.txt && cat f.txt"}}]},
+            {"text": "done"}]))
         secrets = dict(line.split("=", 1) for line in (home / "secrets.env").read_text().splitlines() if "=" in line)
         events = asyncio.run(_one_run(f"http://127.0.0.1:{ports['gateway']}", secrets["PLATFORM_KEY"]))
         assert [e["event"] for e in events][-1] == "done" and events[-1]["data"]["status"] == "ok", events
+        result = next(e["data"] for e in events if e["event"] == "tool_result")
+        assert result["ok"] is True and result["preview"] == "forked\n", result
 
         services["scheduler"].kill()
         wait_line(out, "scheduler exited unexpectedly with code -9; restart 1/5", up, 30)
