@@ -10,6 +10,9 @@ starts: launch -> ready p50 13.1 s (7.5-19.4); first message POST -> first event
 second 18 ms (before `zcbot up` waited for /readyz the first waited 433-708 ms in the queue); idle PSS
 749 MiB in 18 processes (the runner ~300 MiB with LiteLLM; target 350 MiB not met); PostgreSQL
 backends after 200 runs: 12 client backends, 17 in all (target <= 20 met).
+With the fork server (issue 28, docs/decisions.md), same machine, 3 starts before/after: idle PSS
+784 -> 651 MiB in 20 processes (the server is one more), launch -> ready p50 16.2 -> 11.8 s; after
+200 runs 634 MiB, 13 client backends, 18 in all.
 """
 
 from __future__ import annotations

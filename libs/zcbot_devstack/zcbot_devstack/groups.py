@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
+from typing import Protocol
+
+
+class GroupLeader(Protocol):
+    """A child leading its own process group: a `subprocess.Popen` or a `forked.ForkedProcess`."""
+
+    pid: int
+    returncode: int | None
 
 
 def group_leftovers(pgid: int) -> list[int]:
@@ -22,7 +29,7 @@ def group_leftovers(pgid: int) -> list[int]:
     return found
 
 
-def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+def signal_group(proc: GroupLeader, sig: int) -> None:
     """Signal the process group led by `proc` (started with process_group=0).
 
     While `proc` is unreaped its pid (= the pgid) cannot be reused, so killpg is safe; once it is

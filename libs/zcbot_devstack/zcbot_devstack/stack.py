@@ -7,7 +7,8 @@ Order of things:
    rerun reuses them. Then migrations.
 3. Secrets (`config.ensure_local_secrets`, env wins) and a first admin (`admin@localhost`, random
    password in `ZCBOT_HOME/admin-credentials.txt`, mode 0600; only the path is ever printed).
-4. The five services as child processes, each in its own process group, their output re-printed
+4. The five services, each in its own process group, forked by the fork server (`forkserver`: the
+   libraries they share are imported once and their pages shared), their output re-printed
    with a `name      | ` prefix (JSON log lines rendered as `level msg key=value`). A service that
    exits unexpectedly is restarted with backoff, at most `max_restarts` times in a row.
 5. Once every service's `/readyz` says ready (its start-up has finished) with this stack's instance
@@ -51,6 +52,8 @@ from zcbot_devstack.bootstrap import (
 from zcbot_core.bus.subjects import Topology
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServerError, death_signal_preexec
 from zcbot_devstack.embedded.nats_auth import NatsCredentials
+from zcbot_devstack.forked import ForkedProcess, ForkServer
+from zcbot_devstack.forkserver import preload_modules
 from zcbot_devstack.groups import group_leftovers, signal_group
 from zcbot_devstack.output import Printer, render_line
 from zcbot_devstack.prepare_db import prepare as prepare_database
@@ -66,6 +69,9 @@ LOCK_FILE = "up.lock"
 # target is <= 20 PostgreSQL backends after 200 runs): set only when the operator set none.
 EMBEDDED_POOL = {"ZCBOT_DB_POOL_SIZE": "4", "ZCBOT_DB_MAX_OVERFLOW": "4"}
 EMBEDDED_PG_MAX_CONNECTIONS = "60"
+# What the services' environment sets that a Python interpreter reads when it starts or imports (the
+# fork server's interpreter is theirs).
+FORKSERVER_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1"}
 
 ServiceCmd = Callable[[str], list[str]]
 
@@ -113,7 +119,7 @@ class _Interrupted(Exception):
 class _Service:
     name: str
     port: int
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | ForkedProcess | None = None
     started_at: float = 0.0
     restarts: int = 0
     restart_at: float | None = None
@@ -153,6 +159,7 @@ class Stack:
         self.nats: EmbeddedNats | None = None
         self.nats_creds: NatsCredentials | None = None
         self.pg: EmbeddedPostgres | None = None
+        self.forkserver: ForkServer | None = None  # for the real services only (not a test's stand-ins)
         self.env: dict[str, str] = {}
         self.admin_file: Path | None = None
         self.stop_requested = threading.Event()
@@ -224,6 +231,10 @@ class Stack:
 
     def _prepare(self) -> None:
         s = self.settings
+        if self.service_cmd is default_service_cmd:  # its imports overlap the database's preparation
+            self.forkserver = ForkServer(preload_modules([svc.name for svc in self.services]),
+                                         {**os.environ, **FORKSERVER_ENV}, self.say)
+            self.forkserver.start()
         nats_url = s.zcbot_nats_url
         if not nats_url:
             port = choose_port(self.home, "nats", DEFAULT_NATS_PORT)
@@ -256,8 +267,7 @@ class Stack:
                 "ZCBOT_DB_URL": db_url,
                 "ZCBOT_NATS_URL": nats_url,
                 "ZCBOT_HOME": str(self.home),
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                "PYTHONUNBUFFERED": "1",
+                **FORKSERVER_ENV,
                 "ZCBOT_INSTANCE_ID": self.instance,
             }
         )
@@ -270,18 +280,9 @@ class Stack:
 
     # ---- children ------------------------------------------------------------------------------
     def _spawn(self, svc: _Service) -> None:
-        cmd = self.service_cmd(svc.name)
-        svc.proc = subprocess.Popen(
-            cmd,
-            env={**service_env(svc.name, self.env),
-                 **(self.nats_creds.service_env(svc.name) if self.nats_creds is not None else {})},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            process_group=0,
-            preexec_fn=death_signal_preexec(signal.SIGKILL),
-            close_fds=True,
-        )
+        env = {**service_env(svc.name, self.env),
+               **(self.nats_creds.service_env(svc.name) if self.nats_creds is not None else {})}
+        svc.proc = self._start_process(svc.name, env)
         svc.started_at = time.monotonic()
         svc.restart_at = None
         svc.healthy = False
@@ -289,7 +290,26 @@ class Stack:
         reader.start()
         svc.readers.append(reader)
 
-    def _pump(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+    def _start_process(self, name: str, env: dict[str, str]) -> subprocess.Popen[bytes] | ForkedProcess:
+        if self.forkserver is not None:
+            try:
+                return self.forkserver.spawn(name, env)
+            except (RuntimeError, OSError) as exc:  # a service is still better started on its own
+                self.say(f"{exc}; starting the services as processes of their own from now on")
+                self.forkserver.stop()
+                self.forkserver = None
+        return subprocess.Popen(
+            self.service_cmd(name),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+            preexec_fn=death_signal_preexec(signal.SIGKILL),
+            close_fds=True,
+        )
+
+    def _pump(self, name: str, proc: subprocess.Popen[bytes] | ForkedProcess) -> None:
         assert proc.stdout is not None
         for raw in iter(proc.stdout.readline, b""):
             self.printer.emit(name, render_line(raw.decode(errors="replace")))
@@ -373,6 +393,8 @@ class Stack:
             svc.proc.wait()
             for reader in svc.readers:
                 reader.join(timeout=2.0)
+        if self.forkserver is not None:
+            self.forkserver.stop()
         if self.pg is not None:
             self.say("stopping PostgreSQL")
             self.pg.stop()

@@ -26,7 +26,6 @@ from zcbot_core.agent.lang import user_language
 from zcbot_core.db.models import Message, Task
 
 from zcbot_gateway.deps import CurrentUser, SessionDep
-from zcbot_gateway.export_doc import build_docx
 from zcbot_gateway.http import bad_request
 from zcbot_gateway.task_access import get_user_task
 
@@ -69,5 +68,8 @@ async def export_task(task_id: str, user: CurrentUser, session: SessionDep,
     language = lang or user_language([m["payload"] for m in messages if isinstance(m["payload"], dict)])
     zone = zone or ZoneInfo(DEFAULT_ZONES[language])
     truncated = MAX_MESSAGES if len(rows) > MAX_MESSAGES else 0
+    # Imported here: the rendering stack (python-docx, lxml; ~10 MiB) stays out of an idle gateway.
+    from zcbot_gateway.export_doc import build_docx
+
     data = await asyncio.to_thread(build_docx, info, messages, truncated, language, zone)
     return Response(data, media_type=DOCX_TYPE, headers={"Content-Disposition": attachment(f"{info['name']}.docx")})
