@@ -75,7 +75,7 @@ async def _one_run(base: str, platform_key: str) -> list[dict[str, object]]:
 
 
 def _services(up: subprocess.Popen[bytes]) -> tuple[psutil.Process, dict[str, psutil.Process]]:
-    server = next(p for p in psutil.Process(up.pid).children() if "zcbot_devstack.forkserver" in " ".join(p.cmdline()))
+    server = next(p for p in psutil.Process(up.pid).children() if "zcbot_devstack.forkserver_main" in " ".join(p.cmdline()))
     return server, {p.name().removeprefix("zcbot-"): p for p in server.children()}
 
 

@@ -75,7 +75,7 @@ class ForkServer:
         """Start the server (it imports while the caller goes on; a spawn request waits for that)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "zcbot_devstack.forkserver"],
+            [sys.executable, "-m", "zcbot_devstack.forkserver_main"],
             env={**self.env, CTL_FD_ENV: str(theirs.fileno()), PRELOAD_ENV: ",".join(self.preload)},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

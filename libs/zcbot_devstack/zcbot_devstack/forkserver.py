@@ -27,7 +27,6 @@ import os
 import select
 import signal
 import socket
-import sys
 
 # Imported before forking: what the services share (zcbot_core and the third-party stacks, including
 # what uvicorn and SQLAlchemy import when they start). The services' own packages are not, so each
@@ -141,19 +140,3 @@ def serve(ctl: socket.socket, preload: list[str]) -> str | None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
     return None
-
-
-def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when services stop
-    ctl = socket.socket(fileno=int(os.environ.pop(CTL_FD_ENV)))
-    service = serve(ctl, [m for m in os.environ.pop(PRELOAD_ENV, "").split(",") if m])
-    if service is None:
-        return
-    from zcbot_devstack.cli import main as cli_main
-
-    sys.argv = ["zcbot", service]
-    cli_main([service])
-
-
-if __name__ == "__main__":
-    main()
