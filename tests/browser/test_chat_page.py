@@ -239,7 +239,8 @@ async def test_sse_reader_parses_frames_and_resumes_with_last_event_id(stack: St
     assert [(e["id"], e["event"], e["data"]) for e in out["events"]] == [
         ("5", "text", {"delta": "he"}), ("6", "text", {"delta": "llo"}), ("7", "done", {"status": "ok"})]
     first, second, third = (c["headers"] for c in out["calls"])
-    assert first == {"Accept": "text/event-stream", "Authorization": "Bearer TKN"}
+    # The page's language goes with every request (server messages in the labels' language).
+    assert first == {"Accept": "text/event-stream", "Accept-Language": "zh", "Authorization": "Bearer TKN"}
     assert second == {**first, "Last-Event-ID": "5"}
     assert [(e["id"], e["event"]) for e in out["resumed"]] == [("3", "run_start"), ("4", "done")]
     assert third.get("Last-Event-ID") == "3"

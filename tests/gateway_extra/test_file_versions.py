@@ -41,6 +41,7 @@ async def test_versions_and_restore(app_client: httpx.AsyncClient, settings: Set
     body = resp.json()
     assert body["total"] == 2 and [i["replaced_by"] for i in body["items"]] == ["delete", "modify"]
     assert all(i["available"] for i in body["items"])
+    assert [i["size"] for i in body["items"]] == [len(b"second draft"), len(b"first draft")]
     first = body["items"][1]  # what the overwrite replaced: the first draft
     # another user sees none of it and cannot restore it
     theirs = await app_client.get("/v1/files/versions", headers=other, params={"path": "docs/plan.md"})
@@ -91,6 +92,9 @@ async def test_revert_run(app_client: httpx.AsyncClient, settings: Settings, mak
     await set_task(app_client, task["task_id"], run_status="running")
     busy = await app_client.post(url, headers=h, json={})
     assert busy.status_code == 409, busy.text
+    assert busy.json()["detail"] == "这个任务正在运行；请等它结束或先取消，再撤销文件改动。", busy.json()
+    busy_en = await app_client.post(url, headers={**h, "Accept-Language": "en-US,en;q=0.9"}, json={})
+    assert busy_en.json()["detail"].startswith("The task has an active run (running)"), busy_en.json()
     await set_task(app_client, task["task_id"], run_status="idle")
 
     (root / "T" / "new.txt").write_bytes(b"the user edited it after the run")
@@ -189,3 +193,31 @@ async def test_revert_run_folders(app_client: httpx.AsyncClient, settings: Setti
     assert (root / "D" / "gone" / "f.txt").read_bytes() == b"in the folder"
     assert sorted(body["reverted"]) == ["D/gone", "D/gone/empty", "D/gone/f.txt", "D/made", "D/made/deep",
                                         "D/made/deep/x.txt"]
+
+
+EN = {"Accept-Language": "en-GB,en;q=0.9,zh;q=0.5"}
+ZH_FIRST = {"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.8"}
+
+
+async def test_refusals_speak_the_request_language(app_client: httpx.AsyncClient, make_user) -> None:
+    """Chinese by default and when Chinese comes first; English when English comes first. The
+    status and code stay what they were (clients branch on those, people read `detail`)."""
+    h = await make_user(app_client, "lang-li")
+    task = await create_task(app_client, h, name="L")
+    cases = [  # (method, url, params/json, status, code, zh, en)
+        ("get", "/v1/files/versions", {"params": {"path": "../x"}}, 400, "bad_request", "路径无效", "Invalid path: "),
+        ("post", "/v1/files/restore", {"json": {"path": "a.txt", "version_id": 10**9}}, 404, "not_found",
+         "这个文件没有这个版本。", "No such version of this file."),
+        ("post", f"/v1/tasks/{task['task_id']}/runs/nope/revert-files", {"json": {}}, 404, "not_found",
+         "这次运行没有改动文件", "This run changed no files"),
+        ("post", "/v1/tasks/nosuchtask/runs/r/revert-files", {"json": {}}, 404, "task_not_found",
+         "任务不存在。", "Task not found."),
+        ("post", f"/v1/tasks/{task['task_id']}/runs/{'r' * 65}/revert-files", {"json": {}}, 404, "not_found",
+         "没有这次运行。", "No such run."),
+    ]
+    for method, url, kw, status, code, zh, en in cases:
+        for extra, want in (({}, zh), (ZH_FIRST, zh), (EN, en)):
+            resp = await getattr(app_client, method)(url, headers={**h, **extra}, **kw)
+            body = resp.json()
+            assert (resp.status_code, body["code"]) == (status, code), (url, extra, body)
+            assert body["detail"].startswith(want), (url, extra, body)

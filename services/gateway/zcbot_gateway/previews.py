@@ -22,6 +22,8 @@ from pathlib import Path
 
 from zcbot_core.errors import PreviewError, PreviewTooLarge, PreviewUnavailable, PreviewUnsupported
 
+from zcbot_gateway import lang as lang_mod
+
 OFFICE = {".pptx", ".ppt", ".docx", ".doc", ".xlsx", ".xls", ".odp", ".odt", ".ods"}
 INLINE = {".pdf": "application/pdf", ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
           ".gif": "image/gif", ".webp": "image/webp"}
@@ -49,7 +51,7 @@ TEXTS = {
 
 
 def say(key: str, lang: str, **values: object) -> str:
-    return TEXTS[key]["en" if lang == "en" else "zh"].format(**values)
+    return lang_mod.say(TEXTS, key, lang, **values)
 
 
 def find_soffice() -> str | None:

@@ -102,10 +102,15 @@ class VersionStore:
     # ---- reading ---------------------------------------------------------------------------
 
     def has(self, digest: str) -> bool:
+        return self.size_of(digest) is not None
+
+    def size_of(self, digest: str) -> int | None:
+        """The kept object's size in bytes (None: pruned or never kept)."""
         if not _valid_digest(digest) or not self.path.is_dir():
-            return False
+            return None
         with self._open() as store:
-            return store.is_file(f"{digest[:2]}/{digest}")
+            st = store.lstat(f"{digest[:2]}/{digest}")
+        return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
 
     def open(self, digest: str) -> BinaryIO:
         """The kept bytes (NotFound when pruned or never kept)."""

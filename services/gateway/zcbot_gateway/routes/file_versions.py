@@ -5,7 +5,8 @@ Versions are the `data_events` rows of a path whose `prev_hash` is still in the 
 store (`zcbot_core.filehistory`): the content a change replaced or removed. A path's rows include
 those from before a rename brought it there (`filehistory.lineage`; each item names the path it
 had). Restoring keeps what is there now first (so a restore is undoable) and is recorded like any
-other change.
+other change. Refusals are in the request's language (Chinese unless Accept-Language starts with
+English: file_history_texts.py).
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from zcbot_core.db.models import DataEvent
 from zcbot_core.filehistory import lineage
 from zcbot_core.filehistory import revert as revert_mod
 from zcbot_core.runstate import ACTIVE
+from zcbot_core.runstate.transitions import TaskNotFound
 
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
-from zcbot_gateway.http import PagingDep, bad_request, conflict, not_found
+from zcbot_gateway.file_history_texts import refusal, run_active, task_not_found
+from zcbot_gateway.http import PagingDep
+from zcbot_gateway.lang import LangDep
 from zcbot_gateway.task_access import get_user_task
 
 router = APIRouter(tags=["files"])
@@ -44,8 +48,11 @@ class RevertIn(BaseModel):
     force: bool = Field(default=False, description="also overwrite files changed again since the run")
 
 
-def _rel(raw: str) -> str:
-    return paths.normalize_rel(raw.strip(), allow_empty=False, allow_hidden=False)
+def _rel(raw: str, lang: str) -> str:
+    try:
+        return paths.normalize_rel(raw.strip(), allow_empty=False, allow_hidden=False)
+    except paths.PathRejected as exc:
+        raise refusal(400, "bad_path", lang, why=exc) from None
 
 
 def _root(settings: Any, user: str) -> Path:
@@ -54,39 +61,45 @@ def _root(settings: Any, user: str) -> Path:
 
 @router.get("/v1/files/versions")
 async def list_versions(user: CurrentUser, session: SessionDep, settings: SettingsDep, paging: VersionPaging,
-                        path: Annotated[str, Query(max_length=MAX_PATH)]) -> dict[str, Any]:
-    """Kept versions of one file, newest first (list envelope), across the renames that brought it here."""
-    rel = _rel(path)
+                        path: Annotated[str, Query(max_length=MAX_PATH)], lang: LangDep) -> dict[str, Any]:
+    """Kept versions of one file, newest first (list envelope), across the renames that brought it
+    here; `size` is the kept content's."""
+    rel = _rel(path, lang)
     segs = await lineage.segments(session, user, rel)
     where = (DataEvent.user_id == user, lineage.where(segs), DataEvent.prev_hash.is_not(None))
     total = await session.scalar(select(func.count()).select_from(DataEvent).where(*where)) or 0
     rows = (await session.scalars(select(DataEvent).where(*where).order_by(DataEvent.id.desc())
                                   .offset(paging.offset).limit(paging.page_size))).all()
     store = filehistory.VersionStore.from_settings(settings, user)
-    have = await asyncio.to_thread(lambda: {r.prev_hash: store.has(r.prev_hash) for r in rows})
+    sizes = await asyncio.to_thread(lambda: {r.prev_hash: store.size_of(r.prev_hash) for r in rows})
     items = [{"id": r.id, "path": r.path, "hash": r.prev_hash, "replaced_by": r.kind, "task_id": r.task_id,
-              "run_id": r.run_id, "created_at": r.created_at.isoformat(), "available": have[r.prev_hash]} for r in rows]
+              "run_id": r.run_id, "created_at": r.created_at.isoformat(), "size": sizes[r.prev_hash],
+              "available": sizes[r.prev_hash] is not None} for r in rows]
     return paging.envelope(items, total, path=rel)
 
 
 @router.post("/v1/files/restore")
-async def restore_version(body: RestoreIn, user: CurrentUser, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+async def restore_version(body: RestoreIn, user: CurrentUser, session: SessionDep, settings: SettingsDep,
+                          lang: LangDep) -> dict[str, Any]:
     """Put a kept version back at its path (what is there now becomes a version itself)."""
-    rel = _rel(body.path)
+    rel = _rel(body.path, lang)
     row = await session.get(DataEvent, body.version_id)
     if row is None or row.user_id != user or row.prev_hash is None \
             or not lineage.covers(await lineage.segments(session, user, rel), row.path, row.id):
-        raise not_found("no such version of this file")
+        raise refusal(404, "no_version", lang)
     store = filehistory.VersionStore.from_settings(settings, user)
     digest = row.prev_hash
 
     def work() -> filehistory.Change:
         if not store.has(digest):
-            raise not_found("this version is no longer kept (retention removed it)")
+            raise refusal(404, "version_pruned", lang)
         with safe_fs.Root.open(_root(settings, user), create=True) as r:
             return filehistory.restore(store, r, rel, digest)
 
-    change = await asyncio.to_thread(work)
+    try:
+        change = await asyncio.to_thread(work)
+    except safe_fs.SafeFsError as exc:
+        raise refusal(exc.http_status, "restore_refused", lang, path=rel, why=exc) from None
     await filehistory.record(session, user, [change])
     await session.commit()
     return {"ok": True, "path": rel, "version_id": row.id, "size": change.size, "hash": change.content_hash}
@@ -94,18 +107,21 @@ async def restore_version(body: RestoreIn, user: CurrentUser, session: SessionDe
 
 @router.post("/v1/tasks/{task_id}/runs/{run_id}/revert-files")
 async def revert_run_files(task_id: str, run_id: str, user: CurrentUser, session: SessionDep, settings: SettingsDep,
-                           body: RevertIn | None = None) -> dict[str, Any]:
+                           lang: LangDep, body: RevertIn | None = None) -> dict[str, Any]:
     """Every file this run changed back to its content before the run (409 while a run is active)."""
     if len(run_id) > 64:
-        raise not_found("no such run")
-    task = await get_user_task(session, user, task_id, for_update=True)
+        raise refusal(404, "no_run", lang)
+    try:
+        task = await get_user_task(session, user, task_id, for_update=True)
+    except TaskNotFound:
+        raise task_not_found(lang) from None
     if task.run_status in ACTIVE:
-        raise conflict(f"the task has an active run ({task.run_status}); wait for it or cancel it first")
+        raise run_active(task.run_status, lang)
     events = (await session.scalars(select(DataEvent).where(
         DataEvent.user_id == user, DataEvent.task_id == task.task_id, DataEvent.run_id == run_id
     ).order_by(DataEvent.id))).all()
     if not events:
-        raise not_found("this run changed no files (or there is no such run)")
+        raise refusal(404, "no_changes", lang)
     plans = revert_mod.plan(list(events))
     store = filehistory.VersionStore.from_settings(settings, user)
     force = bool(body and body.force)
@@ -117,7 +133,7 @@ async def revert_run_files(task_id: str, run_id: str, user: CurrentUser, session
     try:
         result = await asyncio.to_thread(work)
     except safe_fs.SafeFsError as exc:
-        raise bad_request(f"{exc}; files reverted before this one stay reverted") from None
+        raise refusal(400, "revert_refused", lang, path=exc.rel or "?", why=exc) from None
     await filehistory.record(session, user, result.reverted, task_id=task.task_id)
     await session.commit()
     return {"ok": not result.conflicts and not result.missing, "run_id": run_id,

@@ -15,7 +15,7 @@ import posixpath
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, Response
 
 from zcbot_core import paths
@@ -24,6 +24,7 @@ from zcbot_core.errors import PreviewTooLarge, PreviewUnsupported
 from zcbot_gateway import previews
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 from zcbot_gateway.files_fs import open_download
+from zcbot_gateway.lang import LangDep
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 PREVIEW_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "private, max-age=300",
@@ -43,9 +44,8 @@ def _read(root: object, rel: str, lang: str) -> bytes:
         "description": "The file (PDF, image) or its PDF conversion (office files), inline"}})
 async def preview_file(user: CurrentUser, settings: SettingsDep,
                        path: Annotated[str, Query(min_length=1, max_length=4096, description="a file of your root")],
-                       accept_language: Annotated[str | None, Header(max_length=200)] = None) -> Response:
+                       lang: LangDep) -> Response:
     """Show one file: PDFs and images as they are, office files as a PDF converted on the host."""
-    lang = "en" if (accept_language or "").strip().lower().startswith("en") else "zh"
     rel = paths.normalize_rel(path.strip(), allow_empty=False, allow_hidden=False)
     name = posixpath.basename(rel)
     try:

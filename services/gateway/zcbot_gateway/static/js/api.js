@@ -1,8 +1,9 @@
 /* The /v1 API client: the Bearer token in localStorage, the one error envelope
  * (problem+json: `detail` is always a string, `errors[]` on 422), and the connection state that
- * the disconnected indicator shows (connection.js). */
+ * the disconnected indicator shows (connection.js). Every request names the page's language
+ * (Accept-Language), so the server's messages are in the language of the labels around them. */
 
-import { t } from "./i18n.js";
+import { lang, t } from "./i18n.js";
 
 const TOKEN_KEY = "zcbot.token";
 const USER_KEY = "zcbot.user_id";
@@ -74,7 +75,7 @@ export async function errorFrom(resp) {
 }
 
 export function authHeaders(extra = {}) {
-  const h = { ...extra };
+  const h = { "Accept-Language": lang, ...extra };
   if (auth.token) h.Authorization = "Bearer " + auth.token;
   return h;
 }

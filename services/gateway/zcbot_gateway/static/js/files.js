@@ -6,6 +6,7 @@ import { $, el, formatBytes, formatTime, itemsOf } from "./dom.js";
 import { t } from "./i18n.js";
 import { on, state } from "./state.js";
 import { canPreview, openPreview } from "./preview.js";
+import { openVersions } from "./versions.js";
 
 function joinPath(dir, name) { return dir ? dir.replace(/\/+$/, "") + "/" + name : name; }
 const isDir = (entry) => entry.type === "dir" || entry.type === "directory";
@@ -53,6 +54,9 @@ function fileRow(entry, path, status) {
           e.target.disabled = false;
         }
       } }, t("files.download")),
+    el("button", { type: "button", class: "small", "data-testid": "file-history",
+      "aria-label": t("files.history_named", { name: entry.name }),
+      onclick: (e) => openVersions(path, entry.name, e.currentTarget) }, t("files.history")),
   ];
   return el("li", { class: "file-entry", "data-testid": "file-entry", "data-name": entry.name, "data-path": path,
     "data-type": dir ? "dir" : "file" },
@@ -99,6 +103,7 @@ export function setupFiles() {
   setUploadEnabled();
   on("task-selected", ({ task }) => { setUploadEnabled(); loadFiles(task.working_dir); });
   on("run-ended", () => { if (state.current) loadFiles(state.filesPath); });
+  on("files-changed", () => loadFiles(state.filesPath)); // a restore or an undone run (versions.js, run_undo.js)
   $("upload-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const input = $("file-input");

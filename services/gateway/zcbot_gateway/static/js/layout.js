@@ -24,7 +24,8 @@ export function setupLayout() {
   for (const [drawer, button] of Object.entries(DRAWERS)) $(button).addEventListener("click", () => setDrawer(drawer));
   $("drawer-scrim").addEventListener("click", () => setDrawer(""));
   document.addEventListener("keydown", (e) => {
-    if (e.key === "Escape" && document.body.dataset.drawer) setDrawer("");
+    // Escape in a dialog opened from a drawer (preview, history) closes only the dialog.
+    if (e.key === "Escape" && document.body.dataset.drawer && !document.querySelector("dialog[open]")) setDrawer("");
   });
   on("task-selected", () => { if (document.body.dataset.drawer === "tasks") setDrawer(""); });
 }

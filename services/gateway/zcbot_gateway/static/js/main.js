@@ -12,6 +12,7 @@ import { loadHistory } from "./history.js";
 import { setupLayout } from "./layout.js";
 import { setupLogin, showLogin } from "./login.js";
 import { setupPreview } from "./preview.js";
+import { setupVersions } from "./versions.js";
 import { loadProcs, setupProcs, startProcs, stopProcs } from "./procs.js";
 import { follow, setRunStatus, setupCancel, stopRun } from "./run.js";
 import { setupSideTabs } from "./sidetabs.js";
@@ -91,6 +92,7 @@ function boot() {
   setupCancel();
   setupFiles();
   setupPreview();
+  setupVersions();
   setupConnection(onReconnected);
   on("task-selected", onTaskSelected);
   on("run-ended", onRunEnded);

@@ -8,6 +8,7 @@ import { sse } from "./sse.js";
 import { emit, state } from "./state.js";
 import { assistantBubble, clearEmpty, continueHint, messagesBox, reasoningBlock, scrollDown } from "./bubbles.js";
 import { setToolResult, settlePendingCards, toolCard } from "./toolcard.js";
+import { undoOffer } from "./run_undo.js";
 
 export function setRunStatus(text, kind = "") {
   const badge = $("run-status");
@@ -149,6 +150,7 @@ export async function follow(url, runId, initialStatus, send, opened = null, abo
   settlePendingCards(view.root, status === "cancelled" ? t("tool.cancelled") : t("tool.not_run"));
   view.root.dataset.status = status;
   if (status === "stopped" && !view.root.querySelector("[data-testid=continue-hint]")) view.append(continueHint(send));
+  if (final && final.files_changed > 0 && run.runId) view.append(undoOffer(task.task_id, run.runId, final.files_changed));
   const total = final && final.timings && final.timings.total;
   setRunStatus(status === "idle" ? "" : statusLabel(status) + (total ? " · " + Number(total).toFixed(1) + " s" : ""),
     status === "ok" ? "ok" : status === "error" ? "error" : status === "cancelled" ? "warn" : "");
