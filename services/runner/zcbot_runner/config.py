@@ -6,10 +6,11 @@ README's table is generated from it (`python -m zcbot_core.settings_doc`).
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from zcbot_core.config import Settings
+from zcbot_core.schedules.rules import DEFAULT_TIMEZONE, ScheduleError, validate_timezone
 from zcbot_core.web.settings import HostToolSettings
 
 
@@ -25,3 +26,14 @@ class RunnerSettings(Settings, HostToolSettings):
     zcbot_event_publish_retry_seconds: float = Field(default=30.0, gt=0, alias="ZCBOT_EVENT_PUBLISH_RETRY_SECONDS",
         description='how long a runner retries storing a run event (a leader election, a NATS restart) before '
                     'the run ends with an error saying events were lost')
+    zcbot_schedule_default_timezone: str = Field(default=DEFAULT_TIMEZONE, alias="ZCBOT_SCHEDULE_DEFAULT_TIMEZONE",
+        description="timezone of scheduled jobs created without one (the schedule tools run in the runner)")
+
+    @field_validator("zcbot_schedule_default_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        """An IANA name, checked now: a typo would otherwise fail every job created without one."""
+        try:
+            return validate_timezone(value.strip() or DEFAULT_TIMEZONE)
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from None
