@@ -38,7 +38,7 @@ def sandbox_env(python: str, passthrough: tuple[str, ...] = (), home: str = WORK
         "LOGNAME": "sandbox",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        "TZ": os.environ.get("TZ", "UTC"),
+        "TZ": os.environ.get("TZ", "UTC"),  # the host's timezone, for the sandbox's environment
         "TMPDIR": tmp,
         "TERM": "dumb",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -52,7 +52,7 @@ def sandbox_env(python: str, passthrough: tuple[str, ...] = (), home: str = WORK
     if venv:
         env["VIRTUAL_ENV"] = venv
     env.update(extra or {})
-    for name in passthrough:
+    for name in passthrough:  # ZCBOT_SANDBOX_ENV_PASSTHROUGH: the operator's named variables, copied into the sandbox
         if name in os.environ:
             env[name] = os.environ[name]
     return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
