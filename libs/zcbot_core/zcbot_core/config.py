@@ -124,15 +124,6 @@ class Settings(BaseSettings):
         description='JetStream redelivery wait of a run whose runner died')
     zcbot_max_deliver: int = Field(default=5, alias="ZCBOT_MAX_DELIVER",
         description='deliveries of a run before it is given up')
-    # Model calls that fail transiently (429, 5xx, a dropped connection before any output) are tried again
-    # this many times, waiting base * 2^n seconds with jitter (or the provider's Retry-After), each wait at
-    # most max seconds (llm/retry.py).
-    zcbot_llm_retries: int = Field(default=4, ge=0, le=20, alias="ZCBOT_LLM_RETRIES",
-        description='tries again of a model call that failed transiently (429, 5xx, dropped before output)')
-    zcbot_llm_retry_base_seconds: float = Field(default=1.0, ge=0, alias="ZCBOT_LLM_RETRY_BASE_SECONDS",
-        description="first retry wait (doubles each time, with jitter, or the provider's Retry-After)")
-    zcbot_llm_retry_max_seconds: float = Field(default=60.0, ge=0, alias="ZCBOT_LLM_RETRY_MAX_SECONDS",
-        description='longest single retry wait')
     # Disk space a user's files may take (all tasks, skills, memory, uploads, what commands write); 0: no
     # quota. Kept by zcbot_core/quota/ (a shared ledger plus the executor's inotify meter).
     zcbot_user_disk_quota_mb: int = Field(default=10240, ge=0, alias="ZCBOT_USER_DISK_QUOTA_MB",
