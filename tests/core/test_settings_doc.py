@@ -8,7 +8,9 @@ import pytest
 from zcbot_core import settings_doc
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.config import REPO_ROOT, ConfigError, Settings, load_settings
+from zcbot_channels.config import ChannelsServiceSettings
 from zcbot_executor.config import ExecutorConfig, ExecutorSettings
+from zcbot_runner.config import RunnerSettings
 from zcbot_scheduler.config import SchedulerConfig
 
 
@@ -38,6 +40,7 @@ def test_executor_takes_an_explicit_zero(monkeypatch: pytest.MonkeyPatch) -> Non
     (ExecutorSettings, "ZCBOT_SANDBOX_CGROUP", "v3"),
     (ExecutorSettings, "ZCBOT_SANDBOX_MEMORY_MB", "lots"),
     (Settings, "ZCBOT_HTTP_PORT", "eighty"),
+    (RunnerSettings, "ZCBOT_SCHEDULE_DEFAULT_TIMEZONE", "Mars/Olympus"),
 ])
 def test_a_bad_value_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch, cls: type, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)
@@ -62,8 +65,10 @@ def test_a_bad_value_is_shown_but_a_secret_is_only_named(monkeypatch: pytest.Mon
 def test_scheduler_knobs_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ZCBOT_SCHEDULE_MISFIRE_GRACE_SECONDS", "0")
     monkeypatch.setenv("ZCBOT_SCHEDULER_BATCH", "7")
+    monkeypatch.setenv("ZCBOT_REQUEUE_AFTER_SECONDS", "2.5")
     config = SchedulerConfig.from_env()
     assert (config.misfire_grace_seconds, config.batch, config.max_failures) == (0.0, 7, 3)
+    assert config.requeue_after_seconds == 2.5
     monkeypatch.setenv("ZCBOT_SCHEDULER_BATCH", "0")
     with pytest.raises(ConfigError, match="ZCBOT_SCHEDULER_BATCH"):
         SchedulerConfig.from_env()
@@ -80,6 +85,30 @@ def test_channel_settings_keep_their_rules(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("ZCBOT_ILINK_POLL_TIMEOUT_SECONDS", "soon")
     with pytest.raises(ConfigError, match="ZCBOT_ILINK_POLL_TIMEOUT_SECONDS"):
         ChannelSettings.from_env()
+
+
+
+def test_channels_service_and_gateway_read_the_channel_knobs_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One class for the channels service (core + channel fields); the gateway's lazily read
+    `ChannelSettings` gets the same values from the same environment."""
+    monkeypatch.setenv("ZCBOT_WECOM_CORP_ID", " ww1 ")
+    monkeypatch.setenv("ZCBOT_ILINK_BASE_URL", "http://127.0.0.1:1/")
+    monkeypatch.setenv("ZCBOT_CHANNELS_REPLY_TIMEOUT_SECONDS", "-1")
+    monkeypatch.setenv("ZCBOT_CHANNELS_PORT", "9999")
+    service = load_settings(ChannelsServiceSettings)
+    gateway = ChannelSettings.from_env()
+    assert {name: getattr(service, name) for name in ChannelSettings.model_fields} == gateway.model_dump()
+    assert (service.wecom_corp_id, service.ilink_base_url, service.reply_timeout) == ("ww1", "http://127.0.0.1:1", None)
+    assert service.zcbot_channels_port == 9999
+    extended = ChannelsServiceSettings.extend(Settings(ZCBOT_CHANNELS_PORT="1234"))  # in-process: given values win
+    assert (extended.zcbot_channels_port, extended.wecom_corp_id) == (1234, "ww1")
+
+
+def test_a_runner_default_timezone_is_checked_and_trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZCBOT_SCHEDULE_DEFAULT_TIMEZONE", " Asia/Shanghai ")
+    assert load_settings(RunnerSettings).zcbot_schedule_default_timezone == "Asia/Shanghai"
+    monkeypatch.setenv("ZCBOT_SCHEDULE_DEFAULT_TIMEZONE", "")
+    assert load_settings(RunnerSettings).zcbot_schedule_default_timezone == "UTC"
 
 
 @pytest.mark.parametrize(("module", "name", "value"), [

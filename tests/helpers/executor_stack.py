@@ -22,10 +22,9 @@ from nats.js.api import KeyValueConfig, StorageType
 
 from zcbot_core.bus import ToolCallReply, ToolCallRequest, Topology, grants
 from zcbot_core.bus.topology import ensure_topology
-from zcbot_core.config import Settings
 from zcbot_core.service import Runtime
 from zcbot_core.tools.executor_client import ExecutorClient, probe_host
-from zcbot_executor.config import ExecutorConfig
+from zcbot_executor.config import ExecutorConfig, ExecutorSettings
 from zcbot_executor.service import ExecutorService
 
 SANDBOX_UID = 10001
@@ -40,8 +39,8 @@ def granted(req: ToolCallRequest, key: str = GRANT_KEY) -> ToolCallRequest:
     return req
 
 
-def make_settings(home: Path, storage: Path, host: str, **extra: str) -> Settings:
-    return Settings(**{"ZCBOT_HOME": str(home), "ZCBOT_STORAGE_ROOT": str(storage), "ZCBOT_EXECUTOR_HOST": host,
+def make_settings(home: Path, storage: Path, host: str, **extra: str) -> ExecutorSettings:
+    return ExecutorSettings(**{"ZCBOT_HOME": str(home), "ZCBOT_STORAGE_ROOT": str(storage), "ZCBOT_EXECUTOR_HOST": host,
                        "ZCBOT_SANDBOX": "bwrap", "ZCBOT_RUN_GRANT_KEY": GRANT_KEY, **extra})
 
 

@@ -46,6 +46,7 @@ from tests.helpers.wait import wait_for
 from zcbot_core import filehistory, paths, quota
 from zcbot_core.bus import CancelRequest, RunRequest, ToolCallRequest, ToolCancel, Topology, encode
 from zcbot_devstack.embedded import free_port
+from zcbot_executor.config import ExecutorSettings
 
 _CLOSED = f"http://127.0.0.1:{free_port()}"  # nothing listens here: WeChat is "unreachable"
 EXTRA_ENV = {
@@ -336,7 +337,7 @@ async def test_garbage_on_the_bus_does_not_stop_live_services(stack: Stack, capl
 
     settings_ = stack.settings
     topo = Topology(settings_.zcbot_bus_prefix)
-    host = settings_.zcbot_executor_host
+    host = ExecutorSettings.extend(settings_).zcbot_executor_host
     token = await stack.login("busfuzz")
     task = await stack.create_task(token, "bus-fuzz")
     payloads = _garbage(topo, task["task_id"], "busfuzz")

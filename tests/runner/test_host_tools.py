@@ -13,6 +13,7 @@ from zcbot_core.bus import RunRequest
 from zcbot_core.db.models import ChannelBinding, Task, User
 from zcbot_core.service import Runtime
 from zcbot_core.runstate.claim import claim_run
+from zcbot_runner.config import RunnerSettings
 from zcbot_runner.host_tools import ModelSwitcher, extend_run
 from zcbot_runner.toolbox import RunnerToolBox
 
@@ -46,7 +47,7 @@ async def test_wechat_push_is_offered_exactly_with_a_usable_binding(rt: Runtime,
     toolbox = RunnerToolBox(executor=None, sandbox_schemas=[], user_id="pusher", task_id="t-push", run_id="r-1",
                             cwd="w")
     await extend_run(rt, toolbox, claim.task, req, PromptContext(working_dir="w", task_name="t"),
-                     ModelSwitcher(rt, "t-push", "r-1", emit=_ignore))
+                     ModelSwitcher(rt, "t-push", "r-1", emit=_ignore), settings=RunnerSettings.extend(rt.settings))
     assert ("wechat_push" in toolbox.host) == offered
     assert "load_skill" in toolbox.host  # the rest of the host tools are there either way
 

@@ -30,13 +30,12 @@ async def test_a_queued_run_whose_request_was_lost_is_published_again_and_runs(b
     reader = asyncio.create_task(stack.events(token, r.json()["events_url"], timeout=120))
     topo = Topology(stack.settings.zcbot_bus_prefix)
     nc = await connect(stack.settings.zcbot_nats_url or "", "requeue-test")
-    settings = stack.settings.model_copy(update={"zcbot_requeue_after_seconds": 0.5})
-    rt = await open_runtime("scheduler", settings)
+    rt = await open_runtime("scheduler", stack.settings)
     try:
         js = nc.jetstream()
         lost = await js.get_last_msg(topo.runs_stream, topo.run_subject(task["task_id"]))
         await js.delete_msg(topo.runs_stream, lost.seq)  # no runner will ever see it now
-        svc = SchedulerService(config=SchedulerConfig(tick_seconds=0))
+        svc = SchedulerService(config=SchedulerConfig(tick_seconds=0, requeue_after_seconds=0.5))
         await svc.start(rt)
         await asyncio.sleep(0.6)
         assert (await svc.tick()).requeued == 1

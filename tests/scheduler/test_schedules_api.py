@@ -111,16 +111,18 @@ async def test_tools_crud_and_refused_inside_scheduled_runs(harness: Harness) ->
     assert names == {"schedule_create", "schedule_list", "schedule_update", "schedule_delete"}
     toolbox = RunnerToolBox(executor=None, sandbox_schemas=[], user_id=alice, task_id=task.task_id, run_id="r1",
                             cwd=task.working_dir)
-    register_schedule_tools(toolbox, h.rt.sessions, alice, task, in_scheduled_run=False)
+    register_schedule_tools(toolbox, h.rt.sessions, alice, task, in_scheduled_run=False,
+                            default_timezone="Europe/Berlin")
     assert {s["function"]["name"] for s in toolbox.schemas()} == names
     out = await toolbox.execute("schedule_create", {"name": "Morning", "cron": "0 9 * * *", "timezone": "Asia/Shanghai",
                                                     "prompt": "Summarize the news", "notify": "all"}, "c1")
     assert out.ok, out.output
     created = json.loads(out.output.split("\n", 1)[1])
     assert created["working_dir"] == "assistant" and created["notify"] == "all" and created["mode"] == "isolated"
-    out = await toolbox.execute("schedule_create", {"name": "Diary", "cron": "0 21 * * *", "timezone": "UTC",
+    out = await toolbox.execute("schedule_create", {"name": "Diary", "cron": "0 21 * * *",  # no timezone: the runner's
                                                     "prompt": "Continue the diary", "mode": "persistent"}, "c2")
-    assert out.ok and json.loads(out.output.split("\n", 1)[1])["task_id"] == task.task_id
+    diary = json.loads(out.output.split("\n", 1)[1])
+    assert out.ok and diary["task_id"] == task.task_id and diary["timezone"] == "Europe/Berlin"
     bad = await toolbox.execute("schedule_create", {"name": "x", "cron": "every day", "timezone": "UTC", "prompt": "p"}, "c3")
     assert not bad.ok and "cron" in bad.output
     listed = await toolbox.execute("schedule_list", {}, "c4")

@@ -24,7 +24,7 @@ from tests.security.race import MARKER, Canary, flipping, leaked, until
 from zcbot_core import memory, paths, safe_fs
 from zcbot_core.channels.conversation import new_files
 from zcbot_core.safe_fs import resolve
-from zcbot_core.skills import registry_for_user
+from zcbot_core.skills import SkillPaths, registry_for_user
 from zcbot_core.tools.skill_tools import SkillTools
 from zcbot_channels.push_handler import _resolve_file
 from zcbot_executor import procs
@@ -92,7 +92,7 @@ async def test_skill_read_and_save(resolver: str, host: Path) -> None:
     (skill / "references").mkdir(parents=True)
     (skill / "SKILL.md").write_text(SKILL_MD)
     (skill / "references" / "x.md").write_text("mine")
-    tools = SkillTools(registry_for_user(root), root)
+    tools = SkillTools(registry_for_user(root, SkillPaths.defaults()), root)
     outputs: list[str] = []
     with flipping(skill / "references", canary.folder) as flip:
         for i in range(N):
@@ -102,7 +102,7 @@ async def test_skill_read_and_save(resolver: str, host: Path) -> None:
     with flipping(skill, canary.folder):  # the skill folder itself: SKILL.md saves and the registry scan
         for _ in range(N // 5):
             outputs.append((await tools.save_skill({"name": "mine", "content": SKILL_MD})).output)
-            outputs.append(str([s.body for s in registry_for_user(root).list()]))
+            outputs.append(str([s.body for s in registry_for_user(root, SkillPaths.defaults()).list()]))
     with flipping(root / ".skills", canary.folder):  # forks: staged and renamed inside `.skills`
         forks = [(await tools.fork_skill({"name": "mine", "new_name": f"copy{i}"})).output for i in range(N // 10)]
     outputs += forks

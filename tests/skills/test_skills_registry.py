@@ -11,6 +11,7 @@ from skillkit import SKILLS
 
 from zcbot_core.skills import (
     SkillFormatError,
+    SkillPaths,
     discovery_block,
     parse_skill_md,
     registry_for_user,
@@ -54,7 +55,7 @@ def user_root(tmp_path) -> Path:
 
 
 def test_builtin_skills_are_valid():
-    registry = registry_for_user(None, SKILLS)
+    registry = registry_for_user(None, SkillPaths.defaults(SKILLS))
     assert registry.load_errors == []
     assert {s.name for s in registry.list()} == {"ppt", "proposal", "brief", "coding"}
     for skill in registry.list():
@@ -66,7 +67,7 @@ def test_builtin_skills_are_valid():
 
 
 def test_user_override_wins_and_is_marked_errors_collected(builtin, user_root):
-    registry = registry_for_user(user_root, builtin)
+    registry = registry_for_user(user_root, SkillPaths.defaults(builtin))
     ppt = registry.get("ppt")
     assert ppt.source == "user" and ppt.overrides is True and "my own way" in ppt.description
     assert ppt.sandbox_dir == "/workspace/.skills/ppt"
@@ -93,7 +94,7 @@ def test_symlinked_user_skill_is_refused(builtin, tmp_path):
     (root / ".skills" / "evil").symlink_to(secret)
     (root / ".skills" / "sneaky").mkdir()
     (root / ".skills" / "sneaky" / "SKILL.md").symlink_to(secret / "SKILL.md")
-    registry = registry_for_user(root, builtin)
+    registry = registry_for_user(root, SkillPaths.defaults(builtin))
     assert registry.get("evil") is None and registry.get("sneaky") is None
     assert len(registry.load_errors) == 2
 
@@ -114,7 +115,7 @@ def test_parse_skill_md_errors():
 
 
 def tools_for(builtin, user_root, switch=None):
-    registry = registry_for_user(user_root, builtin)
+    registry = registry_for_user(user_root, SkillPaths.defaults(builtin))
     return SkillTools(registry, user_root, switch), registry
 
 
@@ -245,7 +246,7 @@ async def test_register_on_runner_toolbox(builtin, user_root):
     toolbox_mod = pytest.importorskip("zcbot_runner.toolbox")
     box = toolbox_mod.RunnerToolBox(executor=None, sandbox_schemas=[], user_id="u1", task_id="t", run_id="r", cwd="/workspace/t")
     switched: list[str] = []
-    register_skill_tools(box, registry_for_user(user_root, builtin), user_root, switched.append)
+    register_skill_tools(box, registry_for_user(user_root, SkillPaths.defaults(builtin)), user_root, switched.append)
     names = {s["function"]["name"] for s in box.schemas()}
     assert {"load_skill", "read_skill_file", "save_skill", "fork_skill"} <= names
     out = await box.execute("load_skill", {"name": "fancy"}, "c1")
@@ -262,7 +263,7 @@ async def test_save_and_fork_count_against_the_disk_quota(builtin, tmp_path):
     root.mkdir(parents=True)
     limit = measure(root) + 4 * 1024  # room for a small save, not for a copy of the ppt skill
     ledger = Ledger(tmp_path / "users", limit)
-    tools = SkillTools(registry_for_user(root, builtin), root, None, ledger)
+    tools = SkillTools(registry_for_user(root, SkillPaths.defaults(builtin)), root, None, ledger)
     out = await tools.save_skill({"name": "small", "content": skill_md("small")})
     assert out.ok, out.output
     used = ledger.used("q1")

@@ -25,16 +25,37 @@ from skillkit import RENDERING, SKILLS, have_office, prepare_task_folder
 bwrap_mod = pytest.importorskip("zcbot_executor.sandbox.bwrap")
 config_mod = pytest.importorskip("zcbot_executor.config")
 
-def test_executor_mounts_skills_and_rendering_read_only(tmp_path: Path) -> None:
-    config = config_mod.ExecutorConfig(host="test", storage_root=tmp_path / "users", state_dir=tmp_path / "state")
+def _read_only_mounts(config: object, tmp_path: Path) -> set[tuple[str, str]]:
+    """(host, sandbox) of every read-only bind in a bwrap sandbox's command line for `config`."""
     backend = bwrap_mod.BwrapBackend(config)
     if not backend.bwrap:
         pytest.skip("bubblewrap is not available on this machine")
     backend.stage = Path(tempfile.mkdtemp())
     (backend.stage / "etc").mkdir()
     argv = backend.argv(tmp_path, ["true"])
-    pairs = {(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == "--ro-bind"}
+    return {(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == "--ro-bind"}
+
+
+def test_executor_mounts_skills_and_rendering_read_only(tmp_path: Path) -> None:
+    config = config_mod.ExecutorConfig(host="test", storage_root=tmp_path / "users", state_dir=tmp_path / "state")
+    pairs = _read_only_mounts(config, tmp_path)
     assert (str(SKILLS), "/sandbox/skills") in pairs and (str(RENDERING), "/sandbox/rendering") in pairs
+
+
+
+def test_mounts_and_registry_follow_the_same_settings(tmp_path: Path) -> None:
+    """The executor mounts the skills where the runner's registry tells the model they are: both
+    from the service's settings (ZCBOT_SKILLS_DIR, ZCBOT_SANDBOX_*_DIR), never from the process's."""
+    from zcbot_core.config import Settings
+    from zcbot_core.skills import SkillPaths, registry_for_user
+
+    settings = Settings(**{"ZCBOT_HOME": str(tmp_path), "ZCBOT_SKILLS_DIR": str(SKILLS),
+                           "ZCBOT_SANDBOX_SKILLS_DIR": "/opt/skills/", "ZCBOT_SANDBOX_RENDERING_DIR": "/opt/render"})
+    config = config_mod.ExecutorConfig.from_settings(settings, state_dir=tmp_path / "state")
+    pairs = _read_only_mounts(config, tmp_path)
+    assert (str(SKILLS), "/opt/skills") in pairs and (str(RENDERING), "/opt/render") in pairs
+    registry = registry_for_user(None, SkillPaths.from_settings(settings))
+    assert registry.get("ppt").sandbox_dir == "/opt/skills/ppt" and registry.rendering_dir == "/opt/render"
 
 
 @pytest.fixture

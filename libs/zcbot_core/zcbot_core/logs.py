@@ -17,6 +17,7 @@ _STD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"m
 def _secret_values() -> list[str]:
     """Values of secret-looking env vars: they must never appear in a log line."""
     return sorted(
+        # raw: every secret-looking variable, also those no settings class declares (a provider's key)
         (v for k, v in os.environ.items() if _SECRET_ENV.search(k) and v and len(v) >= 8),
         key=len,
         reverse=True,

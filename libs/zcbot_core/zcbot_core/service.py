@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -113,12 +112,10 @@ def stream_limits(settings: Settings) -> StreamLimits:
     )
 
 
-def health_routes(app: FastAPI, get_runtime: Callable[[], Runtime | None]) -> None:
-    """Mount /healthz, /readyz and /metrics on `app` (the gateway's own app or a bare one)."""
-
-    # The instance id `zcbot up` gave this process (ZCBOT_INSTANCE_ID): it tells its own services
-    # from another program answering on the same port.
-    instance = os.environ.get("ZCBOT_INSTANCE_ID", "")
+def health_routes(app: FastAPI, get_runtime: Callable[[], Runtime | None], instance: str) -> None:
+    """Mount /healthz, /readyz and /metrics on `app` (the gateway's own app or a bare one).
+    `instance`: the id `zcbot up` gave this process (`ZCBOT_INSTANCE_ID`); it tells its own
+    services from another program answering on the same port."""
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -196,7 +193,7 @@ async def run_service(
     check_profiles(settings)  # an invalid model profile file: refuse to start, naming file, line and key
     rt = await open_runtime(name, settings, use_db=use_db)
     app = FastAPI(title=f"zcbot {name}", docs_url=None, redoc_url=None, openapi_url=None)
-    health_routes(app, lambda: rt)
+    health_routes(app, lambda: rt, settings.zcbot_instance_id)
     if extra_app is not None:
         maybe = extra_app(app, rt)
         if asyncio.iscoroutine(maybe):

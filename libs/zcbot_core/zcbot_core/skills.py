@@ -12,9 +12,9 @@ plus optional `references/` (read on demand), `scripts/` (run in the sandbox) an
 Frontmatter `model:` is honoured for built-in skills only (a user could otherwise pick any model
 by writing one line); see `tools/skill_tools.py`.
 
-Sandbox paths: built-in skills are mounted read-only at `SANDBOX_SKILLS_DIR` (default
-`/sandbox/skills`, env `ZCBOT_SANDBOX_SKILLS_DIR`), the platform rendering package at
-`SANDBOX_RENDERING_DIR` (`/sandbox/rendering`); user skills are inside the user root, so the
+Sandbox paths (`SkillPaths`, from the service's settings): built-in skills are mounted read-only at
+`ZCBOT_SANDBOX_SKILLS_DIR` (default `/sandbox/skills`), the platform rendering package at
+`ZCBOT_SANDBOX_RENDERING_DIR` (`/sandbox/rendering`); user skills are inside the user root, so the
 sandbox sees them at `/workspace/.skills/<name>`. The built-in folder on the host is
 `ZCBOT_SKILLS_DIR` or `<repo>/skills`.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from zcbot_core import safe_fs
-from zcbot_core.config import REPO_ROOT, Settings, get_settings
+from zcbot_core.config import REPO_ROOT, Settings
 from zcbot_core.errors import ZcbotError
 from zcbot_core.paths import PathRejected, validate_task_name
 
@@ -45,18 +45,29 @@ SUPPORT_DIRS = ("references", "scripts", "assets")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
-def builtin_skills_dir(settings: Settings | None = None) -> Path:
-    """`ZCBOT_SKILLS_DIR` (from `settings`, else the process's settings) or `<repo>/skills`."""
-    configured = (settings or get_settings()).zcbot_skills_dir
-    return Path(configured or (REPO_ROOT / "skills")).expanduser().resolve()
+@dataclass(frozen=True)
+class SkillPaths:
+    """Where the built-in skills are on the host, and where a sandbox sees them and the rendering
+    package. Built from the settings of the service that owns them (`from_settings`): the registry
+    (gateway, runner) and the sandbox mounts (executor) must agree, so nothing here reads the
+    process's settings behind the caller's back."""
 
+    builtin_dir: Path
+    sandbox_skills_dir: str
+    sandbox_rendering_dir: str
 
-def sandbox_skills_dir(settings: Settings | None = None) -> str:
-    return (settings or get_settings()).zcbot_sandbox_skills_dir.rstrip("/")
+    @classmethod
+    def from_settings(cls, settings: Settings, builtin_dir: Path | None = None) -> "SkillPaths":
+        """`ZCBOT_SKILLS_DIR` (or `builtin_dir`, or `<repo>/skills`) and the two sandbox paths."""
+        host = builtin_dir or settings.zcbot_skills_dir or (REPO_ROOT / "skills")
+        return cls(Path(host).expanduser().resolve(), settings.zcbot_sandbox_skills_dir.rstrip("/"),
+                   settings.zcbot_sandbox_rendering_dir.rstrip("/"))
 
-
-def sandbox_rendering_dir(settings: Settings | None = None) -> str:
-    return (settings or get_settings()).zcbot_sandbox_rendering_dir.rstrip("/")
+    @classmethod
+    def defaults(cls, builtin_dir: Path | None = None) -> "SkillPaths":
+        """The settings' declared defaults, without reading the environment (tests, tools used
+        outside a service)."""
+        return cls.from_settings(Settings.model_construct(), builtin_dir)
 
 
 class SkillFormatError(ZcbotError, ValueError):
@@ -235,6 +246,7 @@ _BUILTIN_CACHE: dict[tuple[str, str | None], tuple[tuple[tuple[str, int], ...], 
 @dataclass
 class SkillRegistry:
     sources: list[SkillSource]
+    rendering_dir: str  # where the sandbox sees the rendering package (`SkillPaths.sandbox_rendering_dir`)
     skills: dict[str, Skill] = field(default_factory=dict)
     load_errors: list[LoadError] = field(default_factory=list)
 
@@ -347,15 +359,13 @@ class SkillRegistry:
         return None
 
 
-def registry_for_user(user_root: Path | None, builtin_dir: Path | None = None,
-                      builtin_sandbox_root: str | None = None, settings: Settings | None = None) -> SkillRegistry:
+def registry_for_user(user_root: Path | None, paths: SkillPaths) -> SkillRegistry:
     """Built-in skills + the user's `.skills` (when `user_root` is given)."""
-    sources = [SkillSource("builtin", Path(builtin_dir or builtin_skills_dir(settings)),
-                           builtin_sandbox_root or sandbox_skills_dir(settings))]
+    sources = [SkillSource("builtin", paths.builtin_dir, paths.sandbox_skills_dir)]
     if user_root is not None:
         sources.append(SkillSource("user", Path(user_root) / USER_SKILLS_DIRNAME,
                                    f"{SANDBOX_WORKSPACE}/{USER_SKILLS_DIRNAME}", anchor=Path(user_root)))
-    return SkillRegistry(sources)
+    return SkillRegistry(sources, paths.sandbox_rendering_dir)
 
 
 def discovery_block(registry: SkillRegistry) -> str:

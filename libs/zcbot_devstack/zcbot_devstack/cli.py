@@ -18,7 +18,7 @@ from zcbot_devstack.services import BY_NAME, NAMES
 # Settings classes each service reads beyond the shared zcbot_core.config.Settings (settings_doc's refs).
 SERVICE_SETTINGS = {
     "gateway": ("zcbot_gateway.config:GatewaySettings", "zcbot_core.channels.settings:ChannelSettings"),
-    "channels": ("zcbot_core.channels.settings:ChannelSettings",),
+    "channels": ("zcbot_channels.config:ChannelsServiceSettings",),
     "executor": ("zcbot_executor.config:ExecutorSettings",),
     "scheduler": ("zcbot_scheduler.config:SchedulerSettings",),
     "runner": ("zcbot_runner.config:RunnerSettings",),

@@ -49,7 +49,7 @@ class Printer:
         self.out = out
         self.lock = threading.Lock()
         isatty = getattr(out, "isatty", lambda: False)
-        self.color = bool(isatty()) and not os.environ.get("NO_COLOR")
+        self.color = bool(isatty()) and not os.environ.get("NO_COLOR")  # the no-color.org convention, not ours
 
     def prefix(self, name: str) -> str:
         label = f"{name:<{_PREFIX_WIDTH}} |"

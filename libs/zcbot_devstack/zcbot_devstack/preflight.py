@@ -48,7 +48,7 @@ def model_word(settings: Settings) -> str:
         return f"default model profile '{name}' is not defined (ZCBOT_DEFAULT_MODEL); chats will fail"
     if not profile.api_key_env or profile.api_key_optional:
         return f"default model profile: {name} ({profile.model}; no API key needed)"
-    if os.environ.get(profile.api_key_env):
+    if os.environ.get(profile.api_key_env):  # raw: the profile names the variable (see LLMProfile.api_key)
         return f"default model profile: {name} ({profile.model}; {profile.api_key_env} is set)"
     return (f"default model profile: {name} ({profile.model}); its API key is NOT set: "
             f"export {profile.api_key_env}=... before `zcbot up` (or set ZCBOT_DEFAULT_MODEL to another profile)")

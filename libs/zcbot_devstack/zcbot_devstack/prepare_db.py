@@ -19,7 +19,7 @@ from zcbot_devstack.embedded import EmbeddedServerError
 
 def prepare(db_url: str, home: Path) -> Path | None:
     """Run this module as a child; the admin credentials file (None when there is none)."""
-    env = {**os.environ, "ZCBOT_DB_URL": db_url, "ZCBOT_HOME": str(home)}
+    env = {**os.environ, "ZCBOT_DB_URL": db_url, "ZCBOT_HOME": str(home)}  # the child's environment
     done = subprocess.run([sys.executable, "-m", "zcbot_devstack.prepare_db"], env=env, capture_output=True,
                           text=True, timeout=600)
     if done.returncode != 0:
@@ -32,7 +32,7 @@ def main() -> None:
     from zcbot_core.db.migrate import upgrade
     from zcbot_devstack.bootstrap import ensure_admin
 
-    db_url, home = os.environ["ZCBOT_DB_URL"], Path(os.environ["ZCBOT_HOME"])
+    db_url, home = os.environ["ZCBOT_DB_URL"], Path(os.environ["ZCBOT_HOME"])  # as `prepare` set them for this child
     upgrade(db_url)
     admin_file = ensure_admin(db_url, home)
     print(json.dumps({"admin_file": str(admin_file) if admin_file else None}), flush=True)

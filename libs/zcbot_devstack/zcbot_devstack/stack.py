@@ -97,7 +97,7 @@ def run_stack(
 ) -> int:
     """`up` with its seams exposed (tests pass stand-in `service_cmd`s)."""
     stack = Stack(
-        settings or get_settings(),
+        settings or get_settings(),  # `zcbot up`'s entry: the stack's settings, handed to every part
         only=list(only) if only else list(NAMES),
         service_cmd=service_cmd,
         ready_timeout=ready_timeout,
@@ -258,7 +258,7 @@ class Stack:
         self.say("applying database migrations")
         self.admin_file = prepare_database(db_url, self.home)
         secret_env = ensure_local_secrets(self.home)
-        env = dict(os.environ)
+        env = dict(os.environ)  # the children's environment: each service reads its settings from it
         if self.pg is not None:
             env.update({k: v for k, v in EMBEDDED_POOL.items() if k not in os.environ})
         env.update(secret_env)

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from zcbot_core.channels.settings import ChannelSettings
-from zcbot_core.config import ConfigError, get_settings
+from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.service import main_entry, run_service
 
+from zcbot_channels.config import ChannelsServiceSettings
 from zcbot_channels.service import ChannelsService
 
 
 def main() -> None:
-    try:  # both validated before anything starts: a bad value names its variable
-        settings = get_settings()
-        cs = ChannelSettings.from_env()
+    try:  # validated before anything starts: a bad value names its variable
+        settings = load_settings(ChannelsServiceSettings)
     except ConfigError as exc:
         raise SystemExit(f"zcbot channels: {exc}") from None
-    main_entry(lambda: run_service("channels", settings, lambda: ChannelsService(cs), port=settings.zcbot_channels_port))
+    main_entry(lambda: run_service("channels", settings, ChannelsService, port=settings.zcbot_channels_port))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from zcbot_core.config import ConfigError
 from zcbot_core.service import Runtime
 from zcbot_core.worker import TaskGroup, instance_id, periodic
 
+from zcbot_channels.config import ChannelsServiceSettings
 from zcbot_channels.context import ChannelsContext
 from zcbot_channels.ilink_loop import ILinkPoller
 from zcbot_channels.inbound import InboundConsumer
@@ -47,8 +48,7 @@ DRAIN_GRACE_SECONDS = 10.0
 
 
 class ChannelsService:
-    def __init__(self, cs: ChannelSettings | None = None) -> None:
-        self._cs = cs
+    def __init__(self) -> None:
         self.owner = instance_id()
         self.pollers: dict[int, tuple[ILinkPoller, asyncio.Task[None]]] = {}
         self.tasks = TaskGroup()  # push deliveries and replies in flight
@@ -60,19 +60,21 @@ class ChannelsService:
     async def start(self, rt: Runtime) -> None:
         rt.require_db()
         self.rt = rt
-        self.settings = rt.settings
+        # The runtime's settings as given (the process's `ChannelsServiceSettings`), else extended
+        # with the channel knobs from the environment (a service started in-process on a shared `Settings`).
+        self.settings = ChannelsServiceSettings.extend(rt.settings)
         self.sessions = rt.sessions
-        self.cs = self._cs or ChannelSettings.from_env()
+        self.cs: ChannelSettings = self.settings
         try:
-            self.key: bytes | None = key_from_settings(rt.settings)
+            self.key: bytes | None = key_from_settings(self.settings)
         except ConfigError as exc:
             self.key = None
             log.warning("iLink disabled: %s", exc)
         self.wecom = WeComClient(self.cs)
         self.ilink = ILinkClient(self.cs)
-        self.conversation_deps = ConversationDeps(settings=rt.settings, sessions=rt.sessions, nc=rt.nc, js=rt.js,
+        self.conversation_deps = ConversationDeps(settings=self.settings, sessions=rt.sessions, nc=rt.nc, js=rt.js,
                                                   topo=rt.topo, reply_timeout=self.cs.reply_timeout)
-        self.ctx = ChannelsContext(settings=rt.settings, sessions=rt.sessions, cs=self.cs, key=self.key,
+        self.ctx = ChannelsContext(settings=self.settings, sessions=rt.sessions, cs=self.cs, key=self.key,
                                    wecom=self.wecom, ilink=self.ilink, email=EmailClient(self.cs),
                                    conversation_deps=self.conversation_deps,
                                    spawn=self.spawn)

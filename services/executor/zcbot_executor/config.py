@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from zcbot_core.config import Settings
+from zcbot_core.skills import SkillPaths
 from zcbot_executor.egress.allowlist import parse_entry
 
 DEFAULT_EGRESS_ALLOW = "pypi.org,files.pythonhosted.org,registry.npmjs.org"
@@ -38,6 +39,10 @@ class ExecutorSettings(Settings):
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False, env_ignore_empty=True)
 
+    zcbot_sandbox: Literal["bwrap", "docker", "unsafe"] = Field(default="bwrap", alias="ZCBOT_SANDBOX",
+        description='sandbox backend: `bwrap`, `docker`, or `unsafe` (logs a warning; no isolation)')
+    zcbot_executor_host: str | None = Field(default=None, alias="ZCBOT_EXECUTOR_HOST",
+        description="this executor's id (sandbox affinity; default: the hostname)")
     zcbot_sandbox_idle_seconds: float = Field(default=300.0, alias="ZCBOT_SANDBOX_IDLE_SECONDS",
         description='idle sandboxes are reaped after this')
     zcbot_docker_runtime: str = Field(default="runc", alias="ZCBOT_DOCKER_RUNTIME",
@@ -154,6 +159,7 @@ class ExecutorConfig:
     egress_audit_log: Path | None = None  # None: state_dir / egress-audit.jsonl
     pip_index_url: str | None = None
     user_venv: bool = True
+    skill_paths: SkillPaths = field(default_factory=SkillPaths.defaults)  # the built-in skills' mounts
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> "ExecutorConfig":
@@ -196,6 +202,7 @@ class ExecutorConfig:
             egress_audit_log=knobs.zcbot_egress_audit_log,
             pip_index_url=knobs.zcbot_egress_pip_index_url,
             user_venv=knobs.zcbot_sandbox_user_venv,
+            skill_paths=SkillPaths.from_settings(knobs),
         )
         return replace(config, **overrides) if overrides else config
 

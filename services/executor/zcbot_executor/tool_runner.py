@@ -49,7 +49,7 @@ class Runner:
         self.config = config
         self.write = write
         self.ws = tools_fs.Workspace(config.get("root", "/workspace"), config.get("virtual", "/workspace"))
-        self.env = dict(os.environ)
+        self.env = dict(os.environ)  # inside the sandbox (stdlib only): the environment its commands get
         self.exec = tools_exec.ExecLoop(
             self.reply,
             shell=config.get("shell") or ("/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"),
@@ -247,7 +247,8 @@ def main(argv: list[str]) -> int:
 
         shell = config.get("shell") or ("/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh")
         ws = tools_fs.Workspace(config.get("root", "/workspace"), config.get("virtual", "/workspace"))
-        return proc_wrapper.run(ws.to_real(arg), ws, shell, config.get("python") or sys.executable, dict(os.environ))
+        return proc_wrapper.run(ws.to_real(arg), ws, shell, config.get("python") or sys.executable,
+                               dict(os.environ))  # inside the sandbox: the background command's environment
     sys.stderr.write(f"unknown mode {mode!r}\n")
     return 2
 

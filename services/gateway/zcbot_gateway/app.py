@@ -98,7 +98,7 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app)
     install_docs(app)
-    health_routes(app, lambda: app.state.rt)
+    health_routes(app, lambda: app.state.rt, settings.zcbot_instance_id)
     app.include_router(auth_routes.router)
     app.include_router(task_routes.router)
     _include_routers(app)

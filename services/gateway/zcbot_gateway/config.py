@@ -1,5 +1,5 @@
 """Gateway configuration: `GatewaySettings`, the core `Settings` plus the knobs only the gateway
-reads (tokens, sign-in throttle, CORS, SSE, uploads), validated at start-up (`main.py` loads it
+reads (tokens, sign-in throttle, CORS, SSE, uploads, previews), validated at start-up (`main.py` loads it
 once; `create_app` extends a shared `Settings` given to it). The README's table is generated from
 it (`python -m zcbot_core.settings_doc`).
 """
@@ -29,6 +29,9 @@ class GatewaySettings(Settings):
                                                description="SSE keep-alive comment interval")
     zcbot_upload_max_bytes: int = Field(default=50 * 1024 * 1024, alias="ZCBOT_UPLOAD_MAX_BYTES",
                                         description="file upload limit (50 MiB)")
+    zcbot_soffice: str | None = Field(default=None, alias="ZCBOT_SOFFICE", description=(
+        "LibreOffice `soffice` of the file previews (default: found on PATH; `zcbot up`'s check and the "
+        "rendering package in a sandbox read it from their environment)"))
 
     @field_validator("zcbot_cors_origins")
     @classmethod

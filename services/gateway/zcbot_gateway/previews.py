@@ -54,8 +54,8 @@ def say(key: str, lang: str, **values: object) -> str:
     return lang_mod.say(TEXTS, key, lang, **values)
 
 
-def find_soffice() -> str | None:
-    explicit = os.environ.get("ZCBOT_SOFFICE")
+def find_soffice(explicit: str | None = None) -> str | None:
+    """`explicit` (the gateway's `ZCBOT_SOFFICE`) when it is executable, else soffice on PATH."""
     if explicit and os.access(explicit, os.X_OK):
         return explicit
     return shutil.which("soffice") or shutil.which("libreoffice")
@@ -118,9 +118,10 @@ def _command(soffice: str, work: Path, source: str) -> list[str]:
     return [*prefix, *_soffice_args(soffice, "/work" if prefix else str(work), source)]
 
 
-def convert(data: bytes, ext: str, lang: str) -> Path:
-    """The cached PDF of office bytes `data` (extension `ext`), converting it when not cached."""
-    soffice = find_soffice()
+def convert(data: bytes, ext: str, lang: str, soffice_setting: str | None = None) -> Path:
+    """The cached PDF of office bytes `data` (extension `ext`), converting it when not cached;
+    `soffice_setting`: the gateway's `ZCBOT_SOFFICE`."""
+    soffice = find_soffice(soffice_setting)
     if soffice is None:
         raise PreviewUnavailable(say("unavailable", lang))
     digest = hashlib.sha256(data).hexdigest()

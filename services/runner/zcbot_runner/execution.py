@@ -23,7 +23,6 @@ from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus import events as ev
 from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import get_profile
-from zcbot_core.llm.retry import RetryPolicy
 from zcbot_core.runstate.claim import Claim, claim_run
 from zcbot_core.runstate.status import RunOutcome
 from zcbot_core.runstate.transitions import end_run, promote_waiting, publish_run
@@ -289,7 +288,7 @@ class RunExecutor:
                             profile=profile.name, owner=self.runner_id, autocommit=self.rt.autocommit)
         loop = AgentLoop(run_id=req.run_id, profile=profile, system_prompt=build_system_prompt(prompt_ctx),
                          tools=toolbox, sink=sink, store=store, cancel=token, prepare=MessagePreparer(),
-                         retry=RetryPolicy.from_settings(self.rt.settings),
+                         retry=self.settings.retry_policy(),
                          budget=RunBudget(self.rt.sessions, user_id=task.user_id, run_id=req.run_id,
                                           defaults=budgets.Defaults.from_settings(self.rt.settings)))
         switcher.loop = loop

@@ -26,13 +26,13 @@ from zcbot_core.paths import user_root
 from zcbot_core.pptx_guard import make_pptx_guard_hook
 from zcbot_core.service import Runtime
 from zcbot_core.constitution import constitution_block
-from zcbot_core.skills import discovery_block, registry_for_user
+from zcbot_core.skills import SkillPaths, discovery_block, registry_for_user
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.schedule_tools import register_schedule_tools
 from zcbot_core.tools.image_tool import register_image_tool
 from zcbot_core.tools.skill_tools import register_skill_tools
 from zcbot_core.tools.web_tools import WebTools, register_web_tools
-from zcbot_core.web.settings import HostToolSettings
+from zcbot_runner.config import RunnerSettings
 from zcbot_runner.toolbox import RunnerToolBox
 
 log = logging.getLogger(__name__)
@@ -70,9 +70,9 @@ class ModelSwitcher:
 
 
 async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunRequest, prompt: PromptContext,
-                     switcher: ModelSwitcher) -> None:
-    """`task`: the claimed row (`claim.Claim.task`)."""
-    settings = rt.settings
+                     switcher: ModelSwitcher, *, settings: RunnerSettings) -> None:
+    """`task`: the claimed row (`claim.Claim.task`); `settings`: the runner's (the skill paths, the
+    schedules' default timezone)."""
     # The claim said whether the user has an active binding at all; only then is it checked for a usable
     # one, by a query that runs while the skills and memory are read from disk.
     has_channel = (asyncio.ensure_future(user_has_channel(rt.autocommit, task.user_id))
@@ -80,13 +80,14 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
     await asyncio.sleep(0)  # let it send the query before the synchronous reads below
     root = user_root(settings.storage_root, task.user_id)
     safe_fs.Root.open(root, create=True).close()
-    registry = registry_for_user(root, settings=settings)
+    registry = registry_for_user(root, SkillPaths.from_settings(settings))
     prompt.skills_block = discovery_block(registry)
     prompt.memory_block = memory_block(root)
     prompt.extra = constitution_block(task.task_id, task.name)
     register_skill_tools(toolbox, registry, root, on_model_switch=switcher, ledger=quota.Ledger.from_settings(settings))
     scheduled = task.scheduled_job_id is not None or req.origin == "scheduler"
-    register_schedule_tools(toolbox, rt.sessions, task.user_id, task, in_scheduled_run=scheduled)
+    register_schedule_tools(toolbox, rt.sessions, task.user_id, task, in_scheduled_run=scheduled,
+                            default_timezone=settings.zcbot_schedule_default_timezone)
     if has_channel is not None and await has_channel:
         register_push_tool(toolbox, rt.nc, rt.topo, task.user_id)
     toolbox.after_hooks.append(make_pptx_guard_hook(root, task.working_dir))
@@ -97,16 +98,16 @@ class HostToolKit:
     `web_fetch`) or need configuration (`look_at_image`), each registered only when configured.
     Built once when the runner starts, from the runner's settings (a bad value stopped it there)."""
 
-    def __init__(self, rt: Runtime, host_settings: HostToolSettings) -> None:
-        self.host_settings = host_settings
+    def __init__(self, rt: Runtime, settings: RunnerSettings) -> None:
+        self.host_settings = settings  # a `HostToolSettings` too
         self.web = WebTools.build(self.host_settings, rt.settings)
         if self.host_settings.vision_profile:
             get_profile(rt.settings, self.host_settings.vision_profile)  # an unknown profile: ConfigError now
 
     async def __call__(self, rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunRequest, prompt: PromptContext,
                        switcher: ModelSwitcher) -> None:
-        await extend_run(rt, toolbox, task, req, prompt, switcher)
-        settings = rt.settings
+        settings = self.host_settings
+        await extend_run(rt, toolbox, task, req, prompt, switcher, settings=settings)
         register_web_tools(toolbox, self.web, rt.sessions, storage_root=settings.storage_root,
                            ledger=quota.Ledger.from_settings(settings))
         if self.host_settings.vision_profile:

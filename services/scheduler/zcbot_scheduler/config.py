@@ -36,6 +36,9 @@ class SchedulerSettings(Settings):
         description="request timeout of a push to the channels service")
     zcbot_scheduler_batch: int = Field(default=50, ge=1, alias="ZCBOT_SCHEDULER_BATCH",
                                        description="most jobs fired per tick by one replica")
+    zcbot_requeue_after_seconds: float = Field(default=60.0, gt=0, alias="ZCBOT_REQUEUE_AFTER_SECONDS",
+        description='a run `queued` in PostgreSQL this long whose request is not in the runs stream is '
+                    'published again (the scheduler\'s sweep)')
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class SchedulerConfig:
     reconcile_grace_seconds: float = 5.0
     push_timeout_seconds: float = 10.0
     batch: int = 50
+    requeue_after_seconds: float = 60.0
 
     @classmethod
     def from_settings(cls, s: SchedulerSettings) -> "SchedulerConfig":
@@ -58,6 +62,7 @@ class SchedulerConfig:
             reconcile_grace_seconds=s.zcbot_schedule_reconcile_grace_seconds,
             push_timeout_seconds=s.zcbot_schedule_push_timeout_seconds,
             batch=s.zcbot_scheduler_batch,
+            requeue_after_seconds=s.zcbot_requeue_after_seconds,
         )
 
     @classmethod

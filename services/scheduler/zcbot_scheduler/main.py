@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.service import main_entry, run_service
-from zcbot_scheduler.config import SchedulerConfig, SchedulerSettings
+from zcbot_scheduler.config import SchedulerSettings
 from zcbot_scheduler.service import SchedulerService
 
 
@@ -13,9 +13,7 @@ def main() -> None:
         settings = load_settings(SchedulerSettings)  # fail fast on a bad knob, before connecting
     except ConfigError as exc:
         raise SystemExit(f"zcbot scheduler: {exc}") from None
-    config = SchedulerConfig.from_settings(settings)
-    main_entry(lambda: run_service("scheduler", settings, lambda: SchedulerService(config=config),
-                                   port=settings.zcbot_scheduler_port))
+    main_entry(lambda: run_service("scheduler", settings, SchedulerService, port=settings.zcbot_scheduler_port))
 
 
 if __name__ == "__main__":

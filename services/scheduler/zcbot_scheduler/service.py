@@ -30,7 +30,7 @@ from zcbot_core.bus.events import Done, RunEvent
 from zcbot_core.runstate.submit import RunLimits
 from zcbot_core.service import Runtime
 from zcbot_core.worker import TaskGroup, periodic
-from zcbot_scheduler.config import SchedulerConfig
+from zcbot_scheduler.config import SchedulerConfig, SchedulerSettings
 from zcbot_scheduler.firing import FireResult, fire_next, schedule_unscheduled
 from zcbot_scheduler.outcomes import check_inflight, deliver, record_outcome
 from zcbot_scheduler.requeue import QueuedRunSweeper
@@ -62,7 +62,7 @@ class TickReport:
 class SchedulerService:
     def __init__(self, clock: Callable[[], datetime] | None = None, config: SchedulerConfig | None = None) -> None:
         self.clock = clock or utc_now
-        self.config = config or SchedulerConfig.from_env()
+        self._config = config  # None: from the runtime's settings at start
         self.inflight: dict[str, str] = {}  # run_id -> job_id
         self._tick_lock = asyncio.Lock()
         self._stopping = asyncio.Event()
@@ -77,8 +77,11 @@ class SchedulerService:
     async def start(self, rt: Runtime) -> None:
         rt.require_db()
         self.rt = rt
+        # The runtime's settings as given (the process's `SchedulerSettings`), else extended with the
+        # scheduler's knobs from the environment (a service started in-process on a shared `Settings`).
+        self.config = self._config or SchedulerConfig.from_settings(SchedulerSettings.extend(rt.settings))
         self.limits = RunLimits.from_settings(rt.settings)
-        self.sweeper = QueuedRunSweeper(rt, rt.settings.zcbot_requeue_after_seconds)
+        self.sweeper = QueuedRunSweeper(rt, self.config.requeue_after_seconds)
         self._sub = await rt.nc.subscribe(rt.topo.events_wildcard(), cb=self._on_event, pending_msgs_limit=1_000_000,
                                           pending_bytes_limit=256 * 1024 * 1024)
         if self.config.tick_seconds > 0:

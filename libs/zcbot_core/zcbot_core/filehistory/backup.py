@@ -58,6 +58,8 @@ class Restic:
         self.s, self.binary = settings, binary
 
     def _env(self) -> dict[str, str]:
+        # restic's environment: the process's (PATH, HOME, proxies) less every RESTIC_/ZCBOT_ variable; the
+        # repository and password come from the settings
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RESTIC_", "ZCBOT_"))}
         env.update(RESTIC_REPOSITORY=str(self.s.repository), RESTIC_PASSWORD_FILE=str(self.s.password_file))
         if self.s.extra_env is not None:

@@ -299,7 +299,7 @@ def run_probe_cli(profile: str | None, long_context: bool) -> int:
     from zcbot_core.config import get_settings
     from zcbot_core.llm.profiles import get_profile
 
-    settings = get_settings()
+    settings = get_settings()  # a CLI entry point (`zcbot probe`): this process's own settings
     chosen = get_profile(settings, profile)  # ConfigError (exit 2) for an unknown profile
     chosen.api_key()  # MissingApiKey (a ConfigError) names the variable before any call
     report = asyncio.run(run_probe(chosen, long_context=long_context))

@@ -98,6 +98,7 @@ class Profile:
         """The key from the environment; raises a ConfigError naming the variable when missing."""
         if not self.api_key_env:
             return None
+        # raw: the profile file names the variable (data, not a setting); read when needed, never stored
         value = os.environ.get(self.api_key_env)
         if not value and not self.api_key_optional:
             raise MissingApiKey(self.api_key_env, self.name)

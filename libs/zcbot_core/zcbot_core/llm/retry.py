@@ -17,8 +17,6 @@ from dataclasses import dataclass
 import httpx
 import openai
 
-from zcbot_core.config import Settings
-
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 
@@ -30,11 +28,6 @@ class RetryPolicy:
     """The first wait; each next one doubles (full jitter: a random wait up to the doubled value)."""
     max_seconds: float = 60.0
     """No single wait is longer, `Retry-After` included (a longer ask ends the run with the error)."""
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> RetryPolicy:
-        return cls(retries=settings.zcbot_llm_retries, base_seconds=settings.zcbot_llm_retry_base_seconds,
-                   max_seconds=settings.zcbot_llm_retry_max_seconds)
 
     def delay(self, attempt: int, retry_after: float | None, rng: random.Random | None = None) -> float | None:
         """Seconds to wait before retry number `attempt` (1-based), or None: do not retry."""

@@ -22,6 +22,7 @@ DEFAULT_TIMEOUT = 180.0
 
 
 def find_soffice() -> str | None:
+    # raw: this package also runs inside sandboxes (render.py) and in `zcbot up`'s check, with no settings
     explicit = os.environ.get("ZCBOT_SOFFICE")
     if explicit and os.access(explicit, os.X_OK):
         return explicit
@@ -53,6 +54,7 @@ def to_pdf_many(sources: list[Path], out_dir: Path, timeout: float = DEFAULT_TIM
         tmp_path = Path(tmp)
         stage = tmp_path / "out"
         stage.mkdir()
+        # soffice's environment: only these few of ours, passed to the child
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ", "FONTCONFIG_PATH", "FONTCONFIG_FILE")}
         env.setdefault("PATH", "/usr/bin:/bin")
         env["HOME"] = str(tmp_path)

@@ -55,6 +55,7 @@ def openat2(dirfd: int, rel: str, flags: int, mode: int = 0, resolve: int = RESO
 
 
 def _probe() -> bool:
+    # raw: probed once at import, before any settings exist (declared in Settings for validation)
     if os.environ.get("ZCBOT_SAFE_FS_FALLBACK") == "1":
         return False
     try:

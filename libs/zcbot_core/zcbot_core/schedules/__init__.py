@@ -17,8 +17,8 @@ Modules: `rules` (limits, errors, one validator per field), `cron` (next firing 
 
 from zcbot_core.schedules.cron import firing_prompt, firing_task_name, local_label, next_fire
 from zcbot_core.schedules.rules import (
-    DEFAULT_TIMEOUT_SECONDS, MAX_JOB_NAME, MAX_JOBS_PER_USER, MAX_PROMPT_CHARS, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS,
-    MODES, NOTIFY_ALL, ScheduleError, ScheduleNotFound, default_timezone, utcnow, validate_cron, validate_mode,
+    DEFAULT_TIMEOUT_SECONDS, DEFAULT_TIMEZONE, MAX_JOB_NAME, MAX_JOBS_PER_USER, MAX_PROMPT_CHARS, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS,
+    MODES, NOTIFY_ALL, ScheduleError, ScheduleNotFound, utcnow, validate_cron, validate_mode,
     validate_name, validate_notify, validate_prompt, validate_timeout, validate_timezone, validate_working_dir,
 )
 from zcbot_core.schedules.store import (
@@ -26,9 +26,9 @@ from zcbot_core.schedules.store import (
 )
 
 __all__ = [
-    "DEFAULT_TIMEOUT_SECONDS", "MAX_JOB_NAME", "MAX_JOBS_PER_USER", "MAX_PROMPT_CHARS", "MAX_TIMEOUT_SECONDS",
+    "DEFAULT_TIMEOUT_SECONDS", "DEFAULT_TIMEZONE", "MAX_JOB_NAME", "MAX_JOBS_PER_USER", "MAX_PROMPT_CHARS", "MAX_TIMEOUT_SECONDS",
     "MIN_TIMEOUT_SECONDS", "MODES", "NOTIFY_ALL", "ScheduleError", "ScheduleNotFound", "create_schedule",
-    "default_timezone", "delete_schedule", "disable_schedule", "firing_prompt", "firing_task_name", "get_schedule",
+    "delete_schedule", "disable_schedule", "firing_prompt", "firing_task_name", "get_schedule",
     "job_to_dict", "list_schedules", "local_label", "next_fire", "update_schedule", "utcnow", "validate_cron",
     "validate_mode", "validate_name", "validate_notify", "validate_prompt", "validate_timeout", "validate_timezone",
     "validate_working_dir",

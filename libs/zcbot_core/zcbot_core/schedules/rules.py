@@ -11,12 +11,14 @@ from croniter import croniter
 from croniter.croniter import CroniterBadDateError, CroniterError
 
 from zcbot_core import paths
-from zcbot_core.config import get_settings
 from zcbot_core.errors import ZcbotError
 from zcbot_core.folders import normalize_working_dir, simple_working_dir
 
 MODES = ("isolated", "persistent")
 DEFAULT_TIMEOUT_SECONDS = 1800
+# A job created without a timezone, unless its creator passes its own default (the runner passes
+# `ZCBOT_SCHEDULE_DEFAULT_TIMEZONE`).
+DEFAULT_TIMEZONE = "UTC"
 MIN_TIMEOUT_SECONDS = 30
 MAX_TIMEOUT_SECONDS = 24 * 3600
 MAX_JOB_NAME = 120  # leaves room for the " YYYY-MM-DD HH:MM" suffix of a firing's task name
@@ -47,11 +49,6 @@ class ScheduleNotFound(ZcbotError, LookupError):
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def default_timezone() -> str:
-    """Timezone of jobs created without one (`ZCBOT_SCHEDULE_DEFAULT_TIMEZONE`, default UTC)."""
-    return get_settings().zcbot_schedule_default_timezone.strip() or "UTC"
 
 
 def validate_timezone(tz: Any) -> str:

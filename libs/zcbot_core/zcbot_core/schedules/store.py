@@ -17,7 +17,7 @@ from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.folders import NestedFolder, claim_folder
 from zcbot_core.schedules.cron import local_label, next_fire
 from zcbot_core.schedules.rules import (
-    MAX_JOBS_PER_USER, ScheduleError, ScheduleNotFound, default_timezone, utcnow, validate_cron, validate_mode,
+    DEFAULT_TIMEZONE, MAX_JOBS_PER_USER, ScheduleError, ScheduleNotFound, utcnow, validate_cron, validate_mode,
     validate_name, validate_notify, validate_prompt, validate_timeout, validate_timezone, validate_working_dir,
 )
 
@@ -48,6 +48,7 @@ async def create_schedule(
     cron: Any,
     prompt: Any,
     timezone: Any = None,
+    default_timezone: str = DEFAULT_TIMEZONE,
     mode: Any = "isolated",
     task_id: Any = None,
     working_dir: Any = None,
@@ -58,7 +59,7 @@ async def create_schedule(
 ) -> ScheduledJob:
     clean_name = validate_name(name)
     expr = validate_cron(cron)
-    tz = validate_timezone(timezone if timezone is not None else default_timezone())
+    tz = validate_timezone(timezone if timezone is not None else default_timezone)
     text = validate_prompt(prompt)
     clean_mode = validate_mode(mode)
     clean_notify = validate_notify(notify)

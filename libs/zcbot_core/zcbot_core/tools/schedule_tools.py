@@ -8,7 +8,8 @@ Inside a scheduled run (`in_scheduled_run`, or the task carries `scheduled_job_i
 still offered, but every call except `schedule_list` fails with a clear tool error: a job must not
 create or change jobs (no self-multiplication).
 
-Wiring (runner): `register_schedule_tools(toolbox, sessions, user_id, task, in_scheduled_run)` with
+Wiring (runner): `register_schedule_tools(toolbox, sessions, user_id, task, in_scheduled_run,
+default_timezone=...)` (the runner's `ZCBOT_SCHEDULE_DEFAULT_TIMEZONE`), with
 `in_scheduled_run = bool(task.scheduled_job_id) or req.origin == "scheduler"` (a persistent job's
 bound task has no `scheduled_job_id`, only its run requests are marked).
 """
@@ -101,8 +102,10 @@ class ScheduleTools:
     """Handlers bound to one run: the user, the run's task (defaults) and whether the run is scheduled."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], user_id: str, task: Any, in_scheduled_run: bool,
-                 clock: Callable[[], datetime] = schedules.utcnow) -> None:
+                 clock: Callable[[], datetime] = schedules.utcnow,
+                 default_timezone: str = schedules.DEFAULT_TIMEZONE) -> None:
         self.sessions = sessions
+        self.default_timezone = default_timezone  # of a job created without one
         self.user_id = user_id
         self.task = task
         self.in_scheduled_run = bool(in_scheduled_run) or bool(getattr(task, "scheduled_job_id", None))
@@ -127,7 +130,8 @@ class ScheduleTools:
             return ToolOutcome.failure("schedule_create needs name, cron, prompt (and timezone)")
         try:
             async with self.sessions() as session, session.begin():
-                job = await schedules.create_schedule(session, user_id=self.user_id, now=self.clock(), **fields)
+                job = await schedules.create_schedule(session, user_id=self.user_id, now=self.clock(),
+                                                     default_timezone=self.default_timezone, **fields)
                 data = schedules.job_to_dict(job)
         except schedules.ScheduleError as exc:
             return ToolOutcome.failure(str(exc))
@@ -177,9 +181,10 @@ class ScheduleTools:
 
 
 def register_schedule_tools(toolbox: Any, sessions: async_sessionmaker[AsyncSession], user_id: str, task: Any,
-                            in_scheduled_run: bool) -> ScheduleTools:
-    """Add the four tools to a `RunnerToolBox` (anything with `add_host_tool(tool)`)."""
-    tools = ScheduleTools(sessions, user_id, task, in_scheduled_run)
+                            in_scheduled_run: bool, *, default_timezone: str) -> ScheduleTools:
+    """Add the four tools to a `RunnerToolBox` (anything with `add_host_tool(tool)`);
+    `default_timezone`: the runner's `ZCBOT_SCHEDULE_DEFAULT_TIMEZONE`."""
+    tools = ScheduleTools(sessions, user_id, task, in_scheduled_run, default_timezone=default_timezone)
     for tool in tools.host_tools():
         toolbox.add_host_tool(tool)
     return tools

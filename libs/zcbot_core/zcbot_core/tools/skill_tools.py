@@ -45,7 +45,6 @@ from zcbot_core.skills import (
     SkillFormatError,
     SkillRegistry,
     parse_skill_md,
-    sandbox_rendering_dir,
     validate_skill_name,
 )
 from zcbot_core.tools.results import ToolOutcome
@@ -162,10 +161,9 @@ class SkillTools:
         names = ", ".join(s.name for s in self.registry.list()) or "(none)"
         return ToolOutcome.failure(f"there is no skill named {name!r}; available skills: {names}")
 
-    @staticmethod
-    def _fill(text: str, skill: Skill) -> str:
+    def _fill(self, text: str, skill: Skill) -> str:
         return (text.replace("{{skill_dir}}", skill.sandbox_dir or str(skill.folder))
-                    .replace("{{rendering_dir}}", sandbox_rendering_dir()))
+                    .replace("{{rendering_dir}}", self.registry.rendering_dir))
 
     async def load_skill(self, args: dict[str, Any]) -> ToolOutcome:
         name = str(args.get("name") or "").strip()
@@ -188,7 +186,7 @@ class SkillTools:
             for rel in files:
                 shown = skill.sandbox_path(rel)
                 lines.append(f"- {rel}" + (f"  ->  {shown}" if shown and rel.startswith("scripts/") else ""))
-        lines.append(f"Document rendering (Markdown -> docx/pdf, office -> pdf): python {sandbox_rendering_dir()}/render.py --help")
+        lines.append(f"Document rendering (Markdown -> docx/pdf, office -> pdf): python {self.registry.rendering_dir}/render.py --help")
         requested = skill.meta.get("model")
         if skill.model:
             lines.append(await self._switch(skill.model))

@@ -309,7 +309,7 @@ class EmbeddedPostgres(EmbeddedServer):
         self._own_socket_dir = False
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}  # the server's: no stray PG* of ours
         env["LC_ALL"] = "C"
         return env
 

@@ -160,7 +160,7 @@ class BwrapBackend(SandboxBackend):
             a += ["--perms", "0755", "--dir", parent]
         for path in self.python_dirs:
             a += ["--ro-bind", path, path]
-        mounts = policy.platform_mounts()
+        mounts = policy.platform_mounts(self.config.skill_paths)
         for parent in _parents([dest for _, dest in mounts]):
             a += ["--perms", "0755", "--dir", parent]
         for src, dest in mounts:

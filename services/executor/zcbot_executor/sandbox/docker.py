@@ -123,7 +123,7 @@ class DockerBackend(SandboxBackend):
             network_mode="none", runtime=self.config.docker_runtime, init=True, shm_size="64m",
             volumes={str(user_root): {"bind": policy.WORKSPACE, "mode": "rw"},
                      str(self.stage): {"bind": policy.RUNNER_MOUNT, "mode": "ro"},
-                     **{src: {"bind": dest, "mode": "ro"} for src, dest in policy.platform_mounts()},
+                     **{src: {"bind": dest, "mode": "ro"} for src, dest in policy.platform_mounts(self.config.skill_paths)},
                      **({str(egress_socket): {"bind": egress.SANDBOX_SOCKET, "mode": "rw"}} if egress_socket else {})},
             ulimits=[docker.types.Ulimit(name="fsize", soft=lim.max_file_mb * 1024 * 1024, hard=lim.max_file_mb * 1024 * 1024),
                      docker.types.Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files)],

@@ -14,7 +14,8 @@ import stat
 import sys
 from pathlib import Path
 
-from zcbot_core import safe_fs
+from zcbot_core import safe_fs, skills
+from zcbot_core.skills import SkillPaths
 
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
@@ -37,7 +38,7 @@ def sandbox_env(python: str, passthrough: tuple[str, ...] = (), home: str = WORK
         "LOGNAME": "sandbox",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        "TZ": os.environ.get("TZ", "UTC"),
+        "TZ": os.environ.get("TZ", "UTC"),  # the host's timezone, for the sandbox's environment
         "TMPDIR": tmp,
         "TERM": "dumb",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -51,7 +52,7 @@ def sandbox_env(python: str, passthrough: tuple[str, ...] = (), home: str = WORK
     if venv:
         env["VIRTUAL_ENV"] = venv
     env.update(extra or {})
-    for name in passthrough:
+    for name in passthrough:  # ZCBOT_SANDBOX_ENV_PASSTHROUGH: the operator's named variables, copied into the sandbox
         if name in os.environ:
             env[name] = os.environ[name]
     return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
@@ -93,14 +94,12 @@ def stage_runner(state_dir: Path) -> Path:
 _ETC_VERSION = b"stage-v2"
 
 
-def platform_mounts() -> list[tuple[str, str]]:
+def platform_mounts(paths: SkillPaths) -> list[tuple[str, str]]:
     """Read-only platform content every sandbox sees: the built-in skills and the rendering layer
-    (seed 003 §8.6), at the paths `zcbot_core.skills` tells the model about."""
-    from zcbot_core import skills
-
+    (seed 003 §8.6), at the paths the runner's skill registry tells the model about (both built
+    from the same settings: `SkillPaths.from_settings`)."""
     rendering = Path(skills.__file__).resolve().parent / "rendering"
-    pairs = [(str(skills.builtin_skills_dir()), skills.sandbox_skills_dir()),
-             (str(rendering), skills.sandbox_rendering_dir())]
+    pairs = [(str(paths.builtin_dir), paths.sandbox_skills_dir), (str(rendering), paths.sandbox_rendering_dir)]
     return [(src, dest) for src, dest in pairs if Path(src).is_dir()]
 
 

@@ -58,7 +58,8 @@ async def preview_file(user: CurrentUser, settings: SettingsDep,
     if kind == "inline":
         media = previews.INLINE[posixpath.splitext(name)[1].lower()]
         return Response(data, media_type=media, headers={**PREVIEW_HEADERS, "Content-Disposition": disposition})
-    pdf = await asyncio.to_thread(previews.convert, data, posixpath.splitext(name)[1].lower(), lang)
+    pdf = await asyncio.to_thread(previews.convert, data, posixpath.splitext(name)[1].lower(), lang,
+                                  settings.zcbot_soffice)
     stem = posixpath.splitext(name)[0] + ".pdf"
     return FileResponse(pdf, media_type="application/pdf",
                         headers={**PREVIEW_HEADERS, "Content-Disposition": f"inline; filename*=UTF-8''{quote(stem)}"})

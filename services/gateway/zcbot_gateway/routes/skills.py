@@ -14,7 +14,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from zcbot_core import paths
-from zcbot_core.skills import registry_for_user
+from zcbot_core.skills import SkillPaths, registry_for_user
 
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
@@ -50,7 +50,7 @@ class SkillList(BaseModel):
 @router.get("/skills", response_model=SkillList)
 async def list_skills(user_id: CurrentUser, settings: SettingsDep, paging: SkillPaging) -> SkillList:
     root = paths.user_root(settings.storage_root, user_id)
-    registry = await asyncio.to_thread(registry_for_user, root, settings=settings)
+    registry = await asyncio.to_thread(registry_for_user, root, SkillPaths.from_settings(settings))
     skills = [SkillOut(name=s.name, description=s.description, source=s.source, overrides=s.overrides, model=s.model)
               for s in registry.list()]
     load_errors = [SkillLoadError(source=e.source, path=e.path, error=e.error) for e in registry.load_errors]
