@@ -27,7 +27,6 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from zcbot_core import memory, paths
 

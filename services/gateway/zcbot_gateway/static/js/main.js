@@ -18,7 +18,12 @@ import { follow, setRunStatus, setupCancel, stopRun } from "./run.js";
 import { setupSideTabs } from "./sidetabs.js";
 import { loadTasks, refreshCurrentTask, selectTask, setupTasks, startTaskPoll, stopTaskPoll } from "./tasks.js";
 
-function eventsUrl(task) { return "/v1/tasks/" + enc(task.task_id) + "/events"; }
+// Named by run: a run that ends between reading the task and this request is still replayed from
+// its first event (without the id the server, seeing no active run, answers "idle" at once, and a
+// queued message that ran in 90 ms showed an empty answer).
+function eventsUrl(task) {
+  return "/v1/tasks/" + enc(task.task_id) + "/events" + (task.run_id ? "?run_id=" + enc(task.run_id) : "");
+}
 
 function leave() {
   stopRun();
