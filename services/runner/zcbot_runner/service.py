@@ -42,6 +42,7 @@ class RunnerService:
         extend = self._extend_toolbox if self._extend_toolbox is not None else _default_extend_toolbox(rt, self.settings)
         self.executor = RunExecutor(rt, self.settings, self.runner_id, client, schemas, extend)
         await _warm_llm_client(rt)
+        await _warm_statements(rt)
         self._cancel_sub = await rt.nc.subscribe(rt.topo.cancel_wildcard(), cb=self._on_cancel)
         config: ConsumerConfig = runs_consumer_config(rt.topo, stream_limits(rt.settings))
         psub = await rt.js.pull_subscribe_bind(durable=config.durable_name, stream=rt.topo.runs_stream)
@@ -105,15 +106,37 @@ class RunnerService:
 
 
 async def _warm_llm_client(rt: Runtime) -> None:
-    """LiteLLM's first call loads tokenizers and the cost map: done before pulling the first run."""
-    from zcbot_core.llm.client import warm_up
+    """LiteLLM's first call pays its cost map, lazy imports and deferred pydantic schemas
+    (~200 ms, `llm.warm`): paid before pulling the first run, on this event loop, with no request."""
     from zcbot_core.llm.profiles import get_profile
+    from zcbot_core.llm.warm import warm_up
 
     try:
         profile = get_profile(rt.settings, None)
     except Exception:  # a misconfigured default profile is reported by the run that uses it
         return
-    await asyncio.to_thread(warm_up, profile)
+    await warm_up(profile)
+
+
+async def _warm_statements(rt: Runtime) -> None:
+    """The statements a run starts with, run once before the first run for ids no row has: SQLAlchemy
+    compiles a statement on its first execution in a process (~10 ms for the claim, before the first
+    message's first event; the budget reads before its first model call; issue 28). The claim claims
+    nothing; the budget reads are rolled back. Best effort: the first run compiles them otherwise."""
+    from datetime import datetime, timezone
+
+    from zcbot_core import budgets
+    from zcbot_core.runstate import sql
+
+    try:
+        async with rt.autocommit.connect() as conn:
+            await conn.execute(sql.CLAIM, {"claim_task": "", "claim_run": "", "claim_owner": ""})
+        async with rt.sessions() as session:
+            await budgets.limits(session, "", budgets.Defaults.from_settings(rt.settings), lock=True)
+            await budgets.spent(session, "", datetime.now(timezone.utc))
+            await session.rollback()
+    except Exception:
+        log.debug("statement warm-up failed", exc_info=True)
 
 
 def _default_executor_client(rt: Runtime) -> Any:

@@ -28,15 +28,18 @@ import httpx  # noqa: E402
 import litellm  # noqa: E402
 import openai  # noqa: E402
 
+from zcbot_core.agent.tokens import estimate_tokens, text_tokens
 from zcbot_core.errors import ZcbotError
 from zcbot_core.llm import lean
 from zcbot_core.llm.assemble import StreamAssembler
 from zcbot_core.llm.profiles import Profile
 from zcbot_core.llm.retry import RetryPolicy, retryable
+from zcbot_core.llm import tokenizers
 
 litellm.suppress_debug_info = True
 litellm.drop_params = True
 litellm.telemetry = False
+tokenizers.quiet_tokenizers()  # ~100 MiB LiteLLM would load for counts we never use (llm/tokenizers.py)
 
 DeltaCallback = Callable[[str], Awaitable[None]]
 RetryCallback = Callable[[str, float, int], Awaitable[None]]
@@ -172,32 +175,18 @@ def register_model_info(profile: Profile) -> None:
         pass
 
 
-def warm_up(profile: Profile) -> None:
-    """Do once, at startup, what the first call would otherwise pay (~0.4 s here): LiteLLM loads its
-    tokenizer files and cost map on first use. Blocking; run it in a thread."""
-    register_model_info(profile)
-    try:
-        litellm.token_counter(model=profile.model, messages=[{"role": "user", "content": "warm up"}])
-        litellm.cost_per_token(model=profile.model, prompt_tokens=1, completion_tokens=1)
-    except Exception:  # only a head start
-        pass
-
-
-def _usage(raw_usage: Any, messages: list[dict[str, Any]], profile: Profile, message: dict[str, Any]) -> Usage:
+def _usage(raw_usage: Any, messages: list[dict[str, Any]], message: dict[str, Any]) -> Usage:
     if raw_usage is not None:
         return Usage(
             prompt_tokens=int(getattr(raw_usage, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(raw_usage, "completion_tokens", 0) or 0),
             cached_tokens=_cached_tokens(raw_usage),
         )
-    # The provider sent no usage: estimate it, as LiteLLM's chunk builder would.
-    try:
-        prompt = litellm.token_counter(model=profile.model, messages=messages)
-        completion = litellm.token_counter(model=profile.model, text=(message.get("content") or "")
-                                           + "".join(c["function"]["arguments"] for c in message.get("tool_calls", [])))
-    except Exception:
-        return Usage()
-    return Usage(prompt_tokens=int(prompt), completion_tokens=int(completion))
+    # The provider sent no usage (it ignored stream_options): estimate it without a tokenizer
+    # (`agent.tokens`; LiteLLM's token counter is off, llm/tokenizers.py), so the call is not free.
+    completion = (message.get("content") or "") + (message.get("reasoning_content") or "") + "".join(
+        c["function"]["arguments"] for c in message.get("tool_calls", []))
+    return Usage(prompt_tokens=estimate_tokens(messages), completion_tokens=int(text_tokens(completion)))
 
 
 async def stream_chat(
@@ -289,7 +278,7 @@ async def _stream_once(
     if finish in FAILED_FINISH:
         raise LlmCallError(FAILED_FINISH[finish], (f"finish_reason {finish}", None))
     message = assembler.message()
-    usage = _usage(assembler.usage, messages, profile, message)
+    usage = _usage(assembler.usage, messages, message)
     return LlmResult(
         message=message,
         usage=usage,
