@@ -1,4 +1,4 @@
-"""`python -m bench.startup [--starts 10] [--runs 200]`: what a newcomer's `zcbot up` costs (issue 28).
+"""`python -m bench.startup [--starts 10] [--runs 200] [--per-service]`: what a newcomer's `zcbot up` costs (issue 28).
 
 Each start is a fresh `ZCBOT_HOME` and the real `zcbot up` (embedded NATS and PostgreSQL, all five
 services), with the fake model behind a profile file. Per start: launch -> "zcbot is up"; the first
@@ -13,6 +13,9 @@ backends after 200 runs: 12 client backends, 17 in all (target <= 20 met).
 With the fork server (issue 28, docs/decisions.md), same machine, 3 starts before/after: idle PSS
 784 -> 651 MiB in 20 processes (the server is one more), launch -> ready p50 16.2 -> 11.8 s; after
 200 runs 634 MiB, 13 client backends, 18 in all.
+First message as fast as the second (issue 28, docs/decisions.md), same machine under a CI run, 3 starts
+before/after (`--per-service`): first message -> first event p50 70 -> 51 ms (second: 30 / 39), -> the
+model's first text 276 -> 88 ms (second: 56 / 54); idle PSS 648 -> 549 MiB, the runner 198 -> 95 MiB.
 """
 
 from __future__ import annotations
@@ -55,21 +58,24 @@ def wait_line(path: Path, needle: str, proc: subprocess.Popen[bytes], timeout: f
     raise RuntimeError(f"{needle!r} not seen:\n{path.read_text(errors='replace')[-3000:]}")
 
 
-async def _first_event_ms(c: httpx.AsyncClient, task_id: str, text: str) -> float:
-    """POST a message, open its event stream, time to the first event; then read the run to its end."""
+async def _first_event_ms(c: httpx.AsyncClient, task_id: str, text: str) -> tuple[float, float]:
+    """POST a message, open its event stream: ms to the first event, and to the model's first text
+    (the run's first model call); then read the run to its end."""
     t0 = time.perf_counter()
     posted = await c.post(f"/v1/tasks/{task_id}/messages", json={"content": text})
     posted.raise_for_status()
-    first = None
+    first = first_text = None
     async with c.stream("GET", posted.json()["events_url"]) as r:
         async for line in r.aiter_lines():
             if line.startswith("event: "):
                 if first is None:
                     first = (time.perf_counter() - t0) * 1000
+                if first_text is None and line == "event: text":
+                    first_text = (time.perf_counter() - t0) * 1000
                 if line == "event: done":
                     break
-    assert first is not None
-    return first
+    assert first is not None and first_text is not None
+    return first, first_text
 
 
 async def _login(c: httpx.AsyncClient, platform_key: str, user: str) -> dict[str, str]:
@@ -78,7 +84,7 @@ async def _login(c: httpx.AsyncClient, platform_key: str, user: str) -> dict[str
     return {"Authorization": f"Bearer {r.json()['token']}"}
 
 
-async def _messages(base: str, platform_key: str) -> tuple[float, float]:
+async def _messages(base: str, platform_key: str) -> tuple[tuple[float, float], tuple[float, float]]:
     async with httpx.AsyncClient(base_url=base, timeout=60) as c:
         c.headers.update(await _login(c, platform_key, "bench-user"))
         task = (await c.post("/v1/tasks", json={"name": "first"})).json()["task_id"]
@@ -102,15 +108,20 @@ async def _many_runs(base: str, platform_key: str, runs: int) -> None:
         await asyncio.gather(*(user_loop(i, runs // 10) for i in range(10)))
 
 
-def _pss_mib(root: int) -> tuple[float, int]:
+def _pss_mib(root: int) -> tuple[float, int, dict[str, float]]:
+    """PSS of the tree in MiB, its process count, and PSS per process name (a forked service is
+    `zcbot-<name>`; PostgreSQL's backends add up under `postgres`)."""
     procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
     total = 0
+    by_name: dict[str, float] = {}
     for p in procs:
         try:
-            total += p.memory_full_info().pss
+            pss, name = p.memory_full_info().pss, p.name()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total / 2**20, len(procs)
+            continue
+        total += pss
+        by_name[name] = round(by_name.get(name, 0.0) + pss / 2**20, 1)
+    return total / 2**20, len(procs), dict(sorted(by_name.items(), key=lambda kv: -kv[1]))
 
 
 def _backends(db_url: str) -> dict[str, int]:
@@ -120,7 +131,7 @@ def _backends(db_url: str) -> dict[str, int]:
     return {"client": counts.get("client backend", 0), "all": sum(counts.values())}
 
 
-def one_start(work: Path, fake_base: str, measure_load: int) -> dict[str, Any]:
+def one_start(work: Path, fake_base: str, measure_load: int, per_service: bool = False) -> dict[str, Any]:
     home = work / f"home-{time.monotonic_ns()}"
     ports = {name: free_port() for name in SERVICE_PORT_ENV}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZCBOT_", "JWT_SECRET", "PLATFORM_KEY"))}
@@ -136,11 +147,14 @@ def one_start(work: Path, fake_base: str, measure_load: int) -> dict[str, Any]:
         secrets = dict(line.split("=", 1) for line in (home / "secrets.env").read_text().splitlines() if "=" in line)
         base = f"http://127.0.0.1:{ports['gateway']}"
         first, second = asyncio.run(_messages(base, secrets["PLATFORM_KEY"]))
-        result.update(first_message_first_event_ms=round(first, 1), second_message_first_event_ms=round(second, 1))
+        result.update(first_message_first_event_ms=round(first[0], 1), second_message_first_event_ms=round(second[0], 1),
+                      first_message_first_text_ms=round(first[1], 1), second_message_first_text_ms=round(second[1], 1))
         if measure_load:
             time.sleep(5.0)  # idle: start-up work settled
-            pss, count = _pss_mib(up.pid)
+            pss, count, by_name = _pss_mib(up.pid)
             result.update(idle_pss_mib=round(pss, 1), processes=count)
+            if per_service:
+                result.update(idle_pss_mib_by_process=by_name)
             asyncio.run(_many_runs(base, secrets["PLATFORM_KEY"], measure_load))
             state = json.loads((home / "stack.json").read_text())
             result.update(runs=measure_load, pg_backends_after_runs=_backends(state["db_url"]))
@@ -157,6 +171,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
     parser.add_argument("--starts", type=int, default=10, help="fresh `zcbot up` starts")
     parser.add_argument("--runs", type=int, default=200, help="runs before counting PostgreSQL backends")
+    parser.add_argument("--per-service", action="store_true", help="idle PSS per process name too (last start)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="zcbot-bench-startup-") as tmp:
         work = Path(tmp)
@@ -166,13 +181,15 @@ def main() -> None:
             port = int(wait_line(fake_out, "READY ", fake, 30).split()[1])
             (work / "models").mkdir()
             (work / "models" / "fake.yaml").write_text(PROFILE.format(base=f"http://127.0.0.1:{port}/v1"))
-            starts = [one_start(work, "", args.runs if i == args.starts - 1 else 0) for i in range(args.starts)]
+            starts = [one_start(work, "", args.runs if i == args.starts - 1 else 0, args.per_service)
+                      for i in range(args.starts)]
         finally:
             fake.terminate()
             fake.wait(10)
     p50 = lambda key: round(statistics.median(s[key] for s in starts), 2)  # noqa: E731
-    report = {"starts": starts, "p50": {k: p50(k) for k in ("launch_to_ready_s", "first_message_first_event_ms",
-                                                             "second_message_first_event_ms")}}
+    report = {"starts": starts, "p50": {k: p50(k) for k in (
+        "launch_to_ready_s", "first_message_first_event_ms", "second_message_first_event_ms",
+        "first_message_first_text_ms", "second_message_first_text_ms")}}
     print(json.dumps(report, indent=2))
 
 
