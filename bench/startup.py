@@ -16,6 +16,11 @@ With the fork server (issue 28, docs/decisions.md), same machine, 3 starts befor
 First message as fast as the second (issue 28, docs/decisions.md), same machine under a CI run, 3 starts
 before/after (`--per-service`): first message -> first event p50 70 -> 51 ms (second: 30 / 39), -> the
 model's first text 276 -> 88 ms (second: 56 / 54); idle PSS 648 -> 549 MiB, the runner 198 -> 95 MiB.
+The recorded run now (bench/startup_result.json: 10 fresh starts, `--runs 200 --per-service`, quiet
+machine): launch -> ready p50 6.8 s; first message -> first event p50 35 ms (second 21 ms), -> first
+text 62 ms (second 39 ms); idle PSS 549 MiB in 19 processes (runner 96, gateway 79, channels 69,
+executor 68, scheduler 66, the fork server and `zcbot up` 116, PostgreSQL 35, NATS 21); after 200 runs
+11 client backends, 16 in all. Target 350 MiB still not met (docs/decisions.md says why).
 """
 
 from __future__ import annotations
