@@ -7,21 +7,17 @@ Order of things:
    rerun reuses them. Then migrations.
 3. Secrets (`config.ensure_local_secrets`, env wins) and a first admin (`admin@localhost`, random
    password in `ZCBOT_HOME/admin-credentials.txt`, mode 0600; only the path is ever printed).
-4. The five services, each in its own process group, forked by the fork server (`forkserver`: the
-   libraries they share are imported once and their pages shared), their output re-printed
-   with a `name      | ` prefix (JSON log lines rendered as `level msg key=value`). A service that
-   exits unexpectedly is restarted with backoff, at most `max_restarts` times in a row.
-5. Once every service's `/readyz` says ready (its start-up has finished) with this stack's instance
-   id: `zcbot is up: http://HOST:PORT`. Before anything starts, every service port is checked and
-   the default model profile is named with whether its API key is set (`preflight`); the running
-   stack's URLs are in `ZCBOT_HOME/stack.json` (`state`) for `zcbot user`.
+4. The five services, each in its own process group, forked by the fork server (`forkserver`: shared
+   libraries imported once), output re-printed with a `name      | ` prefix (JSON log lines as
+   `level msg key=value`); one that exits unexpectedly is restarted with backoff (`max_restarts`).
+5. Ports checked and the default model profile named (with whether its key is set) before anything
+   starts (`preflight`); `zcbot is up: http://HOST:PORT` once every `/readyz` is ready with this
+   stack's instance id; the stack's URLs in `ZCBOT_HOME/stack.json` (`state`) for `zcbot user`.
 6. SIGINT/SIGTERM/SIGHUP: SIGTERM every service group, wait up to 20 s, SIGKILL leftovers, then stop
    PostgreSQL and NATS gracefully. A second signal skips the wait.
 
-One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`).
-
-This module supervises; `bootstrap` prepares (ports, database, admin, environments), `output`
-renders, `services` lists what runs.
+One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`). This module supervises;
+`bootstrap` prepares (ports, database, admin, environments), `output` renders, `services` lists.
 """
 
 from __future__ import annotations
