@@ -2,7 +2,8 @@
 stack (gateway, runner, executor with its sandbox, NATS, PostgreSQL; only the LLM is faked):
 a run overwrites a file and the user restores the earlier version from its history (by keyboard
 too); a run that writes and deletes files is undone from the run view, with the 409 of an active
-run and the conflict of a file changed again since (then forced); an English user gets English
+run and the conflict of a file changed again since (then forced), and after a reload from the stored
+history (under the run's last answer, only for the run that changed files); an English user gets English
 labels and the server's English refusal. Screenshots at 390 px and 1366 px."""
 
 from __future__ import annotations
@@ -168,6 +169,34 @@ async def test_undo_a_run_from_the_run_view(stack: Stack, page: Page, artifacts_
     await open_drawer(page, "files")
     await expect(entry(page, "旧.txt")).to_be_visible()
     await expect(entry(page, "新.md")).to_have_count(0)
+
+
+async def test_undo_offer_survives_a_reload(stack: Stack, page: Page) -> None:
+    stack.fake.script("KEY-undo-reload", write_turns("计划.md", "运行写的计划\n", then="计划写好了。"))
+    stack.fake.script("KEY-undo-chat", [{"text": "只是聊聊"}])
+    await login_with_key(page, stack, "undo-rui")
+    await create_task(page, "计划", folder="plan")
+    await send(page, "KEY-undo-reload 写计划")
+    run_id = await (await finished_run(page)).get_attribute("data-run-id")
+    await send(page, "KEY-undo-chat 聊聊")
+    await expect(page.locator(tid("live-run"))).to_have_count(2)
+    await finished_run(page)
+    written = on_disk(stack, "undo-rui", "plan/计划.md")
+    assert written.read_text() == "运行写的计划\n"
+
+    # After a reload the page renders the stored history: the offer is back for the run that changed
+    # files (the chat-only run has none), right under that run's last answer.
+    await page.reload()
+    await page.locator(tid("task-item")).filter(has_text="计划").click()
+    offer = page.locator(f'{tid("messages")} {tid("undo-run")}')
+    await expect(offer).to_have_count(1)
+    await expect(offer).to_have_attribute("data-run-id", run_id or "")
+    await expect(offer).to_contain_text("本次运行改动了 1 个文件")
+    above = await offer.evaluate("n => n.previousElementSibling && n.previousElementSibling.textContent")
+    assert above is not None and "计划写好了。" in above, above
+    await offer.locator(tid("undo-run-button")).click()
+    await expect(offer.locator(tid("undo-summary"))).to_have_text("已撤销本次运行的文件改动（还原了 1 个文件）。")
+    assert not written.exists()
 
 
 async def test_an_english_user_gets_english(stack: Stack, browser: Any, artifacts_dir: Path) -> None:

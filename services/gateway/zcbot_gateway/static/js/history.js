@@ -1,5 +1,6 @@
 /* A task's stored conversation, as the person saw it live: user bubbles, assistant markdown,
- * reasoning, tool cards with their results, guard stops, and the stored "cancelled" notice. */
+ * reasoning, tool cards with their results, guard stops, the stored "cancelled" notice, and the
+ * "undo this run's file changes" offer under each ended run that changed files (issue 29). */
 
 import { api, enc } from "./api.js";
 import { el, itemsOf, notice } from "./dom.js";
@@ -7,6 +8,7 @@ import { t } from "./i18n.js";
 import { ACTIVE_RUN, state } from "./state.js";
 import { assistantBubble, continueHint, messageText, messagesBox, reasoningBlock, userBubble } from "./bubbles.js";
 import { setToolResult, settlePendingCards, toolCard } from "./toolcard.js";
+import { undoOffer } from "./run_undo.js";
 
 const FAILED_RESULT = /^\s*\[?(error|not run|cancelled)\b/i;
 const CANCEL_TAIL = /\s*(（已取消）|（已中止）|\(cancelled\)|\(stopped\))\s*$/;
@@ -19,9 +21,11 @@ export async function loadHistory(task, seq, send) {
   const box = messagesBox();
   box.replaceChildren(el("p", { class: "muted empty" }, t("chat.loading")));
   let msgs = [];
+  let changed = {};
   try {
     const out = await api("/v1/tasks/" + enc(task.task_id) + "/messages?page_size=1000");
     msgs = itemsOf(out, "messages");
+    changed = (out && out.files_changed) || {};
   } catch (err) {
     if (seq === state.selectSeq) box.replaceChildren(notice("error", t("chat.history_failed", { msg: err.message }), "history-error"));
     return;
@@ -31,8 +35,14 @@ export async function loadHistory(task, seq, send) {
   const cards = new Map();
   // The active run's own steps are replayed from its event stream (run.js), not shown twice.
   const live = ACTIVE_RUN.has(task.run_status) ? task.run_id : null;
+  // The last node of each run's last assistant message: its undo offer goes right under it.
+  const runEnd = new Map();
+  let answered = null;
+  const markEnd = () => { if (answered && box.lastChild) runEnd.set(answered, box.lastChild); };
   for (const m of msgs) {
+    markEnd();
     const p = m.payload || {};
+    answered = m.run_id && (p.role === "assistant" || m.kind === "cancelled") ? m.run_id : null;
     if (live && m.run_id === live && p.role !== "user") continue;
     if (m.kind === "cancelled") {
       // The stored partial answer; its content ends with the notice line ("（已取消）"), shown as a notice.
@@ -63,7 +73,12 @@ export async function loadHistory(task, seq, send) {
       if (card) setToolResult(card, content, !FAILED_RESULT.test(content), false);
     }
   }
+  markEnd();
   if (!live) settlePendingCards(box, t("tool.no_result"));
+  for (const [runId, node] of runEnd) {
+    const n = Number(changed[runId]) || 0;
+    if (n > 0 && runId !== live) node.after(undoOffer(task.task_id, runId, n));
+  }
   if (task.run_status === "error" && task.run_error) {
     box.append(notice("error", t("run.last_failed", { msg: task.run_error }), "run-error"));
   }
