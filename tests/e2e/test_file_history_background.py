@@ -76,6 +76,9 @@ async def test_background_changes_recorded_and_tree_reverted(stack: Stack) -> No
     assert rows[:len(foreground)] == foreground, rows
     assert set(rows[len(foreground):]) == background, rows
     assert len(rows) == len(foreground) + len(background), rows
+    # the report's key went in with its rows (a redelivery would write nothing: test_report_once.py)
+    keys = db_rows(stack.settings.zcbot_db_url, "select user_id, report_id from file_reports_recorded")
+    assert len(keys) == 1 and keys[0][0] == "bea" and keys[0][1].startswith("p"), keys
     bg_rows = rows[len(foreground):]
     assert bg_rows.index((f"{wd}/old_dir/sub", "rmdir", None)) < bg_rows.index((f"{wd}/old_dir", "rmdir", None))
     assert (folder / "bg.txt").read_bytes() == b"made in the background" and not (folder / "old_dir").exists()

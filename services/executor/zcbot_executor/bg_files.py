@@ -59,7 +59,10 @@ async def report(watch: FileWatch, procs: ProcManager, js: Any, topo: Topology, 
                                 run_id=str(record.get("run_id") or ""), proc_id=proc_id,
                                 changes=changes[:MAX_FILE_CHANGES], more=max(0, len(changes) - MAX_FILE_CHANGES))
         try:
-            await js.publish(topo.file_changes_subject(), encode(msg), headers={"Nats-Msg-Id": f"fchg-{proc_id}"})
+            # the user in the id too: JetStream's dedupe must not drop another user's report of a
+            # colliding proc id (':' is in neither alphabet)
+            await js.publish(topo.file_changes_subject(), encode(msg),
+                             headers={"Nats-Msg-Id": f"fchg:{user_id}:{proc_id}"})
         except Exception as exc:
             log.warning("could not report a background process's file changes",
                         extra={"proc_id": proc_id, "error": str(exc)})

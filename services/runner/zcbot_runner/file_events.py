@@ -46,7 +46,7 @@ def recorder(sessions: async_sessionmaker[AsyncSession], user_id: str, task_id: 
 
 async def on_report(sessions: async_sessionmaker[AsyncSession], msg: Any) -> None:
     """Record one background process's changes (acked when written; redelivered if the database
-    is down; dropped when undecodable)."""
+    is down; dropped when undecodable; recorded once however often it is delivered)."""
     try:
         rep = decode(msg.data, FileChangesReport)
         validate_user_id(rep.user_id)
@@ -61,7 +61,9 @@ async def on_report(sessions: async_sessionmaker[AsyncSession], msg: Any) -> Non
             ours = task is not None and task.user_id == rep.user_id  # never attributed to another user's task
             task_id = task.task_id if ours else None
             run_id = (rep.run_id[:64] or None) if ours else None
-            await filehistory.record(session, rep.user_id, changes, task_id=task_id, run_id=run_id)
+            # keyed by the proc id: a redelivery (written, then no ack) writes nothing the second time
+            await filehistory.record(session, rep.user_id, changes, task_id=task_id, run_id=run_id,
+                                     report_id=rep.proc_id[:64] or None)
     except Exception:
         log.warning("could not record a background process's file changes", extra={"proc_id": rep.proc_id},
                     exc_info=True)

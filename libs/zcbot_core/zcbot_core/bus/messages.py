@@ -103,8 +103,9 @@ class BackgroundStop:
 @dataclass
 class FileChangesReport:
     """What a background process did to the user's files (issue 29), published by the executor that
-    launched it when it ended (JetStream, `Nats-Msg-Id` = proc id) and recorded by a runner as the
-    `data_events` of the run that started it. `changes` are `filehistory.Change.as_dict()`s."""
+    launched it when it ended (JetStream, `Nats-Msg-Id` = user and proc id) and recorded by a runner as
+    the `data_events` of the run that started it, once per (user, proc id) (`file_reports_recorded`).
+    `changes` are `filehistory.Change.as_dict()`s."""
 
     user_id: str
     task_id: str

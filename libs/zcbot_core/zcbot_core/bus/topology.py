@@ -258,7 +258,7 @@ async def _declare(js: JetStreamContext, topo: Topology, limits: StreamLimits) -
     await _ensure_stream(js, _work_queue(topo.channel_inbound_stream, topo.channel_inbound_wildcard(), limits),
                          limits.replicas)
     await _ensure_consumer(js, topo.channel_inbound_stream, channels_consumer_config(topo, limits))
-    # Background processes' file changes (issue 29); Nats-Msg-Id = the proc id.
+    # Background processes' file changes (issue 29); Nats-Msg-Id = user and proc id.
     await _ensure_stream(js, _work_queue(topo.file_changes_stream, topo.file_changes_subject(), limits), limits.replicas)
     await _ensure_consumer(js, topo.file_changes_stream, file_changes_consumer_config(topo, limits))
     await _ensure_kv(js, topo.cancel_bucket, CANCEL_TTL_SECONDS, limits.replicas)

@@ -168,6 +168,17 @@ class DataEvent(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+class FileReportRecorded(Base):
+    """A background file-changes report whose `data_events` rows are written (issue 29): inserted in
+    the same transaction as them, so a redelivered report finds its key and writes nothing."""
+
+    __tablename__ = "file_reports_recorded"
+
+    user_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    report_id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the executor's proc id
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 class ScheduledJob(Base):
     __tablename__ = "scheduled_jobs"
     __table_args__ = (Index("ix_jobs_due", "enabled", "next_run_at"),)
