@@ -34,6 +34,12 @@ async def _ignore(_: str) -> None:
     return None
 
 
+def _callbacks() -> dict[str, list[Any]]:
+    import litellm
+
+    return {name: list(getattr(litellm, name, None) or []) for name in lean._CALLBACK_LISTS}
+
+
 @pytest.fixture
 async def fake() -> Any:
     llm = FakeLLM()
@@ -47,11 +53,14 @@ async def test_warm_up_sends_no_request_even_without_a_key(fake: FakeLLM, model:
                                                            caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv(FAKE_KEY_ENV, raising=False)
     profile = Profile(name="fake", model=model, api_base=fake.base_url, api_key_env=FAKE_KEY_ENV, thinking=True)
+    # Compared with before, not with empty: in a full run an earlier test may have registered a
+    # LiteLLM callback of its own (they are process-global); the warm-up must add none.
+    before = _callbacks()
     with caplog.at_level(logging.DEBUG, logger="zcbot_core.llm.warm"):
         await warm_up(profile)
     assert [r.getMessage() for r in caplog.records if r.name == "zcbot_core.llm.warm"] == []  # the mocked call ran
     assert fake.requests == []
-    assert not lean.callbacks_registered()  # the mocked call left no callback that would turn the lean path off
+    assert _callbacks() == before  # the mocked call left no callback that would turn the lean path off
     monkeypatch.setenv(FAKE_KEY_ENV, "sk-fake")
     fake.script("KEY-after-warm", [{"text": "warm", "usage": {"prompt_tokens": 21, "completion_tokens": 3}}])
     result = await stream_chat(profile, [{"role": "user", "content": "KEY-after-warm"}], None, _ignore, _ignore)
