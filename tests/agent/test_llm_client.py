@@ -14,7 +14,7 @@ from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
 
 from tests.helpers.stack import FAKE_KEY_ENV
 from zcbot_core.llm import client as llm_client
-from zcbot_core.llm import lean
+from zcbot_core.llm import lean as llm_lean
 from zcbot_core.llm.assemble import StreamAssembler, chunk_field
 from zcbot_core.llm.client import LlmCallError, stream_chat
 from zcbot_core.llm.profiles import Pricing, Profile
@@ -217,7 +217,7 @@ async def test_a_registered_litellm_callback_keeps_the_wrapper(fake: FakeLLM,
     # LiteLLM copies `callbacks` into its other callback lists on the first call: each list is this
     # test's own, so nothing stays registered for the tests after it (a leak that turned the lean
     # path off for the rest of the run).
-    for name in lean._CALLBACK_LISTS:
+    for name in llm_lean._CALLBACK_LISTS:
         monkeypatch.setattr(litellm, name, list(getattr(litellm, name, None) or []))
     monkeypatch.setattr(litellm, "callbacks", [Recorder()])
     fake.script("LEAN-cb", [{"text": "logged"}])
