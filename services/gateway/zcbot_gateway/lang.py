@@ -2,7 +2,7 @@
 English (the web page sends its own language; other clients send the browser's or nothing).
 
 Routes whose refusals a person reads take `LangDep` and pick their text from a catalogue of
-`{key: {"zh": ..., "en": ...}}` with `say` (previews.py, file_texts.py).
+`{key: {"zh": ..., "en": ...}}` with `say` (previews.py, file_history_texts.py).
 """
 
 from __future__ import annotations
