@@ -23,6 +23,7 @@ from prometheus_client import Counter, Gauge
 
 from zcbot_core.bus import BusDecodeError, decode
 from zcbot_core.bus import events as ev
+from zcbot_core.bus.retry import retry_until
 from zcbot_core.service import Runtime
 
 log = logging.getLogger(__name__)
@@ -268,19 +269,17 @@ class EventHub:
 
     async def _read(self, seq: int, subject: str):  # type: ignore[no-untyped-def]
         """The next stored event of `subject` from `seq`, a timeout retried (NotFoundError: none)."""
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + HISTORY_RETRY_SECONDS, 0.1
-        while True:
-            try:
-                return await self.rt.js.get_msg(self.rt.topo.events_stream, seq=seq, subject=subject, next=True)
-            except (NotFoundError, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                if loop.time() + delay >= deadline:
-                    log.warning("event history unavailable", extra={"error": repr(exc)})
-                    raise HistoryUnavailable() from exc
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        try:
+            # Each retry at debug only: a replay waiting out an election is not worth a warning per try.
+            return await retry_until(
+                lambda _remaining: self.rt.js.get_msg(self.rt.topo.events_stream, seq=seq, subject=subject, next=True),
+                retryable=lambda exc: not isinstance(exc, NotFoundError), deadline_seconds=HISTORY_RETRY_SECONDS,
+                first_delay=0.1, max_delay=1.0, what="event history read", logger=log, level=logging.DEBUG)
+        except NotFoundError:
+            raise
+        except Exception as exc:
+            log.warning("event history unavailable", extra={"error": repr(exc)})
+            raise HistoryUnavailable() from exc
 
     async def history(self, task_id: str, start_seq: int) -> AsyncIterator[StoredEvent]:
         """Stored events of the task from `start_seq` on, until caught up."""

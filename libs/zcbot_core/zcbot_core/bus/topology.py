@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +22,7 @@ from nats.errors import NoRespondersError, TimeoutError as NatsTimeoutError
 from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
 
+from zcbot_core.bus.retry import retry_until
 from zcbot_core.bus.servers import server_list
 from zcbot_core.bus.subjects import Topology
 
@@ -217,25 +216,16 @@ def _work_queue(name: str, subject: str, limits: StreamLimits) -> StreamConfig:
 # A service starting beside a cluster that is still electing its meta leader (a fresh 3-node cluster
 # under load took >5 s in CI) gets API timeouts or 503s: wait it out instead of crash-looping.
 TOPOLOGY_RETRY_SECONDS = 60.0
+_NOT_ANSWERING = (NatsTimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionError)
 
 
 async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLimits | None = None,
                           retry_seconds: float = TOPOLOGY_RETRY_SECONDS) -> None:
     """Declare everything DESIGN §3 names; safe to call from every service at every start.
     Every step is idempotent, so a step that times out is retried from the start."""
-    deadline = time.monotonic() + retry_seconds
-    delay = 0.25
-    while True:
-        try:
-            await _declare(js, topo, limits or StreamLimits())
-            return
-        except (NatsTimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionError) as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("JetStream not answering while declaring the topology (%s); retrying in %.1f s",
-                        type(exc).__name__, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 4.0)
+    await retry_until(lambda _remaining: _declare(js, topo, limits or StreamLimits()),
+                      retryable=_NOT_ANSWERING, deadline_seconds=retry_seconds, first_delay=0.25, max_delay=4.0,
+                      what="declaring the topology", logger=log)
 
 
 async def _declare(js: JetStreamContext, topo: Topology, limits: StreamLimits) -> None:

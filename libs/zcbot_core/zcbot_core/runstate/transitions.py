@@ -18,7 +18,6 @@ is locked too so the per-user cap on concurrent runs holds under races (Slark D-
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -35,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
 from zcbot_core.bus.events import Done
+from zcbot_core.bus.retry import retry_until
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.errors import ZcbotError
 from zcbot_core.runstate import sql
@@ -188,21 +188,18 @@ async def publish_run(js: JetStreamContext, topo: Topology, req: RunRequest, *,
     `msg_id`: another id, for a re-publish of a request that was lost (the sweeper) and whose id
     JetStream may still remember."""
     data, headers = encode(req), {"Nats-Msg-Id": msg_id or req.run_id}
-    loop = asyncio.get_running_loop()
-    deadline, delay = loop.time() + retry_seconds, 0.1
-    while True:
-        timeout = max(min(5.0, deadline - loop.time()), 1.0)
-        try:
-            await js.publish(topo.run_subject(req.task_id), data, headers=headers, timeout=timeout)
-            return
-        except (BadRequestError, MaxPayloadError, ConnectionClosedError):
-            raise  # retrying cannot help (a closed connection is this process shutting down)
-        except Exception as exc:
-            if loop.time() + delay >= deadline:
-                raise
-            log.warning("run publish failed; retrying", extra={"run_id": req.run_id, "error": repr(exc)})
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+    subject = topo.run_subject(req.task_id)
+
+    async def publish(remaining: float) -> None:
+        await js.publish(subject, data, headers=headers, timeout=max(min(5.0, remaining), 1.0))
+
+    await retry_until(publish, retryable=_publish_retryable, deadline_seconds=retry_seconds, first_delay=0.1,
+                      max_delay=1.0, what="run publish", logger=log, extra={"run_id": req.run_id})
+
+
+def _publish_retryable(exc: BaseException) -> bool:
+    # Retrying cannot help these (a closed connection is this process shutting down).
+    return not isinstance(exc, (BadRequestError, MaxPayloadError, ConnectionClosedError))
 
 
 async def signal_cancel(nc: NATS, js: JetStreamContext, topo: Topology, task_id: str, run_id: str, reason: str) -> None:
