@@ -1,6 +1,8 @@
-"""`zcbot up` with the real services, forked by the fork server (issue 28): each service in its own
-process group under the server, the server holding no secret, a run with a sandboxed shell call served,
-a killed service restarted and ready again, Ctrl-C leaving no process behind."""
+"""`zcbot up` with the real services (issue 28), hosted in its own process (the default) or with
+`--separate` forked by the fork server: a run with a sandboxed shell call served, each service's lines
+under its own name, Ctrl-C leaving no process behind. Hosted: no interpreter but `zcbot up`'s. Forked:
+each service in its own process group under the server, the server holding no secret, a killed
+service restarted and ready again."""
 
 from __future__ import annotations
 
@@ -102,7 +104,8 @@ def _wait_restarted(port: int, old_pid: int, up: subprocess.Popen[bytes], out: P
     raise AssertionError(out.read_text()[-3000:])
 
 
-def test_up_forks_the_services_restarts_one_and_stops_cleanly(os_tmp_dir: Path, fake_base: str) -> None:
+@pytest.mark.parametrize("separate", [False, True], ids=["hosted", "separate"])
+def test_up_runs_the_services_serves_a_run_and_stops_cleanly(os_tmp_dir: Path, fake_base: str, separate: bool) -> None:
     home, out = os_tmp_dir / "home", os_tmp_dir / "up.out"
     ports = {name: free_port() for name in SERVICE_PORT_ENV}
     write_fake_profile(os_tmp_dir / "models", fake_base)
@@ -110,17 +113,21 @@ def test_up_forks_the_services_restarts_one_and_stops_cleanly(os_tmp_dir: Path, 
     env.update({"ZCBOT_HOME": str(home), "ZCBOT_MODELS_DIR": str(os_tmp_dir / "models"),
                 "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake",
                 **{SERVICE_PORT_ENV[n]: str(p) for n, p in ports.items()}})
-    up = subprocess.Popen([sys.executable, "-m", "zcbot_devstack.cli", "up"], env=env, stdout=out.open("wb"),
-                          stderr=subprocess.STDOUT)
+    up = subprocess.Popen([sys.executable, "-m", "zcbot_devstack.cli", "up", *(["--separate"] if separate else [])],
+                          env=env, stdout=out.open("wb"), stderr=subprocess.STDOUT)
     try:
         wait_line(out, "zcbot is up", up, 150)
-        server, services = _services(up)
-        assert sorted(services) == sorted(SERVICE_PORT_ENV), services
-        for proc in services.values():
-            assert os.getpgid(proc.pid) == proc.pid  # its own group, as Popen(process_group=0)
-        server_env = server.environ()
-        assert not [k for k in SECRETS if k in server_env], sorted(server_env)
-        assert server_env["PYTHONUNBUFFERED"] == "1"  # the services' stdout, set up by the server's interpreter
+        if separate:
+            server, services = _services(up)
+            assert sorted(services) == sorted(SERVICE_PORT_ENV), services
+            for proc in services.values():
+                assert os.getpgid(proc.pid) == proc.pid  # its own group, as Popen(process_group=0)
+            server_env = server.environ()
+            assert not [k for k in SECRETS if k in server_env], sorted(server_env)
+            assert server_env["PYTHONUNBUFFERED"] == "1"  # the services' stdout, set up by the server's interpreter
+        else:  # the embedded servers are the only processes: every service is in `zcbot up`'s
+            children = {p.name() for p in psutil.Process(up.pid).children()}
+            assert children == {"nats-server", "postgres"}, children
 
         # A tool call: the forked runner asks the forked executor (sandbox) to write and read a file.
         asyncio.run(push_script(fake_base, "KEY-FORK", [
@@ -132,9 +139,10 @@ def test_up_forks_the_services_restarts_one_and_stops_cleanly(os_tmp_dir: Path, 
         result = next(e["data"] for e in events if e["event"] == "tool_result")
         assert result["ok"] is True and result["preview"] == "forked\n", result
 
-        services["scheduler"].kill()
-        wait_line(out, "scheduler exited unexpectedly with code -9; restart 1/5", up, 30)
-        _wait_restarted(ports["scheduler"], services["scheduler"].pid, up, out)
+        if separate:
+            services["scheduler"].kill()
+            wait_line(out, "scheduler exited unexpectedly with code -9; restart 1/5", up, 30)
+            _wait_restarted(ports["scheduler"], services["scheduler"].pid, up, out)
         tree = psutil.Process(up.pid).children(recursive=True)
         up.send_signal(signal.SIGINT)
         assert up.wait(60) == 0
@@ -144,4 +152,6 @@ def test_up_forks_the_services_restarts_one_and_stops_cleanly(os_tmp_dir: Path, 
     _, alive = psutil.wait_procs(tree, timeout=5)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
     text = out.read_text()
-    assert text.rstrip().endswith("stopped") and "runner    | " in text and "gateway   | " in text
+    assert text.rstrip().endswith("stopped")
+    for name in SERVICE_PORT_ENV:
+        assert f"{name:<9} | info  service started" in text or f"{name:<9} | info  gateway started" in text, name

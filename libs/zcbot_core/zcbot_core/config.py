@@ -18,12 +18,15 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from collections.abc import Mapping
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.sources.utils import parse_env_vars
 
 from zcbot_core.errors import RETRY_AFTER, ZcbotError
 
@@ -38,8 +41,34 @@ class ConfigError(ZcbotError, RuntimeError):
     headers = RETRY_AFTER
 
 
+# The environment a settings object is being read from when it is not the process's (`load_settings`'s
+# `environ`: `zcbot up` hosting several services in one process, each with its own variables).
+_GIVEN_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("zcbot_settings_environ", default=None)
+
+
+class _EnvironSource(EnvSettingsSource):
+    """pydantic-settings' environment source, reading the mapping `load_settings` was given if any."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        given = _GIVEN_ENVIRON.get()
+        if given is None:
+            return super()._load_env_vars()
+        return parse_env_vars(given, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, _EnvironSource(settings_cls), dotenv_settings, file_secret_settings
 
     zcbot_home: Path = Field(default=Path("./.zcbot"), alias="ZCBOT_HOME",
         description='data dir: embedded DB/NATS data, generated secrets, user folders')
@@ -290,9 +319,11 @@ def _masked(value: Any) -> Any:
     return re.sub(r"(://[^:/@,\s]*:)[^@/,\s]*@", r"\1***@", value) if isinstance(value, str) else value
 
 
-def load_settings(cls: type[S], **values: Any) -> S:
+def load_settings(cls: type[S], environ: Mapping[str, str] | None = None, **values: Any) -> S:
     """A settings class read from the environment and validated now: a bad value is a `ConfigError`
-    naming each variable and what is wrong (the value itself only when it is not a secret)."""
+    naming each variable and what is wrong (the value itself only when it is not a secret).
+    `environ`: read these variables instead of the process's (a `Settings` subclass only)."""
+    token = _GIVEN_ENVIRON.set(environ)
     try:
         return cls(**values)
     except ValidationError as exc:
@@ -304,6 +335,8 @@ def load_settings(cls: type[S], **values: Any) -> S:
             shown = "" if secret else f" (got {_masked(err.get('input'))!r})"
             problems.append(f"{name}: {err.get('msg')}{shown}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+    finally:
+        _GIVEN_ENVIRON.reset(token)
 
 
 @lru_cache(maxsize=1)

@@ -25,7 +25,7 @@ from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import StreamLimits, connect, ensure_topology
 from zcbot_core.config import ConfigError, Settings
 from zcbot_core.db.engine import make_engine, make_sessionmaker
-from zcbot_core.logs import setup_logging
+from zcbot_core.logs import current_service, setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -181,11 +181,17 @@ async def run_service(
     use_db: bool = True,
     extra_app: Callable[[FastAPI, Runtime], Awaitable[None] | None] | None = None,
     needs_secrets: bool = True,
+    stop: asyncio.Event | None = None,
 ) -> None:
     """Run a non-HTTP service until SIGTERM/SIGINT, then drain within the grace period.
     `needs_secrets=False`: a service that never signs or checks a token (the executor) starts
-    without JWT_SECRET/PLATFORM_KEY, so they need not be in its environment at all."""
-    setup_logging(name, settings.zcbot_log_level)
+    without JWT_SECRET/PLATFORM_KEY, so they need not be in its environment at all.
+    `stop`: hosted in a process that runs several services (`zcbot up`): that process owns the
+    signals and the logging; the service stops when `stop` is set."""
+    if stop is None:
+        setup_logging(name, settings.zcbot_log_level)
+    else:
+        current_service.set(name)
     if needs_secrets:
         settings.require_secrets()
     from zcbot_core.llm.profiles import check_profiles
@@ -199,23 +205,36 @@ async def run_service(
         if asyncio.iscoroutine(maybe):
             await maybe
     http_task, server = await serve_http(app, settings.zcbot_http_host, port)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, rt.stopping.set)
-    impl = impl_factory()
-    await impl.start(rt)
-    settle_heap()
-    rt.started.set()
-    log.info("service started", extra={"port": port})
-    await rt.stopping.wait()
-    log.info("draining")
+    if stop is None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, rt.stopping.set)
+    relay = asyncio.create_task(_relay_stop(stop, rt.stopping)) if stop is not None else None
+    started = False
     try:
+        impl = impl_factory()
+        await impl.start(rt)
+        started = True
+        settle_heap()
+        rt.started.set()
+        log.info("service started", extra={"port": port})
+        await rt.stopping.wait()
+        log.info("draining")
         await impl.drain()
     finally:
+        # Also after a failed start: a hosted service is restarted in the same process, so its
+        # port and connections must be free again.
         server.should_exit = True  # type: ignore[attr-defined]
         await http_task
         await close_runtime(rt)
-        log.info("stopped")
+        if relay is not None:
+            relay.cancel()
+        log.info("stopped" if started else "stopped after a failed start")
+
+
+async def _relay_stop(stop: asyncio.Event, stopping: asyncio.Event) -> None:
+    await stop.wait()
+    stopping.set()
 
 
 GC_THRESHOLDS = (50_000, 20, 100)

@@ -58,7 +58,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from zcbot_devstack.stack import up
 
     check_profiles(get_settings())  # before any service starts (each would refuse, and be restarted)
-    return up(only=args.only)
+    return up(only=args.only, separate=args.separate)
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "PostgreSQL under ZCBOT_HOME unless ZCBOT_NATS_URL / ZCBOT_DB_URL are set.")
     up.add_argument("--only", nargs="*", choices=NAMES, metavar="SERVICE",
                     help=f"start only these services (of: {', '.join(NAMES)})")
+    up.add_argument("--separate", action="store_true",
+                    help="each service in a process of its own, forked by a fork server (uses ~200 MiB more; "
+                         "by default they share `zcbot up`'s process)")
     for name in NAMES:
         sub.add_parser(name, help=f"run the {name} service alone (configured by env)",
                        description=f"Run the {name} service alone, configured by the environment.")

@@ -7,14 +7,16 @@ Order of things:
    rerun reuses them. Then migrations.
 3. Secrets (`config.ensure_local_secrets`, env wins) and a first admin (`admin@localhost`, random
    password in `ZCBOT_HOME/admin-credentials.txt`, mode 0600; only the path is ever printed).
-4. The five services, each in its own process group, forked by the fork server (`forkserver`: shared
-   libraries imported once), output re-printed with a `name      | ` prefix (JSON log lines as
-   `level msg key=value`); one that exits unexpectedly is restarted with backoff (`max_restarts`).
+4. The five services, hosted in this process (`hosted`: one interpreter, issue 28's memory target),
+   or with `--separate` each in its own process group, forked by the fork server (`forkserver`);
+   output re-printed with a `name      | ` prefix (JSON log lines as `level msg key=value`); one
+   that exits unexpectedly is restarted with backoff (`max_restarts`). `launch` starts them.
 5. Ports checked and the default model profile named (with whether its key is set) before anything
    starts (`preflight`); `zcbot is up: http://HOST:PORT` once every `/readyz` is ready with this
    stack's instance id; the stack's URLs in `ZCBOT_HOME/stack.json` (`state`) for `zcbot user`.
-6. SIGINT/SIGTERM/SIGHUP: SIGTERM every service group, wait up to 20 s, SIGKILL leftovers, then stop
-   PostgreSQL and NATS gracefully. A second signal skips the wait.
+6. SIGINT/SIGTERM/SIGHUP: stop every service (SIGTERM to a process group; a hosted one drains),
+   wait up to 20 s, kill leftovers, then stop PostgreSQL and NATS gracefully. A second signal skips
+   the wait.
 
 One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`). This module supervises;
 `bootstrap` prepares (ports, database, admin, environments), `output` renders, `services` lists.
@@ -22,12 +24,10 @@ One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`). This
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from zcbot_core.bus.subjects import Topology
 from zcbot_core.config import Settings, ensure_local_secrets, get_settings
+
 from zcbot_devstack.bootstrap import (
     DB_NAME,
     DEFAULT_NATS_PORT,
@@ -45,15 +47,13 @@ from zcbot_devstack.bootstrap import (
     ensure_database,
     service_env,
 )
-from zcbot_core.bus.subjects import Topology
-from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServerError, death_signal_preexec
+from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServerError
 from zcbot_devstack.embedded.nats_auth import NatsCredentials
-from zcbot_devstack.forked import ForkedProcess, ForkServer
-from zcbot_devstack.forkserver import preload_modules
-from zcbot_devstack.groups import group_leftovers, signal_group
+from zcbot_devstack.groups import group_leftovers
+from zcbot_devstack.launch import INTERPRETER_ENV, Child, Launcher
 from zcbot_devstack.output import Printer, render_line
-from zcbot_devstack.prepare_db import prepare as prepare_database
 from zcbot_devstack.preflight import PortInUse, check_ports, model_word, office_word
+from zcbot_devstack.prepare_db import prepare as prepare_database
 from zcbot_devstack.readiness import FOREIGN, health_host, readiness
 from zcbot_devstack.services import BY_NAME, NAMES, SERVICES
 from zcbot_devstack.state import remove_state, write_state
@@ -65,9 +65,6 @@ LOCK_FILE = "up.lock"
 # target is <= 20 PostgreSQL backends after 200 runs): set only when the operator set none.
 EMBEDDED_POOL = {"ZCBOT_DB_POOL_SIZE": "4", "ZCBOT_DB_MAX_OVERFLOW": "4"}
 EMBEDDED_PG_MAX_CONNECTIONS = "60"
-# What the services' environment sets that a Python interpreter reads when it starts or imports (the
-# fork server's interpreter is theirs).
-FORKSERVER_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1"}
 
 ServiceCmd = Callable[[str], list[str]]
 
@@ -76,9 +73,10 @@ def default_service_cmd(name: str) -> list[str]:
     return [sys.executable, "-m", "zcbot_devstack.cli", name]
 
 
-def up(only: list[str] | None = None) -> int:
-    """`zcbot up [--only NAME...]`: run the stack in the foreground until a signal; returns 0."""
-    return run_stack(only=only)
+def up(only: list[str] | None = None, separate: bool = False) -> int:
+    """`zcbot up [--only NAME...] [--separate]`: run the stack in the foreground until a signal;
+    returns 0. `separate`: each service in a process of its own (more memory, see `hosted`)."""
+    return run_stack(only=only, separate=separate)
 
 
 def run_stack(
@@ -90,8 +88,9 @@ def run_stack(
     stop_timeout: float = 20.0,
     max_restarts: int = 5,
     out: IO[str] | None = None,
+    separate: bool = False,
 ) -> int:
-    """`up` with its seams exposed (tests pass stand-in `service_cmd`s)."""
+    """`up` with its seams exposed (tests pass stand-in `service_cmd`s: processes of their own)."""
     stack = Stack(
         settings or get_settings(),  # `zcbot up`'s entry: the stack's settings, handed to every part
         only=list(only) if only else list(NAMES),
@@ -100,6 +99,7 @@ def run_stack(
         stop_timeout=stop_timeout,
         max_restarts=max_restarts,
         out=out or sys.stdout,
+        separate=separate,
     )
     return stack.run()
 
@@ -115,7 +115,7 @@ class _Interrupted(Exception):
 class _Service:
     name: str
     port: int
-    proc: subprocess.Popen[bytes] | ForkedProcess | None = None
+    proc: Child | None = None
     started_at: float = 0.0
     restarts: int = 0
     restart_at: float | None = None
@@ -140,6 +140,7 @@ class Stack:
         stop_timeout: float,
         max_restarts: int,
         out: IO[str],
+        separate: bool = False,
     ) -> None:
         unknown = [n for n in only if n not in BY_NAME]
         if unknown:
@@ -155,7 +156,9 @@ class Stack:
         self.nats: EmbeddedNats | None = None
         self.nats_creds: NatsCredentials | None = None
         self.pg: EmbeddedPostgres | None = None
-        self.forkserver: ForkServer | None = None  # for the real services only (not a test's stand-ins)
+        mode = ("forked" if separate else "hosted") if service_cmd is default_service_cmd else "process"
+        self.launcher = Launcher(mode, service_cmd, [s.name for s in self.services], self.say,
+                                 self.printer.emit, settings.zcbot_log_level)
         self.env: dict[str, str] = {}
         self.admin_file: Path | None = None
         self.stop_requested = threading.Event()
@@ -187,7 +190,7 @@ class Stack:
     # ---- main ----------------------------------------------------------------------------------
     def run(self) -> int:
         self.home.mkdir(parents=True, exist_ok=True)
-        lock = open(self.home / LOCK_FILE, "w")  # noqa: SIM115 - held for the stack's lifetime
+        lock = open(self.home / LOCK_FILE, "w")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -227,10 +230,7 @@ class Stack:
 
     def _prepare(self) -> None:
         s = self.settings
-        if self.service_cmd is default_service_cmd:  # its imports overlap the database's preparation
-            self.forkserver = ForkServer(preload_modules([svc.name for svc in self.services]),
-                                         {**os.environ, **FORKSERVER_ENV}, self.say)
-            self.forkserver.start()
+        self.launcher.prepare(os.environ)  # the services' imports overlap the database's preparation
         nats_url = s.zcbot_nats_url
         if not nats_url:
             port = choose_port(self.home, "nats", DEFAULT_NATS_PORT)
@@ -263,7 +263,7 @@ class Stack:
                 "ZCBOT_DB_URL": db_url,
                 "ZCBOT_NATS_URL": nats_url,
                 "ZCBOT_HOME": str(self.home),
-                **FORKSERVER_ENV,
+                **INTERPRETER_ENV,
                 "ZCBOT_INSTANCE_ID": self.instance,
             }
         )
@@ -278,34 +278,17 @@ class Stack:
     def _spawn(self, svc: _Service) -> None:
         env = {**service_env(svc.name, self.env),
                **(self.nats_creds.service_env(svc.name) if self.nats_creds is not None else {})}
-        svc.proc = self._start_process(svc.name, env)
+        svc.proc = self.launcher.start(svc.name, env)
         svc.started_at = time.monotonic()
         svc.restart_at = None
         svc.healthy = False
-        reader = threading.Thread(target=self._pump, args=(svc.name, svc.proc), name=f"out-{svc.name}", daemon=True)
-        reader.start()
-        svc.readers.append(reader)
+        if svc.proc.stdout is not None:  # a hosted service's lines reach the printer directly
+            reader = threading.Thread(target=self._pump, args=(svc.name, svc.proc), name=f"out-{svc.name}",
+                                      daemon=True)
+            reader.start()
+            svc.readers.append(reader)
 
-    def _start_process(self, name: str, env: dict[str, str]) -> subprocess.Popen[bytes] | ForkedProcess:
-        if self.forkserver is not None:
-            try:
-                return self.forkserver.spawn(name, env)
-            except (RuntimeError, OSError) as exc:  # a service is still better started on its own
-                self.say(f"{exc}; starting the services as processes of their own from now on")
-                self.forkserver.stop()
-                self.forkserver = None
-        return subprocess.Popen(
-            self.service_cmd(name),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            process_group=0,
-            preexec_fn=death_signal_preexec(signal.SIGKILL),
-            close_fds=True,
-        )
-
-    def _pump(self, name: str, proc: subprocess.Popen[bytes] | ForkedProcess) -> None:
+    def _pump(self, name: str, proc: Child) -> None:
         assert proc.stdout is not None
         for raw in iter(proc.stdout.readline, b""):
             self.printer.emit(name, render_line(raw.decode(errors="replace")))
@@ -315,9 +298,7 @@ class Stack:
         """A service exited on its own: clean its group, schedule a restart or give up."""
         assert svc.proc is not None
         code = svc.proc.returncode
-        for pid in group_leftovers(svc.proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        self.launcher.kill_leftovers(svc.proc)
         if now - svc.started_at > 60.0:
             svc.restarts = 0  # it ran fine for a while: a fresh failure, not a crash loop
         if svc.restarts >= self.max_restarts:
@@ -377,7 +358,7 @@ class Stack:
         for svc in running:
             assert svc.proc is not None
             if svc.alive:
-                signal_group(svc.proc, signal.SIGTERM)
+                self.launcher.signal(svc.proc, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout
         while any(s.alive for s in running) and time.monotonic() < deadline and not self.force:
             time.sleep(0.05)
@@ -385,12 +366,11 @@ class Stack:
             assert svc.proc is not None
             if svc.alive:
                 self.say(f"{svc.name} did not stop within {self.stop_timeout:g}s; killing it")
-            signal_group(svc.proc, signal.SIGKILL)  # also whatever it left behind in its group
+            self.launcher.signal(svc.proc, signal.SIGKILL)  # also whatever it left behind in its group
             svc.proc.wait()
             for reader in svc.readers:
                 reader.join(timeout=2.0)
-        if self.forkserver is not None:
-            self.forkserver.stop()
+        self.launcher.close(keep=[server.pid for server in (self.pg, self.nats) if server is not None and server.pid])
         if self.pg is not None:
             self.say("stopping PostgreSQL")
             self.pg.stop()

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.service import main_entry, run_service
 
 from zcbot_channels.config import ChannelsServiceSettings
 from zcbot_channels.service import ChannelsService
+
+# The settings class `zcbot up` reads this service's settings with when it hosts it (`hosted.py`).
+SETTINGS = ChannelsServiceSettings
+
+
+async def serve(settings: ChannelsServiceSettings, stop: asyncio.Event | None = None) -> None:
+    """The service until SIGTERM/SIGINT in its own process, or until `stop` when `zcbot up` hosts it."""
+    await run_service("channels", settings, ChannelsService, port=settings.zcbot_channels_port, stop=stop)
 
 
 def main() -> None:
@@ -14,7 +24,7 @@ def main() -> None:
         settings = load_settings(ChannelsServiceSettings)
     except ConfigError as exc:
         raise SystemExit(f"zcbot channels: {exc}") from None
-    main_entry(lambda: run_service("channels", settings, ChannelsService, port=settings.zcbot_channels_port))
+    main_entry(lambda: serve(settings))
 
 
 if __name__ == "__main__":

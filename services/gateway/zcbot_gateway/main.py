@@ -8,15 +8,15 @@ waits up to GRACEFUL_SHUTDOWN_SECONDS for open requests, and runs the app's life
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import socket
 
 import uvicorn
 from fastapi import FastAPI
-
 from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.llm.profiles import check_profiles
-from zcbot_core.logs import setup_logging
+from zcbot_core.logs import current_service, setup_logging
 from zcbot_core.service import own_process_heap
 
 from zcbot_gateway.app import create_app
@@ -39,16 +39,13 @@ class GatewayServer(uvicorn.Server):
         await super().shutdown(sockets=sockets)
 
 
-def main() -> None:
-    try:
-        settings = load_settings(GatewaySettings)  # every variable validated: a bad value names itself
-        settings.require_secrets()
-        settings.require_urls()
-        check_profiles(settings)  # an invalid model profile file: refuse to start, naming it
-    except ConfigError as exc:
-        raise SystemExit(f"zcbot gateway: {exc}") from None
-    setup_logging("gateway", settings.zcbot_log_level)
-    own_process_heap()
+def _check(settings: GatewaySettings) -> None:
+    settings.require_secrets()
+    settings.require_urls()
+    check_profiles(settings)  # an invalid model profile file: refuse to start, naming it
+
+
+def _server(settings: GatewaySettings) -> GatewayServer:
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -61,8 +58,42 @@ def main() -> None:
         log_config=None,
         server_header=False,
     )
-    GatewayServer(config, app).run()
+    return GatewayServer(config, app)
 
+
+# The settings class `zcbot up` reads the gateway's settings with when it hosts it (`hosted.py`).
+SETTINGS = GatewaySettings
+
+
+async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    """The gateway hosted by `zcbot up` (which owns the signals and the logging) until `stop`.
+    Outside the main thread uvicorn installs no signal handlers."""
+    current_service.set("gateway")
+    _check(settings)
+    server = _server(settings)
+
+    async def relay() -> None:
+        await stop.wait()
+        server.should_exit = True  # its shutdown sets the runtime's `stopping` first (GatewayServer)
+
+    relay_task = asyncio.create_task(relay())
+    try:
+        await server.serve()
+    finally:
+        relay_task.cancel()
+    if not server.started:
+        raise RuntimeError("the gateway did not start (its port taken, or its start-up failed: see above)")
+
+
+def main() -> None:
+    try:
+        settings = load_settings(GatewaySettings)  # every variable validated: a bad value names itself
+        _check(settings)
+    except ConfigError as exc:
+        raise SystemExit(f"zcbot gateway: {exc}") from None
+    setup_logging("gateway", settings.zcbot_log_level)
+    own_process_heap()
+    _server(settings).run()
 
 if __name__ == "__main__":
     main()
