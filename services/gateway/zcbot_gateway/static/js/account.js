@@ -3,6 +3,7 @@
 
 import { api, auth } from "./api.js";
 import { $, formatTime } from "./dom.js";
+import { openModal } from "./focustrap.js";
 import { t } from "./i18n.js";
 
 function period(name, p) {
@@ -31,7 +32,7 @@ export function setupAccount(afterChange) {
   $("account-button").addEventListener("click", () => {
     form.reset();
     status.textContent = "";
-    dialog.showModal();
+    openModal(dialog);
     form.old_password.focus();
     showUsage();
   });

@@ -92,6 +92,13 @@ export async function loadFiles(path) {
   }
 }
 
+/** The page's own "no file chosen / a.txt" next to the styled picker (the native one is hidden). */
+function showChosen() {
+  const files = Array.from($("file-input").files || [], (f) => f.name);
+  $("file-chosen").textContent = !files.length ? t("files.none_chosen")
+    : files.length === 1 ? files[0] : t("files.chosen", { n: files.length, names: files.join(", ") });
+}
+
 function setUploadEnabled() {
   const on_ = Boolean(state.current);
   $("file-input").disabled = !on_;
@@ -104,6 +111,7 @@ export function setupFiles() {
   on("task-selected", ({ task }) => { setUploadEnabled(); loadFiles(task.working_dir); });
   on("run-ended", () => { if (state.current) loadFiles(state.filesPath); });
   on("files-changed", () => loadFiles(state.filesPath)); // a restore or an undone run (versions.js, run_undo.js)
+  $("file-input").addEventListener("change", showChosen);
   $("upload-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const input = $("file-input");
@@ -123,6 +131,7 @@ export function setupFiles() {
       status.textContent = t("files.uploading", { names: Array.from(input.files, (f) => f.name).join(", ") });
       await api("/v1/files/upload?path=" + enc(state.filesPath), { method: "POST", body: form });
       input.value = "";
+      showChosen();
       await loadFiles(state.filesPath);
       status.textContent = t("files.uploaded");
     } catch (err) {

@@ -4,6 +4,7 @@
 
 import { blobOf, enc } from "./api.js";
 import { $, el } from "./dom.js";
+import { openModal } from "./focustrap.js";
 import { t } from "./i18n.js";
 
 const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
@@ -25,7 +26,7 @@ export async function openPreview(path, name) {
   $("preview-title").textContent = name;
   body.replaceChildren(el("p", { class: "muted", "data-testid": "preview-loading" },
     IMAGE.test(name) ? t("preview.loading") : t("preview.converting")));
-  if (!dialog.open) dialog.showModal();
+  openModal(dialog);
   let out;
   try {
     out = await blobOf("/v1/files/preview?path=" + enc(path));

@@ -6,6 +6,7 @@
 
 import { api, enc } from "./api.js";
 import { $, el, formatBytes, formatTime, itemsOf, tid, totalOf } from "./dom.js";
+import { openModal } from "./focustrap.js";
 import { t } from "./i18n.js";
 import { emit, state } from "./state.js";
 import { toast } from "./toast.js";
@@ -91,7 +92,7 @@ export function openVersions(path, name, opener) {
   $("versions-title").textContent = t("history.title", { name });
   $("versions-list").replaceChildren();
   setStatus(t("history.loading"));
-  if (!dialog.open) dialog.showModal();
+  openModal(dialog, opener);
   load();
 }
 
