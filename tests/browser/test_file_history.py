@@ -3,7 +3,8 @@ stack (gateway, runner, executor with its sandbox, NATS, PostgreSQL; only the LL
 a run overwrites a file and the user restores the earlier version from its history (by keyboard
 too); a run that writes and deletes files is undone from the run view, with the 409 of an active
 run and the conflict of a file changed again since (then forced), and after a reload from the stored
-history (under the run's last answer, only for the run that changed files); an English user gets English
+history (under the run's last answer, only for the run that changed files; reloaded after the undo,
+a note that it is undone instead); an English user gets English
 labels and the server's English refusal. Screenshots at 390 px and 1366 px."""
 
 from __future__ import annotations
@@ -197,6 +198,14 @@ async def test_undo_offer_survives_a_reload(stack: Stack, page: Page) -> None:
     await offer.locator(tid("undo-run-button")).click()
     await expect(offer.locator(tid("undo-summary"))).to_have_text("已撤销本次运行的文件改动（还原了 1 个文件）。")
     assert not written.exists()
+
+    # Reloaded again after the undo: no offer (the server says the run is undone), a plain note instead.
+    await page.reload()
+    await page.locator(tid("task-item")).filter(has_text="计划").click()
+    done = page.locator(f'{tid("messages")} {tid("undo-run-done")}')
+    await expect(done).to_have_text("本次运行的文件改动已撤销。")
+    await expect(done).to_have_attribute("data-run-id", run_id or "")
+    await expect(page.locator(f'{tid("messages")} {tid("undo-run")}')).to_have_count(0)
 
 
 async def test_an_english_user_gets_english(stack: Stack, browser: Any, artifacts_dir: Path) -> None:

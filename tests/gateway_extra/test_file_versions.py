@@ -11,7 +11,9 @@ from sqlalchemy import select
 from extra_helpers import create_task, db, set_task, user_dir
 from zcbot_core import filehistory, safe_fs
 from zcbot_core.config import Settings
-from zcbot_core.db.models import DataEvent
+from zcbot_core.db.models import DataEvent, Message
+from zcbot_core.filehistory.revert import CONFLICT_CODES
+from zcbot_gateway.file_history_texts import CONFLICTS
 
 pytestmark = pytest.mark.asyncio
 
@@ -97,18 +99,46 @@ async def test_revert_run(app_client: httpx.AsyncClient, settings: Settings, mak
     assert busy_en.json()["detail"].startswith("The task has an active run (running)"), busy_en.json()
     await set_task(app_client, task["task_id"], run_status="idle")
 
+    async with db(app_client) as s:  # the run's messages: the history page reports on the runs it shows
+        s.add_all([Message(task_id=task["task_id"], idx=i, run_id="run1", payload={"role": role, "content": "m"})
+                   for i, role in enumerate(("user", "assistant"))])
+        await s.commit()
+    messages = f"/v1/tasks/{task['task_id']}/messages"
+
     (root / "T" / "new.txt").write_bytes(b"the user edited it after the run")
     resp = await app_client.post(url, headers=h, json={})
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert sorted(body["reverted"]) == ["T/a.txt", "T/b.txt"]
     assert [c["path"] for c in body["conflicts"]] == ["T/new.txt"] and body["ok"] is False
+    # the conflict's stable code, and its reason in the request's language (Chinese by default)
+    assert body["conflicts"][0]["code"] == "changed_since_run"
+    assert body["conflicts"][0]["reason"] == CONFLICTS["changed_since_run"]["zh"]
+    assert body["conflicts"][0]["reason"].startswith("这个文件在运行之后又被改过")
     assert (root / "T" / "a.txt").read_bytes() == b"user A" and (root / "T" / "b.txt").read_bytes() == b"user B"
     assert (root / "T" / "new.txt").read_bytes() == b"the user edited it after the run"  # skipped
+    again_en = (await app_client.post(url, headers={**h, **EN}, json={})).json()
+    assert again_en["reverted"] == [] and [(c["path"], c["code"]) for c in again_en["conflicts"]] == \
+        [("T/new.txt", "changed_since_run")]
+    assert again_en["conflicts"][0]["reason"].startswith("The file was changed again after the run")
+    # skipped paths: after a reload the undo is still offered (force is still to be done)
+    page = (await app_client.get(messages, headers=h)).json()
+    assert page["files_changed"] == {"run1": 3} and page["files_undone"] == []
 
     forced = await app_client.post(url, headers=h, json={"force": True})
     assert forced.status_code == 200 and forced.json()["reverted"] == ["T/new.txt"], forced.text
+    assert forced.json()["ok"] is True
     assert not (root / "T" / "new.txt").exists()  # the run created it: gone
+    # Undone: a reload says so instead of offering it again (from the rows, not the page's memory).
+    page = (await app_client.get(messages, headers=h)).json()
+    assert page["files_changed"] == {"run1": 3} and page["files_undone"] == ["run1"]
+    # A background process of the run reporting changes after the undo: there is something to undo again.
+    async with db(app_client) as s:
+        await filehistory.record(s, "rita", [filehistory.Change("T/late.txt", "create", 1)], task_id=task["task_id"],
+                                 run_id="run1")
+        await s.commit()
+    page = (await app_client.get(messages, headers=h)).json()
+    assert page["files_changed"] == {"run1": 4} and page["files_undone"] == []
     assert (await app_client.post(f"/v1/tasks/{task['task_id']}/runs/nope/revert-files", headers=h)).status_code == 404
 
 
@@ -187,7 +217,8 @@ async def test_revert_run_folders(app_client: httpx.AsyncClient, settings: Setti
     resp = await app_client.post(f"/v1/tasks/{task['task_id']}/runs/run-d/revert-files", headers=h, json={})
     assert resp.status_code == 200, resp.text
     body = resp.json()
-    assert [c["path"] for c in body["conflicts"]] == ["D/other"], body
+    assert [(c["path"], c["code"]) for c in body["conflicts"]] == [("D/other", "folder_not_empty")], body
+    assert body["conflicts"][0]["reason"] == "这次运行新建的文件夹里还有不是它留下的内容，已保留该文件夹。"
     assert sorted(p.relative_to(root / "D").as_posix() for p in (root / "D").rglob("*")) == \
         ["gone", "gone/empty", "gone/f.txt", "other", "other/mine.txt"]
     assert (root / "D" / "gone" / "f.txt").read_bytes() == b"in the folder"
@@ -221,3 +252,8 @@ async def test_refusals_speak_the_request_language(app_client: httpx.AsyncClient
             body = resp.json()
             assert (resp.status_code, body["code"]) == (status, code), (url, extra, body)
             assert body["detail"].startswith(want), (url, extra, body)
+
+
+async def test_every_conflict_code_has_both_texts() -> None:
+    assert set(CONFLICTS) == CONFLICT_CODES
+    assert all(set(texts) == {"zh", "en"} and all(texts.values()) for texts in CONFLICTS.values())

@@ -37,9 +37,9 @@ async def test_messages_carry_files_changed_per_run(app_client: httpx.AsyncClien
 
     url = f"/v1/tasks/{tid}/messages"
     body = (await app_client.get(url, headers=h)).json()
-    assert set(body) == {"items", "total", "page", "page_size", "task_id", "files_changed"}
+    assert set(body) == {"items", "total", "page", "page_size", "task_id", "files_changed", "files_undone"}
     assert body["total"] == 6 and len(body["items"]) == 6 and body["task_id"] == tid
-    assert body["files_changed"] == {"r1": 2, "r3": 1}
+    assert body["files_changed"] == {"r1": 2, "r3": 1} and body["files_undone"] == []
 
     # Only the runs of this page are counted (the page is the unit the client renders).
     later = (await app_client.get(url, headers=h, params={"after": 3})).json()
@@ -58,3 +58,4 @@ async def test_messages_carry_files_changed_per_run(app_client: httpx.AsyncClien
     page = schema["components"]["schemas"][ok["schema"]["$ref"].rsplit("/", 1)[1]]
     assert page["properties"]["files_changed"]["additionalProperties"] == {"type": "integer"}
     assert "run_id" in page["properties"]["files_changed"]["description"]
+    assert page["properties"]["files_undone"]["items"] == {"type": "string"}

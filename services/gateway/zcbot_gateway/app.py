@@ -53,6 +53,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _include_routers(app: FastAPI) -> None:
+    from zcbot_gateway import file_history_prune
     from zcbot_gateway.routes import channels, extra, file_versions, runs, schedules, skills
     from zcbot_gateway.routes.pages import install_pages
 
@@ -60,6 +61,7 @@ def _include_routers(app: FastAPI) -> None:
     for router in (*extra.ROUTERS, file_versions.router, runs.router, schedules.router, skills.router, channels.router):
         app.include_router(router)
     runs.install(app)
+    file_history_prune.install(app)
     channels.install(app)  # closes the iLink HTTP client on shutdown
 
 

@@ -1,8 +1,11 @@
-"""What the file-history routes (routes/file_versions.py) say when they refuse, in Chinese and
-English (zcbot_gateway.lang picks which). A person reads these in the web page's history dialog
-and the run view's undo note, so they say what to do, not only what went wrong."""
+"""What the file-history routes (routes/file_versions.py) say when they refuse, and why a revert
+skipped a path (each conflict's `reason` beside its stable `code`), in Chinese and English
+(zcbot_gateway.lang picks which). A person reads these in the web page's history dialog and the
+run view's undo note, so they say what to do, not only what went wrong."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import HTTPException
 
@@ -27,8 +30,23 @@ TEXTS: Catalogue = {
     "revert_refused": {"zh": "还原 {path} 失败；在它之前已还原的文件保持还原状态。",
                        "en": "{why}; files reverted before this one stay reverted."},
 }
+# A revert conflict's `reason`, by its `code` (zcbot_core.filehistory.revert.CONFLICT_CODES).
+CONFLICTS: Catalogue = {
+    "file_where_folder_was": {"zh": "这次运行删除的文件夹原来的位置现在是一个文件，未恢复该文件夹。",
+                              "en": "A file is where the folder the run removed was; the folder was not made again."},
+    "changed_since_run": {"zh": "这个文件在运行之后又被改过，已跳过；要覆盖这些改动请选择“仍然撤销”。",
+                          "en": "The file was changed again after the run and was skipped; "
+                                "force the undo to overwrite it."},
+    "folder_not_empty": {"zh": "这次运行新建的文件夹里还有不是它留下的内容，已保留该文件夹。",
+                         "en": "The folder the run made holds content that is not the run's, so it was kept."},
+}
 # How the Chinese sentence names an active run's status (the English one quotes the status itself).
 ACTIVE_ZH = {"waiting": "等待运行", "queued": "排队", "running": "运行", "cancelling": "取消运行"}
+
+
+def conflict_reasons(conflicts: list[dict[str, Any]], lang: str) -> list[dict[str, Any]]:
+    """Each conflict with its `reason` in the request's language (its `code` is what clients branch on)."""
+    return [{**c, "reason": say(CONFLICTS, c["code"], lang)} for c in conflicts]
 
 
 def refusal(http_status: int, key: str, lang: str, /, **values: object) -> HTTPException:

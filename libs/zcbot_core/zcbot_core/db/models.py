@@ -153,7 +153,10 @@ class DataEvent(Base):
 
     __tablename__ = "data_events"
     __table_args__ = (Index("ix_data_events_user_path", "user_id", "path", "id"),
-                      Index("ix_data_events_run", "run_id", "id"))
+                      Index("ix_data_events_run", "run_id", "id"),
+                      Index("ix_data_events_undoes", "undoes_run_id", "id",
+                            postgresql_where=text("undoes_run_id IS NOT NULL")),
+                      Index("ix_data_events_created", "created_at"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     user_id: Mapped[str] = mapped_column(String(128))
@@ -165,6 +168,8 @@ class DataEvent(Base):
     content_hash: Mapped[str | None] = mapped_column(String(64))
     prev_hash: Mapped[str | None] = mapped_column(String(64))
     old_path: Mapped[str | None] = mapped_column(Text)  # a rename: where it was (the history follows it)
+    # a revert's rows: the run they undid, set only when nothing was left to undo (the history says "undone")
+    undoes_run_id: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
@@ -173,6 +178,7 @@ class FileReportRecorded(Base):
     the same transaction as them, so a redelivered report finds its key and writes nothing."""
 
     __tablename__ = "file_reports_recorded"
+    __table_args__ = (Index("ix_file_reports_recorded_created", "created_at"),)
 
     user_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     report_id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the executor's proc id

@@ -52,18 +52,20 @@ def _hash_or_none(value: Any) -> str | None:
 
 
 async def record(session: AsyncSession, user_id: str, changes: Iterable[Change], *, task_id: str | None = None,
-                 run_id: str | None = None, report_id: str | None = None) -> int:
+                 run_id: str | None = None, report_id: str | None = None, undoes_run_id: str | None = None) -> int:
     """Add one `data_events` row per change to the session (the caller commits with its own work).
 
     `report_id` names a report that may arrive more than once (a background process's, redelivered
     when the runner that wrote it died before its ack): its key goes in with the rows, in the same
-    transaction, and a key already there means the rows are too, so nothing is added (returns 0)."""
+    transaction, and a key already there means the rows are too, so nothing is added (returns 0).
+    `undoes_run_id`: these rows are a revert that left the run `undoes_run_id` fully undone."""
     if report_id is not None:
         key = insert(FileReportRecorded).values(user_id=user_id, report_id=report_id)
         if await session.scalar(key.on_conflict_do_nothing().returning(FileReportRecorded.report_id)) is None:
             return 0
     rows = [DataEvent(user_id=user_id, task_id=task_id, run_id=run_id, path=c.path, kind=c.kind, size=c.size,
-                      content_hash=c.content_hash, prev_hash=c.prev_hash, old_path=c.old_path) for c in changes]
+                      content_hash=c.content_hash, prev_hash=c.prev_hash, old_path=c.old_path,
+                      undoes_run_id=undoes_run_id) for c in changes]
     session.add_all(rows)
     await session.flush()
     return len(rows)

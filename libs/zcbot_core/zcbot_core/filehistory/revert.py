@@ -1,7 +1,8 @@
 """Undo a run's file changes (issue 29): every file the run touched goes back to its content
 before the run, and its folders to how they were (a folder it made is removed, one it removed is
 made again). A file changed again since the run (its content is no longer what the run left) is a
-conflict: listed and skipped unless `force`.
+conflict: listed and skipped unless `force`. Each conflict carries a stable `code` (CONFLICT_CODES);
+the words a person reads are the gateway's (file_history_texts.py), in the request's language.
 
 From the run's `data_events` (oldest first): the state before the run is the first event's
 `prev_hash` (a `create` first: the file did not exist); the state the run left is the last
@@ -20,6 +21,11 @@ from zcbot_core import safe_fs
 from zcbot_core.filehistory.events import Change
 from zcbot_core.filehistory.ops import file_hash, restore
 from zcbot_core.filehistory.store import VersionStore
+
+
+# file_where_folder_was: a file stands where a folder the run removed was; changed_since_run: the file
+# no longer holds what the run left; folder_not_empty: a folder the run made holds what is not the run's.
+CONFLICT_CODES = frozenset({"file_where_folder_was", "changed_since_run", "folder_not_empty"})
 
 
 @dataclass
@@ -88,7 +94,7 @@ def revert(store: VersionStore, r: safe_fs.Root, p: Plan, *, force: bool = False
         if _is_dir(r, d.path):
             continue
         if r.lstat(d.path) is not None:
-            out.conflicts.append({"path": d.path, "reason": "a file is where the folder was", "folder": True})
+            out.conflicts.append({"path": d.path, "code": "file_where_folder_was", "folder": True})
             continue
         r.makedirs(d.path, owner=owner)
         out.reverted.append(Change(d.path, "mkdir"))
@@ -98,7 +104,7 @@ def revert(store: VersionStore, r: safe_fs.Root, p: Plan, *, force: bool = False
         if now_digest == f.before and (f.before is not None or not r.exists(f.path)):
             continue  # already as it was
         if now_digest != f.after and not force:
-            out.conflicts.append({"path": f.path, "reason": "changed since the run", "current_hash": now_digest,
+            out.conflicts.append({"path": f.path, "code": "changed_since_run", "current_hash": now_digest,
                                   "run_left_hash": f.after})
             continue
         if f.existed_before and (f.before is None or not store.has(f.before)):
@@ -109,7 +115,7 @@ def revert(store: VersionStore, r: safe_fs.Root, p: Plan, *, force: bool = False
         if not _is_dir(r, d.path):
             continue  # gone already
         if r.listdir(d.path, limit=1):
-            out.conflicts.append({"path": d.path, "reason": "folder not empty", "folder": True})
+            out.conflicts.append({"path": d.path, "code": "folder_not_empty", "folder": True})
             continue
         r.rmdir(d.path)
         out.reverted.append(Change(d.path, "rmdir"))

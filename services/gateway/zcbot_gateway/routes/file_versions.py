@@ -5,8 +5,8 @@ Versions are the `data_events` rows of a path whose `prev_hash` is still in the 
 store (`zcbot_core.filehistory`): the content a change replaced or removed. A path's rows include
 those from before a rename brought it there (`filehistory.lineage`; each item names the path it
 had). Restoring keeps what is there now first (so a restore is undoable) and is recorded like any
-other change. Refusals are in the request's language (Chinese unless Accept-Language starts with
-English: file_history_texts.py).
+other change. Refusals and a revert's conflict reasons are in the request's language (Chinese
+unless Accept-Language starts with English: file_history_texts.py); each conflict keeps its `code`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from zcbot_core.runstate import ACTIVE
 from zcbot_core.runstate.transitions import TaskNotFound
 
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
-from zcbot_gateway.file_history_texts import refusal, run_active, task_not_found
+from zcbot_gateway.file_history_texts import conflict_reasons, refusal, run_active, task_not_found
 from zcbot_gateway.http import PagingDep
 from zcbot_gateway.lang import LangDep
 from zcbot_gateway.task_access import get_user_task
@@ -134,8 +134,11 @@ async def revert_run_files(task_id: str, run_id: str, user: CurrentUser, session
         result = await asyncio.to_thread(work)
     except safe_fs.SafeFsError as exc:
         raise refusal(400, "revert_refused", lang, path=exc.rel or "?", why=exc) from None
-    await filehistory.record(session, user, result.reverted, task_id=task.task_id)
+    ok = not result.conflicts and not result.missing
+    # Only a revert that left nothing to do marks its rows as undoing the run: the history then says
+    # "undone" (message_page.py); one that skipped paths leaves the offer up (force, or fix and retry).
+    await filehistory.record(session, user, result.reverted, task_id=task.task_id,
+                             undoes_run_id=run_id if ok else None)
     await session.commit()
-    return {"ok": not result.conflicts and not result.missing, "run_id": run_id,
-            "reverted": [c.path for c in result.reverted], "conflicts": result.conflicts,
-            "missing_versions": result.missing}
+    return {"ok": ok, "run_id": run_id, "reverted": [c.path for c in result.reverted],
+            "conflicts": conflict_reasons(result.conflicts, lang), "missing_versions": result.missing}

@@ -20,7 +20,7 @@ from zcbot_core.db.models import Message, Task, User
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
 from zcbot_gateway.hooks import add_shutdown_hook, add_startup_hook
 from zcbot_gateway.http import PagingDep
-from zcbot_gateway.message_page import MessagePage, files_changed_by_run
+from zcbot_gateway.message_page import MessagePage, files_by_run
 from zcbot_gateway.schemas import iso
 from zcbot_gateway.sse import EventHub, StreamPlan, done_frame, stream_events
 from zcbot_gateway.task_access import TASK_NOT_FOUND, check_task_id, get_user_task
@@ -89,7 +89,8 @@ async def list_messages(
     after: Annotated[int, Query(ge=-1, le=10_000_000, description="only messages with a larger idx")] = -1,
 ) -> dict[str, Any]:
     """The task's history in order (list envelope, plus `task_id`; `total` counts those after `after`) and,
-    per run on this page that changed files, how many (`files_changed`: what "undo this run" offers)."""
+    per run on this page that changed files, how many (`files_changed`: what "undo this run" offers) and
+    which of them were undone since (`files_undone`)."""
     await get_user_task(session, user_id, task_id)
     where = (Message.task_id == task_id, Message.idx > after)
     total = await session.scalar(select(func.count()).select_from(Message).where(*where)) or 0
@@ -98,8 +99,9 @@ async def list_messages(
             select(Message).where(*where).order_by(Message.idx).offset(paging.offset).limit(paging.page_size)
         )
     ).scalars().all()
-    changed = await files_changed_by_run(session, user_id, task_id, (m.run_id for m in rows))
-    return paging.envelope([message_to_json(m) for m in rows], total, task_id=task_id, files_changed=changed)
+    files = await files_by_run(session, user_id, task_id, (m.run_id for m in rows))
+    return paging.envelope([message_to_json(m) for m in rows], total, task_id=task_id, files_changed=files.changed,
+                           files_undone=files.undone)
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive"}

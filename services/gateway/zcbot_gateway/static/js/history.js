@@ -1,6 +1,7 @@
 /* A task's stored conversation, as the person saw it live: user bubbles, assistant markdown,
  * reasoning, tool cards with their results, guard stops, the stored "cancelled" notice, and the
- * "undo this run's file changes" offer under each ended run that changed files (issue 29). */
+ * "undo this run's file changes" offer under each ended run that changed files (issue 29), or
+ * "undone" under one whose changes were undone already. */
 
 import { api, enc } from "./api.js";
 import { el, itemsOf, notice } from "./dom.js";
@@ -8,7 +9,7 @@ import { t } from "./i18n.js";
 import { ACTIVE_RUN, state } from "./state.js";
 import { assistantBubble, continueHint, messageText, messagesBox, reasoningBlock, userBubble } from "./bubbles.js";
 import { setToolResult, settlePendingCards, toolCard } from "./toolcard.js";
-import { undoOffer } from "./run_undo.js";
+import { undoneNote, undoOffer } from "./run_undo.js";
 
 const FAILED_RESULT = /^\s*\[?(error|not run|cancelled)\b/i;
 const CANCEL_TAIL = /\s*(（已取消）|（已中止）|\(cancelled\)|\(stopped\))\s*$/;
@@ -22,10 +23,12 @@ export async function loadHistory(task, seq, send) {
   box.replaceChildren(el("p", { class: "muted empty" }, t("chat.loading")));
   let msgs = [];
   let changed = {};
+  let undone = new Set();
   try {
     const out = await api("/v1/tasks/" + enc(task.task_id) + "/messages?page_size=1000");
     msgs = itemsOf(out, "messages");
     changed = (out && out.files_changed) || {};
+    undone = new Set((out && out.files_undone) || []);
   } catch (err) {
     if (seq === state.selectSeq) box.replaceChildren(notice("error", t("chat.history_failed", { msg: err.message }), "history-error"));
     return;
@@ -77,7 +80,8 @@ export async function loadHistory(task, seq, send) {
   if (!live) settlePendingCards(box, t("tool.no_result"));
   for (const [runId, node] of runEnd) {
     const n = Number(changed[runId]) || 0;
-    if (n > 0 && runId !== live) node.after(undoOffer(task.task_id, runId, n));
+    // A run already undone (the server's `files_undone`) says so instead of offering the undo again.
+    if (n > 0 && runId !== live) node.after(undone.has(runId) ? undoneNote(runId) : undoOffer(task.task_id, runId, n));
   }
   if (task.run_status === "error" && task.run_error) {
     box.append(notice("error", t("run.last_failed", { msg: task.run_error }), "run-error"));

@@ -59,3 +59,9 @@ export function undoOffer(taskId, runId, n) {
   box.append(el("div", { class: "row" }, el("span", {}, t("undo.changed", { n })), button), result);
   return box;
 }
+
+/** In place of the offer after a reload, for a run whose file changes were undone already. */
+export function undoneNote(runId) {
+  return el("div", { class: "notice hint undo-run", "data-testid": "undo-run-done", "data-run-id": runId },
+    t("undo.already"));
+}

@@ -188,6 +188,7 @@ export const en = {
   "undo.missing": "The versions from before the run are no longer kept for these files, so they cannot be restored:",
   "undo.busy": "The task is running, so its file changes cannot be undone now; wait for the run to end or cancel it first.",
   "undo.failed": "Undo failed: {msg}",
+  "undo.already": "This run's file changes were undone.",
   "preview.close": "Close",
   "preview.loading": "Loading…",
   "preview.converting": "Converting to PDF…",

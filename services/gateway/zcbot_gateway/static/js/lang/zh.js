@@ -188,6 +188,7 @@ export const zh = {
   "undo.missing": "下列文件运行前的版本已不再保留，无法还原：",
   "undo.busy": "这个任务正在运行，现在不能撤销文件改动；请等运行结束或先取消。",
   "undo.failed": "撤销失败：{msg}",
+  "undo.already": "本次运行的文件改动已撤销。",
   "preview.close": "关闭",
   "preview.loading": "加载中…",
   "preview.converting": "正在转换为 PDF…",
