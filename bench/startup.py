@@ -21,6 +21,11 @@ machine): launch -> ready p50 6.8 s; first message -> first event p50 35 ms (sec
 text 62 ms (second 39 ms); idle PSS 549 MiB in 19 processes (runner 96, gateway 79, channels 69,
 executor 68, scheduler 66, the fork server and `zcbot up` 116, PostgreSQL 35, NATS 21); after 200 runs
 11 client backends, 16 in all. Target 350 MiB still not met (docs/decisions.md says why).
+With the services hosted in `zcbot up`'s own process (the default since; `--separate` is the fork
+server above), recorded in bench/startup_result.json (10 fresh starts, `--runs 200 --per-service`,
+quiet machine): idle PSS 337 MiB in 13 processes (`zcbot up` with the five services 281, PostgreSQL
+35, NATS 21; target <= 350 met); launch -> ready p50 6.6 s; first message -> first event p50 36 ms
+(second 23 ms), -> first text 63 ms (second 37 ms); after 200 runs 12 client backends, 17 in all.
 """
 
 from __future__ import annotations

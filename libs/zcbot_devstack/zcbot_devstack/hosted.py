@@ -69,6 +69,15 @@ class _PrefixHandler(logging.Handler):
         self.emit_line(current_service.get() or SUPERVISOR, render_line(line))
 
 
+def _no_library_handlers() -> None:
+    """LiteLLM gives its loggers a stderr handler of its own: their records reach the root's handler
+    anyway (they propagate), so that one would print each line a second time, without a prefix."""
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        logger = logging.getLogger(name)
+        if logger.propagate:
+            logger.handlers[:] = []
+
+
 class HostedService:
     """One hosted service: the `subprocess.Popen` surface the supervisor uses."""
 
@@ -173,6 +182,7 @@ class ServicesHost:
             self.emit(name, f"zcbot {name}: {exc}")
             handle.finish(2)
             return handle
+        _no_library_handlers()
         loop = self._ensure_loop()
         assert self._handler is not None
         self._envs.append(env)

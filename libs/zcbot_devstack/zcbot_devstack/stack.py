@@ -24,10 +24,12 @@ One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`). This
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -367,7 +369,8 @@ class Stack:
             if svc.alive:
                 self.say(f"{svc.name} did not stop within {self.stop_timeout:g}s; killing it")
             self.launcher.signal(svc.proc, signal.SIGKILL)  # also whatever it left behind in its group
-            svc.proc.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a hosted task stuck in a blocking call
+                svc.proc.wait(10)
             for reader in svc.readers:
                 reader.join(timeout=2.0)
         self.launcher.close(keep=[server.pid for server in (self.pg, self.nats) if server is not None and server.pid])
