@@ -36,3 +36,26 @@ async def test_the_first_requests_build_no_route(settings: Settings, monkeypatch
     assert built == []  # nothing left for a request to build
     assert build_included_routes(app) == at_creation  # built once: a second walk builds nothing new...
     assert built == []  # ...and constructs nothing
+
+
+async def test_the_first_requests_read_no_endpoint_source(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FastAPI reads and tokenizes an endpoint's source on its first request (error-message context):
+    done at creation, so the first message's POST and event stream do not pay it."""
+    import inspect
+
+    app = create_app(settings)
+    read: list[str] = []
+    original = inspect.getsourcelines
+
+    def recording(obj: Any) -> Any:
+        read.append(getattr(obj, "__name__", "?"))
+        return original(obj)
+
+    monkeypatch.setattr(inspect, "getsourcelines", recording)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test") as client:
+        for method, path in (("POST", "/v1/tasks/t1/messages"), ("GET", "/v1/tasks/t1/events"), ("GET", "/v1/tasks"),
+                             ("POST", "/v1/auth/login")):
+            answer = await client.request(method, path, json={})
+            assert answer.status_code < 500 or answer.status_code == 503, (path, answer.status_code)
+    assert read == []

@@ -11,6 +11,7 @@ walks; on a FastAPI without lazy inclusion no node has it and nothing happens.
 
 from __future__ import annotations
 
+import fastapi.routing
 from fastapi import FastAPI
 
 
@@ -20,5 +21,18 @@ def build_included_routes(app: FastAPI) -> int:
     for route in app.router.routes:
         contexts = getattr(route, "effective_route_contexts", None)
         if callable(contexts):
-            built += sum(1 for _ in contexts())
+            for context in contexts():
+                built += 1
+                _endpoint_context(context)
     return built
+
+
+def _endpoint_context(route: object) -> None:
+    """FastAPI (0.16x) also reads each endpoint's source file and tokenizes its definition on the
+    endpoint's first request (`_extract_endpoint_context`, for error messages; cached by function):
+    3-4 ms per endpoint, paid by the first message's POST and event stream. Done here instead; an
+    internal of FastAPI, so absent it nothing happens."""
+    extract = getattr(fastapi.routing, "_extract_endpoint_context", None)
+    call = getattr(getattr(route, "dependant", None), "call", None)
+    if callable(extract) and call is not None:
+        extract(call)

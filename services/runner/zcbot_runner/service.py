@@ -43,6 +43,7 @@ class RunnerService:
         self.executor = RunExecutor(rt, self.settings, self.runner_id, client, schemas, extend)
         await _warm_llm_client(rt)
         await _warm_statements(rt)
+        await asyncio.to_thread(_warm_builtin_skills, rt)
         self._cancel_sub = await rt.nc.subscribe(rt.topo.cancel_wildcard(), cb=self._on_cancel)
         config: ConsumerConfig = runs_consumer_config(rt.topo, stream_limits(rt.settings))
         psub = await rt.js.pull_subscribe_bind(durable=config.durable_name, stream=rt.topo.runs_stream)
@@ -116,6 +117,17 @@ async def _warm_llm_client(rt: Runtime) -> None:
     except Exception:  # a misconfigured default profile is reported by the run that uses it
         return
     await warm_up(profile)
+
+
+def _warm_builtin_skills(rt: Runtime) -> None:
+    """Parse the built-in skills once now (skills.py caches them per change of their files): the first
+    run's prompt would otherwise read and parse them, ~13 ms before its first model call (issue 28)."""
+    from zcbot_core.skills import SkillPaths, registry_for_user
+
+    try:
+        registry_for_user(None, SkillPaths.from_settings(rt.settings))
+    except Exception:
+        log.debug("built-in skills warm-up failed", exc_info=True)
 
 
 async def _warm_statements(rt: Runtime) -> None:

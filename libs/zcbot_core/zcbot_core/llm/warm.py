@@ -8,14 +8,16 @@ logging callback manager), and LiteLLM loads its cost map. `warm_up` loads the c
 profile's model info (`client.register_model_info`), then makes one call through `litellm.acompletion`
 with LiteLLM's documented `mock_response`: the same entry point, parameters and stream wrapper as a
 real call, answered by LiteLLM itself — no HTTP request, so no model server and no API key are
-needed, and nothing is priced or recorded by us. What stays cold is the HTTP path of the real call
-(~10 ms: it needs a request).
+needed, and nothing is priced or recorded by us. The real call's HTTP path imports LiteLLM's service
+logger (~10 ms on the first message's first model call): imported here too. What stays cold is the
+rest of that path (it needs a request).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import logging
 
 import litellm
@@ -28,7 +30,13 @@ log = logging.getLogger(__name__)
 WARM_UP_TEXT = "warm up"
 
 
+# Imported by LiteLLM's HTTP handlers on their first request (not by the mocked call).
+FIRST_REQUEST_IMPORTS = ("litellm._service_logger",)
+
+
 def _load_tables(profile: Profile) -> None:
+    for name in FIRST_REQUEST_IMPORTS:
+        importlib.import_module(name)
     register_model_info(profile)
     litellm.cost_per_token(model=profile.model, prompt_tokens=1, completion_tokens=1)
 
