@@ -39,8 +39,9 @@ ALLOWED = {  # (file, the matching text) -> why it is not an operation on a user
     ("services/executor/zcbot_executor/sandbox/unsafe.py", "os.path.realpath"): "the interpreter's path",
     ("services/executor/zcbot_executor/egress/hub.py", "tempfile.mk"): "the egress sockets' own 0700 folder",
     ("services/executor/zcbot_executor/egress/hub.py", "shutil.rmtree"): "the egress sockets' own 0700 folder",
-    ("services/gateway/zcbot_gateway/previews.py", "shutil.copy"): "the converter's private folder -> the preview cache",
-    ("services/gateway/zcbot_gateway/previews.py", "os.replace("): "the gateway's own preview cache folder",
+    ("services/gateway/zcbot_gateway/preview_cache.py", "shutil.copy"): "the converter's private folder -> the preview cache",
+    ("services/gateway/zcbot_gateway/preview_cache.py", "os.replace("): "the gateway's own preview cache folder",
+    ("services/gateway/zcbot_gateway/routes/previews.py", "/proc/self/fd"): "the cached PDF's own fd (the gateway's cache)",
 }
 
 

@@ -101,6 +101,9 @@ class ExecutorSettings(Settings):
         "JSON-lines audit log of egress connections (default: $ZCBOT_HOME/executor/egress-audit.jsonl)"))
     zcbot_egress_pip_index_url: str | None = Field(default=None, alias="ZCBOT_EGRESS_PIP_INDEX_URL", description=(
         "PIP_INDEX_URL inside sandboxes (a mirror; its host must be on ZCBOT_EGRESS_ALLOW)"))
+    zcbot_user_egress_mb_per_day: int = Field(default=2048, ge=0, alias="ZCBOT_USER_EGRESS_MB_PER_DAY", description=(
+        "egress cap per user: MB both ways through the egress proxy in the last 24 hours, counted per executor "
+        "host in memory (N hosts: N× the cap); at the cap new connections get 403 and open ones are closed (0: no cap)"))
     zcbot_sandbox_user_venv: bool = Field(default=True, alias="ZCBOT_SANDBOX_USER_VENV", description=(
         "give each user a venv at <user_root>/.venv (created on first use, first on the sandbox PATH)"))
 
@@ -158,6 +161,7 @@ class ExecutorConfig:
     egress_allow: tuple[str, ...] = tuple(DEFAULT_EGRESS_ALLOW.split(","))
     egress_audit_log: Path | None = None  # None: state_dir / egress-audit.jsonl
     pip_index_url: str | None = None
+    user_egress_mb_per_day: int = 2048  # 0: no cap (egress/cap.py)
     user_venv: bool = True
     skill_paths: SkillPaths = field(default_factory=SkillPaths.defaults)  # the built-in skills' mounts
 
@@ -201,6 +205,7 @@ class ExecutorConfig:
             egress_allow=tuple(e.strip() for e in knobs.zcbot_egress_allow.split(",") if e.strip()),
             egress_audit_log=knobs.zcbot_egress_audit_log,
             pip_index_url=knobs.zcbot_egress_pip_index_url,
+            user_egress_mb_per_day=knobs.zcbot_user_egress_mb_per_day,
             user_venv=knobs.zcbot_sandbox_user_venv,
             skill_paths=SkillPaths.from_settings(knobs),
         )

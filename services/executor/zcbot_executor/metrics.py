@@ -14,3 +14,5 @@ SANDBOXES = Gauge("zcbot_executor_sandboxes", "Live sandboxes on this executor")
 # (a user label would make one time series per user).
 EGRESS_BYTES = Counter("zcbot_egress_bytes_total", "Bytes through the sandbox egress proxy", ["direction"])
 EGRESS_CONNECTIONS = Counter("zcbot_egress_connections_total", "Sandbox egress connections by outcome", ["outcome"])
+EGRESS_CAPPED = Counter("zcbot_egress_capped_total", "Sandbox egress connections stopped by the per-user byte cap "
+                        "(refused: a new one; cut: a running one closed)", ["action"])

@@ -32,6 +32,9 @@ class GatewaySettings(Settings):
     zcbot_soffice: str | None = Field(default=None, alias="ZCBOT_SOFFICE", description=(
         "LibreOffice `soffice` of the file previews (default: found on PATH; `zcbot up`'s check and the "
         "rendering package in a sandbox read it from their environment)"))
+    zcbot_preview_cache_mb: int = Field(default=512, ge=0, alias="ZCBOT_PREVIEW_CACHE_MB", description=(
+        "total size of the converted-PDF preview cache (the gateway's temp folder); least recently used "
+        "out first (0: nothing kept)"))
 
     @field_validator("zcbot_cors_origins")
     @classmethod

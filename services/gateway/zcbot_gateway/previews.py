@@ -6,7 +6,8 @@ open_download`), its bytes copied into a fresh private folder, and `soffice` run
 bubblewrap when it is available (no network: every namespace unshared; the system read-only; only
 that folder writable), with macros off (a profile whose registry sets the macro security to "very
 high" and disables macro execution), a wall-clock limit and file-size / CPU limits. Results are cached
-by the content's SHA-256 in a host folder of the gateway, so the same deck converts once.
+by the content's SHA-256 in a host folder of the gateway, so the same deck converts once; the cache is
+bounded, least recently used out first (`preview_cache.py`, ZCBOT_PREVIEW_CACHE_MB).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 from zcbot_core.errors import PreviewError, PreviewTooLarge, PreviewUnavailable, PreviewUnsupported
 
 from zcbot_gateway import lang as lang_mod
+from zcbot_gateway.preview_cache import PreviewCache
 
 OFFICE = {".pptx", ".ppt", ".docx", ".doc", ".xlsx", ".xls", ".odp", ".odt", ".ods"}
 INLINE = {".pdf": "application/pdf", ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
@@ -32,6 +35,7 @@ MAX_PDF_BYTES = 200 * 1024 * 1024
 TIMEOUT_SECONDS = 90.0
 CPU_SECONDS = 120
 CACHE_DIR = Path(tempfile.gettempdir()) / f"zcbot-previews-{os.getuid()}"
+CACHE_MB = 512  # the default of ZCBOT_PREVIEW_CACHE_MB
 # Macro security "very high" (only trusted locations, and there are none) and macros disabled.
 _REGISTRY = """<?xml version="1.0" encoding="UTF-8"?>
 <oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema">
@@ -47,6 +51,9 @@ TEXTS = {
                     "en": "This kind of file cannot be previewed (PDF, images and office files can)."},
     "too_large": {"zh": "文件太大，无法预览（上限 {mb} MB）。", "en": "The file is too large to preview (limit {mb} MB)."},
     "failed": {"zh": "转换为 PDF 失败：{why}", "en": "Converting to PDF failed: {why}"},
+    "cache_unsafe": {"zh": "预览缓存目录 {path} 不属于本服务或可被他人写入，已停用 Office 文件预览；请联系管理员。",
+                     "en": "The preview cache folder {path} is not the gateway's own or others can write it: "
+                           "office previews are off; ask the operator."},
 }
 
 
@@ -118,16 +125,20 @@ def _command(soffice: str, work: Path, source: str) -> list[str]:
     return [*prefix, *_soffice_args(soffice, "/work" if prefix else str(work), source)]
 
 
-def convert(data: bytes, ext: str, lang: str, soffice_setting: str | None = None) -> Path:
-    """The cached PDF of office bytes `data` (extension `ext`), converting it when not cached;
-    `soffice_setting`: the gateway's `ZCBOT_SOFFICE`."""
+def convert(data: bytes, ext: str, lang: str, soffice_setting: str | None = None,
+            cache: PreviewCache | None = None) -> BinaryIO:
+    """The PDF of office bytes `data` (extension `ext`), open for reading: from the cache, else
+    converted and stored there. `soffice_setting`: the gateway's `ZCBOT_SOFFICE`; `cache`: the
+    gateway's (default: CACHE_DIR bounded at CACHE_MB)."""
     soffice = find_soffice(soffice_setting)
     if soffice is None:
         raise PreviewUnavailable(say("unavailable", lang))
+    cache = cache or PreviewCache(CACHE_DIR, CACHE_MB * 2**20)
+    if not cache.ready():
+        raise PreviewUnavailable(say("cache_unsafe", lang, path=cache.folder))
     digest = hashlib.sha256(data).hexdigest()
-    CACHE_DIR.mkdir(mode=0o700, exist_ok=True)
-    cached = CACHE_DIR / f"{digest}.pdf"
-    if cached.is_file():
+    cached = cache.open(digest)
+    if cached is not None:
         return cached
     with tempfile.TemporaryDirectory(prefix="zcbot-preview-") as tmp:
         work = Path(tmp)
@@ -151,7 +162,4 @@ def convert(data: bytes, ext: str, lang: str, soffice_setting: str | None = None
             raise PreviewError(say("failed", lang, why=why))
         if produced.stat().st_size > MAX_PDF_BYTES:
             raise PreviewTooLarge(say("too_large", lang, mb=MAX_PDF_BYTES // 2**20))
-        part = CACHE_DIR / f"{digest}.{os.getpid()}.part"
-        shutil.copyfile(produced, part)  # the gateway's own cache folder, not a user tree
-        os.replace(part, cached)
-    return cached
+        return cache.store(digest, produced)

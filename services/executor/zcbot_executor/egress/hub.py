@@ -9,6 +9,11 @@ upstream connection; `plugin.EgressPlugin` applies the allowlist) and relays the
 sandbox, counting every byte both ways. When the connection ends it appends one JSON line to the
 audit log (user, host, port, method, allowed, reason, bytes) and adds the bytes to the user's meter.
 
+The per-user byte cap (`cap.ByteCap`, ZCBOT_USER_EGRESS_MB_PER_DAY) is counted live, chunk by chunk:
+the plugin refuses a new connection of a user at the cap (403), and the chunk that takes a user to
+the cap is the last one a running connection or tunnel relays — both ends are then closed (the
+overshoot is at most one chunk per open connection).
+
 Why in the executor's process rather than proxy.py's own multi-process server: identity comes
 from the listening socket, which needs no IPC here, and proxy.py's acceptor processes would fork
 the executor (its event loop, NATS connection). proxy.py's threads only ever talk to the hub's
@@ -26,12 +31,14 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zcbot_executor import metrics
 from zcbot_executor.egress.allowlist import Allowlist
+from zcbot_executor.egress.cap import ByteCap
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +54,7 @@ class Conn:
     target: tuple[str, int, str, bool, str] | None = None  # host, port, method, allowed, reason
     up: int = 0  # sandbox -> proxy
     down: int = 0  # proxy -> sandbox
+    cut: bool = False  # closed by the hub at the user's byte cap
 
     def set_target(self, host: str, port: int, method: str, allowed: bool, reason: str) -> None:
         self.target = (host, port, method, allowed, reason)
@@ -65,8 +73,9 @@ class Usage:
 
 
 class EgressHub:
-    def __init__(self, allow: tuple[str, ...], audit_log: Path, idle_timeout: int = 60) -> None:
+    def __init__(self, allow: tuple[str, ...], audit_log: Path, idle_timeout: int = 60, cap_bytes: int = 0) -> None:
         self.allowlist = Allowlist(allow)
+        self.cap = ByteCap(cap_bytes)
         self.audit_log = audit_log
         self.idle_timeout = idle_timeout
         self.usage: dict[str, Usage] = {}
@@ -89,7 +98,8 @@ class EgressHub:
         self._dir = Path(tempfile.mkdtemp(prefix="zcbot-egress-"))
         os.chmod(self._dir, 0o700)
         self.audit_log.parent.mkdir(parents=True, exist_ok=True)
-        log.info("egress proxy ready", extra={"allow": [e.pattern for e in self.allowlist.entries]})
+        log.info("egress proxy ready", extra={"allow": [e.pattern for e in self.allowlist.entries],
+                                              "user_cap_mb_per_day": self.cap.limit_mb or None})
 
     def conn_of(self, sock: Any) -> Conn | None:
         return self._conns.get(sock)
@@ -122,12 +132,25 @@ class EgressHub:
         theirs, ours = socket.socketpair()
         self._conns[theirs] = conn
         proxy_writer: asyncio.StreamWriter | None = None
+
+        def count(n: int) -> None:
+            # Only an allowed connection is cut: one the plugin has not decided yet is refused
+            # by it at the cap, and a refusal's 403 must reach the sandbox whole.
+            if self.cap.add(user_id, n) and not conn.cut and conn.target is not None and conn.target[3]:
+                conn.cut = True
+                metrics.EGRESS_CAPPED.labels("cut").inc()
+                log.warning("egress cap reached: connection closed", extra={"user_id": user_id,
+                                                                           "cap_mb": self.cap.limit_mb})
+                for w in (writer, proxy_writer):  # both pumps see the end at once
+                    if w is not None:
+                        w.transport.abort()
+
         try:
             start_threaded_work(self.flags, theirs, ("sandbox", 0))  # proxy.py's thread owns `theirs` now
             proxy_reader, proxy_writer = await asyncio.open_unix_connection(sock=ours)
-            up = asyncio.create_task(_pump(reader, proxy_writer, conn, "up"))
+            up = asyncio.create_task(_pump(reader, proxy_writer, conn, "up", count))
             try:
-                await _pump(proxy_reader, writer, conn, "down")
+                await _pump(proxy_reader, writer, conn, "down", count)
             finally:
                 if not up.done():  # the proxy closed: whatever the sandbox still sends goes nowhere
                     up.cancel()
@@ -155,7 +178,8 @@ class EgressHub:
         metrics.EGRESS_CONNECTIONS.labels("allowed" if allowed else "refused").inc()
         line = {"ts": round(conn.started, 3), "user": conn.user_id, "host": host, "port": port, "method": method,
                 "allowed": allowed, "reason": reason or None, "bytes_up": conn.up, "bytes_down": conn.down,
-                "bytes": conn.up + conn.down, "duration_ms": round((time.time() - conn.started) * 1000)}
+                "bytes": conn.up + conn.down, "duration_ms": round((time.time() - conn.started) * 1000),
+                "cut": conn.cut}
         try:
             with open(self.audit_log, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(line, ensure_ascii=False) + "\n")
@@ -174,7 +198,8 @@ class EgressHub:
             self._dir = None
 
 
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, conn: Conn, direction: str) -> None:
+async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, conn: Conn, direction: str,
+                count: Callable[[int], None]) -> None:
     try:
         while True:
             data = await src.read(CHUNK)
@@ -185,6 +210,7 @@ async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, conn: Conn
             else:
                 conn.down += len(data)
             dst.write(data)
+            count(len(data))  # may close both ends (the cap): drain then fails and the loop ends
             await dst.drain()
         if dst.can_write_eof():
             dst.write_eof()

@@ -14,6 +14,8 @@ from proxy.http.exception import HttpRequestRejected
 from proxy.http.parser import HttpParser
 from proxy.http.proxy import HttpProxyBasePlugin
 
+from zcbot_executor import metrics
+
 REFUSED_TEXT = ("zcbot egress proxy: refused: {reason}.\n"
                 "Sandboxes reach only the package registries on the allowlist (ZCBOT_EGRESS_ALLOW); "
                 "for web pages use the web_fetch / web_search tools.\n")
@@ -35,6 +37,10 @@ class EgressPlugin(HttpProxyBasePlugin):
         method = _text(request.method)
         if self.conn is None:  # not a connection the hub accepted: nobody to meter it to
             raise self._refuse(host, port, method, "unknown connection")
+        if self.hub.cap.over(self.conn.user_id):  # the user's bytes of the last 24 h on this host
+            metrics.EGRESS_CAPPED.labels("refused").inc()
+            raise self._refuse(host, port, method, f"user egress cap ({self.hub.cap.limit_mb} MB per 24 h) reached",
+                               body=self.hub.cap.refusal_text())
         if self.conn.target is not None and (host, port) != self.conn.target[:2]:
             # one target per connection: the audit line and the pinned address stay true
             raise self._refuse(host, port, method, "one target host per connection")
@@ -45,12 +51,12 @@ class EgressPlugin(HttpProxyBasePlugin):
         self.conn.set_target(host, port, method, True, "")
         return request
 
-    def _refuse(self, host: str, port: int, method: str, reason: str) -> HttpRequestRejected:
+    def _refuse(self, host: str, port: int, method: str, reason: str, body: str | None = None) -> HttpRequestRejected:
         if self.conn is not None:
             self.conn.set_target(host, port, method, False, reason)
-        body = REFUSED_TEXT.format(reason=reason).encode("utf-8")
+        text = REFUSED_TEXT.format(reason=reason) if body is None else body
         return HttpRequestRejected(status_code=403, reason=b"Forbidden",
-                                   headers={b"Content-Type": b"text/plain; charset=utf-8"}, body=body)
+                                   headers={b"Content-Type": b"text/plain; charset=utf-8"}, body=text.encode("utf-8"))
 
     def resolve_dns(self, host: str, port: int) -> tuple[str | None, Any]:
         """Connect to the address the allowlist checked, not to a second DNS answer."""

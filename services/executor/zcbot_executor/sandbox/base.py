@@ -97,7 +97,8 @@ class SandboxBackend(abc.ABC):
         if config.egress:
             from zcbot_executor.egress.hub import EgressHub
 
-            self.egress = EgressHub(config.egress_allow, config.audit_log_path)
+            self.egress = EgressHub(config.egress_allow, config.audit_log_path,
+                                    cap_bytes=config.user_egress_mb_per_day * 2**20)
             await self.egress.start()
 
     async def egress_socket(self, user_id: str) -> Path | None:

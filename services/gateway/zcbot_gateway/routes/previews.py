@@ -2,7 +2,8 @@
 
 PDFs and images (png, jpeg, gif, webp) are the file itself, inline, with their own safe content type
 (never guessed from the bytes: `nosniff`); office files (pptx, docx, xlsx and the older/ODF kinds)
-are a PDF converted on the host (zcbot_gateway/previews.py: sandboxed, cached by content hash).
+are a PDF converted on the host (zcbot_gateway/previews.py: sandboxed, cached by content hash in a
+cache bounded by ZCBOT_PREVIEW_CACHE_MB, zcbot_gateway/preview_cache.py).
 Refusals are problem answers: another type 415, over 50 MB 413, a missing file 404, LibreOffice not
 installed 503 (`preview_unavailable`), a failed or timed-out conversion 422 (`preview_failed`); the
 message is Chinese unless the request's Accept-Language starts with English.
@@ -17,6 +18,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, Response
+from starlette.background import BackgroundTask
 
 from zcbot_core import paths
 from zcbot_core.errors import PreviewTooLarge, PreviewUnsupported
@@ -25,6 +27,7 @@ from zcbot_gateway import previews
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 from zcbot_gateway.files_fs import open_download
 from zcbot_gateway.lang import LangDep
+from zcbot_gateway.preview_cache import PreviewCache
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 PREVIEW_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "private, max-age=300",
@@ -58,8 +61,11 @@ async def preview_file(user: CurrentUser, settings: SettingsDep,
     if kind == "inline":
         media = previews.INLINE[posixpath.splitext(name)[1].lower()]
         return Response(data, media_type=media, headers={**PREVIEW_HEADERS, "Content-Disposition": disposition})
+    cache = PreviewCache(previews.CACHE_DIR, settings.zcbot_preview_cache_mb * 2**20)
     pdf = await asyncio.to_thread(previews.convert, data, posixpath.splitext(name)[1].lower(), lang,
-                                  settings.zcbot_soffice)
+                                  settings.zcbot_soffice, cache)
     stem = posixpath.splitext(name)[0] + ".pdf"
-    return FileResponse(pdf, media_type="application/pdf",
+    # Served from the fd convert opened (/proc/self/fd/N is our own descriptor): an entry evicted
+    # meanwhile by another request is still sent whole.
+    return FileResponse(f"/proc/self/fd/{pdf.fileno()}", media_type="application/pdf", background=BackgroundTask(pdf.close),
                         headers={**PREVIEW_HEADERS, "Content-Disposition": f"inline; filename*=UTF-8''{quote(stem)}"})
