@@ -6,7 +6,8 @@ input, so a 5000-character field never comes back. `openapi_docs.py` documents t
 
 - `HTTPException` (FastAPI/Starlette): passed through as `{"detail": <detail>}` with its headers.
 - `RequestValidationError`: 422, `errors` = `{loc, msg, type}` per field (capped), `detail` the first
-  message; built defensively so undecodable input (e.g. non-UTF-8 bytes) can never become a 500.
+  message, the texts in the request's language (`validation_texts.py`); built defensively so
+  undecodable input (e.g. non-UTF-8 bytes) can never become a 500.
 - `zcbot_core.errors.ZcbotError` (the domain family, mapped here once; routes let it propagate):
   its `http_status`, `detail` = `exc.detail()`, `code` = `exc.code` and its `headers`. `PathRejected` is 400 (the
   caller's fault) or its own status (`zcbot_core.safe_fs` errors: 404 / 409 / 413).
@@ -34,6 +35,8 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from zcbot_core.errors import RETRY_AFTER, ZcbotError
+from zcbot_gateway import validation_texts
+from zcbot_gateway.lang import lang_of
 
 log = logging.getLogger(__name__)
 
@@ -134,16 +137,15 @@ def _loc_part(part: Any) -> str | int:
 
 
 async def validation_exception_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """Texts in the request's language (`validation_texts`); `loc` and `type` as pydantic said."""
+    lang = lang_of(request.headers.get("accept-language"))
     raw = exc.errors()
-    errors = [{"loc": [_loc_part(p) for p in list(err.get("loc", ()))[:MAX_LOC]],
-               "msg": _clip(str(_safe(err.get("msg", ""))), MAX_MSG),
-               "type": _clip(str(_safe(err.get("type", ""))), 100)}
-              for err in raw[:MAX_ERRORS]]
-    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
-    where = ".".join(p for p in first["loc"] if isinstance(p, str) and p not in ("body", "query", "path", "header"))
-    detail = f"{where}: {first['msg']}" if where else first["msg"]
-    if len(raw) > 1:
-        detail += f" (+{len(raw) - 1} more)"
+    errors = []
+    for err in raw[:MAX_ERRORS]:
+        loc = [_loc_part(p) for p in list(err.get("loc", ()))[:MAX_LOC]]
+        errors.append({"loc": loc, "msg": _clip(str(_safe(validation_texts.message(err, loc, lang))), MAX_MSG),
+                       "type": _clip(str(_safe(err.get("type", ""))), 100)})
+    detail = validation_texts.summary(errors[0] if errors else None, len(raw), lang)
     return problem(422, detail, code="validation_error", errors=errors)
 
 

@@ -58,9 +58,12 @@ def PagingDep(default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) ->
     return Annotated[Paging, Depends(paging(default, maximum))]
 
 
-def invalid_query(name: str, detail: str) -> RequestValidationError:
-    """An unknown or out-of-range query value: the same 422 as any other validation failure."""
-    return RequestValidationError([{"loc": ("query", name), "msg": detail, "type": "value_error"}])
+def invalid_query(name: str, *, zh: str, en: str) -> RequestValidationError:
+    """An unknown or out-of-range query value: the same 422 as any other validation failure. It
+    says itself in both languages (`ctx["msg_zh"]`, read by `validation_texts.message`): no table
+    can translate a sentence a route wrote."""
+    return RequestValidationError([{"loc": ("query", name), "msg": en, "type": "value_error",
+                                    "ctx": {"msg_zh": zh}}])
 
 
 def one_of(name: str, value: str | None, allowed: Sequence[str]) -> list[str]:
@@ -70,7 +73,8 @@ def one_of(name: str, value: str | None, allowed: Sequence[str]) -> list[str]:
     items = [v.strip() for v in value.split(",") if v.strip()]
     unknown = [v for v in items if v not in allowed]
     if unknown or not items:
-        raise invalid_query(name, f"must be a comma-separated list of {', '.join(allowed)}")
+        raise invalid_query(name, zh=f"须为以下值（可用逗号分隔多个）：{'、'.join(allowed)}",
+                            en=f"must be a comma-separated list of {', '.join(allowed)}")
     return items
 
 

@@ -21,8 +21,9 @@ from zcbot_gateway.errors import MAX_DETAIL, MAX_ERRORS, PROBLEM_JSON
 
 class FieldError(BaseModel):
     loc: list[str | int]
-    msg: str = Field(max_length=200)
-    type: str
+    msg: str = Field(max_length=200, description="in the request's language: Chinese unless Accept-Language "
+                                                 "starts with en")
+    type: str = Field(description="pydantic's error type, e.g. string_too_long (the same in every language)")
 
 
 class Problem(BaseModel):

@@ -75,7 +75,7 @@ def _usage_json(row: Any) -> dict[str, Any]:
 
 def _since(range_: str) -> datetime | None:
     if range_ not in RANGES:
-        raise invalid_query("range", f"must be one of {', '.join(RANGES)}")
+        raise invalid_query("range", zh=f"须为以下之一：{'、'.join(RANGES)}", en=f"must be one of {', '.join(RANGES)}")
     days = RANGES[range_]
     return None if days is None else datetime.now(UTC) - timedelta(days=days)
 
@@ -138,7 +138,7 @@ async def _usage_table(session: AsyncSession, key: Any, range_: str, sort: str,
     """(the number of rows, rows of `key` + usage columns of one page)."""
     since = _since(range_)
     if sort not in SORTS:
-        raise invalid_query("sort", f"must be one of {', '.join(SORTS)}")
+        raise invalid_query("sort", zh=f"须为以下之一：{'、'.join(SORTS)}", en=f"must be one of {', '.join(SORTS)}")
     stmt = select(key.label("key"), *_usage_columns()).group_by(key)
     if since is not None:
         stmt = stmt.where(UsageEvent.created_at >= since)

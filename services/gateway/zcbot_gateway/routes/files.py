@@ -196,15 +196,18 @@ def _upload_dir(form: Any, query_path: str, query: Any) -> str:
     an unknown field, two different paths or a file part as `path` are 422)."""
     unknown = sorted({key for key in form.keys() if key not in UPLOAD_FIELDS})
     if unknown:
-        raise invalid_query("body", f"unknown form field(s) {', '.join(unknown)[:200]}; send 'file' and optionally 'path'")
+        raise invalid_query("body", zh=f"未知的表单字段 {', '.join(unknown)[:200]}；请发送 file，可另加 path",
+                            en=f"unknown form field(s) {', '.join(unknown)[:200]}; send 'file' and optionally 'path'")
     fields = form.getlist("path")
     if len(fields) > 1 or (fields and not isinstance(fields[0], str)):
-        raise invalid_query("path", "give the form field 'path' once, as text")
+        raise invalid_query("path", zh="表单字段 path 只能给一次，且须为文本",
+                            en="give the form field 'path' once, as text")
     raw = fields[0] if fields else query_path
     if fields and "path" in query and query_path != fields[0]:
-        raise invalid_query("path", "the form field and the query parameter name different folders")
+        raise invalid_query("path", zh="表单字段 path 与查询参数 path 指向不同的文件夹",
+                            en="the form field and the query parameter name different folders")
     if len(raw) > MAX_PATH:
-        raise invalid_query("path", f"at most {MAX_PATH} characters")
+        raise invalid_query("path", zh=f"至多 {MAX_PATH} 个字符", en=f"at most {MAX_PATH} characters")
     rel_dir = clean_rel(raw)
     return normalize_working_dir(rel_dir) if rel_dir else rel_dir  # every folder it may create: a valid name
 

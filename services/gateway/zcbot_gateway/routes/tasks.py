@@ -81,9 +81,11 @@ def parse_ordering(ordering: str | None) -> list[Any]:
         field = item[1:] if desc else item
         column = ORDERING_FIELDS.get(field)
         if column is None:
-            raise invalid_query("ordering",
-                f"field {item!r} is not allowed; use one of {', '.join(ORDERING_FIELDS)} "
-                "(prefix '-' for descending, comma-separated)"
+            raise invalid_query(
+                "ordering",
+                zh=f"不能按 {item!r} 排序；可用：{'、'.join(ORDERING_FIELDS)}（前加 '-' 为降序，逗号分隔多个）",
+                en=f"field {item!r} is not allowed; use one of {', '.join(ORDERING_FIELDS)} "
+                   "(prefix '-' for descending, comma-separated)",
             )
         if field in seen:
             continue
