@@ -173,7 +173,7 @@ async def _delete_bus_objects(nats_url: str, topo: Topology) -> None:
                 await js.delete_stream(stream)
             except NotFoundError:
                 pass
-        for bucket in (topo.cancel_bucket, topo.sandbox_leases_bucket, topo.leases_bucket):
+        for bucket in topo.kv_buckets:
             try:
                 await js.delete_key_value(bucket)
             except NotFoundError:

@@ -32,6 +32,7 @@ def test_names_come_from_the_prefix() -> None:
     assert topo.exec_call_subject("host-1") == "zcbot.exec.host-1.call"
     assert (topo.runs_stream, topo.events_stream) == ("ZCBOT_RUNS", "ZCBOT_EVENTS")
     assert topo.cancel_bucket == "zcbot_cancel" and topo.sandbox_leases_bucket == "zcbot_sandbox_leases"
+    assert topo.ended_runs_bucket == "zcbot_ended_runs" and topo.ended_runs_bucket in topo.kv_buckets
     assert Topology("t1").runs_stream == "T1_RUNS"
 
 

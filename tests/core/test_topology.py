@@ -10,6 +10,7 @@ import pytest
 from nats.js.api import DiscardPolicy, RetentionPolicy, StreamConfig
 
 from zcbot_core.bus import Topology
+from zcbot_core.bus.grants import GRANT_TTL_SECONDS
 from zcbot_core.bus.servers import server_list
 from zcbot_core.bus.topology import StreamLimits, _replicas, connect, ensure_topology
 from zcbot_core.config import ConfigError, Settings, load_settings
@@ -74,8 +75,14 @@ async def test_every_stream_bucket_and_consumer_gets_the_count_and_limits(nats_s
         assert str(getattr(runs.discard, "value", runs.discard)) == "new"  # a full queue refuses a new request, never drops a queued one
         for config in (events, runs, chin):
             assert config.num_replicas == 1
-        for bucket in (topo.cancel_bucket, topo.sandbox_leases_bucket, topo.leases_bucket):
+        assert len(topo.kv_buckets) == 4
+        for bucket in topo.kv_buckets:
             assert (await js.stream_info(f"KV_{bucket}")).config.num_replicas == 1
+            await js.key_value(bucket)  # a KV bucket, as the services open it
+        # The ended runs (bus/ended_runs.py): kept past every grant, and no client can remove a mark early.
+        ended = (await js.stream_info(f"KV_{topo.ended_runs_bucket}")).config
+        assert ended.max_age >= GRANT_TTL_SECONDS and ended.max_msgs_per_subject == 1
+        assert ended.deny_delete and ended.deny_purge and not ended.allow_rollup_hdrs
         consumer = await js.consumer_info(topo.runs_stream, topo.runners_consumer)
         assert consumer.config.num_replicas in (0, 1)
         with pytest.raises(Exception):  # a single server cannot hold 3 replicas: said at start-up, not ignored

@@ -130,6 +130,24 @@ async def test_background_stop_publishers(auth_nats: AuthNats, service: str, all
         await nc.close()
 
 
+# Who may mark runs ended (bus/ended_runs.py): the services whose transitions end runs; not the executor,
+# which only reads the marks.
+ENDED_WRITERS = {"gateway": True, "scheduler": True, "runner": True, "channels": True, "executor": False}
+
+
+@pytest.mark.parametrize(("service", "allowed"), sorted(ENDED_WRITERS.items()))
+async def test_ended_run_mark_writers(auth_nats: AuthNats, service: str, allowed: bool) -> None:
+    nc = await auth_nats.client(service)
+    try:
+        bucket = auth_nats.topo.ended_runs_bucket
+        denied = await _violation(nc, f"$KV.{bucket}.some-run", publish=True)
+        assert denied is not allowed, f"{service}: mark a run ended {'refused' if denied else 'allowed'}"
+        # Nobody may delete a mark through the API (the bucket's stream refuses it as well).
+        assert await _violation(nc, f"$JS.API.STREAM.MSG.DELETE.KV_{bucket}", publish=True), service
+    finally:
+        await nc.close()
+
+
 async def test_runner_cannot_serve_the_executor_subjects(auth_nats: AuthNats) -> None:
     nc = await auth_nats.client("runner")
     try:
@@ -190,10 +208,17 @@ async def test_the_services_run_a_tool_call_with_their_own_identities(
                                                       run_id=rid, tool="shell", args={"command": "echo pwned"},
                                                       cwd=cwd, timeout=5, grant=grant))
             assert not reply.ok and "refused" in (reply.error or "") and "pwned" not in reply.output, (case, reply)
-        # The same call with the run's own grant is served (the refusals above are the grant's doing).
+        # The run's own grant, still valid for 48 h, once the run has ended: refused (bus/ended_runs.py).
+        for tool, args in (("shell", {"command": "echo pwned"}), ("read", {"path": "."})):
+            reply = await client.call(ToolCallRequest(call_id=secrets.token_hex(4), user_id="alice", task_id=task_id,
+                                                      run_id=run_id, tool=tool, args=args, cwd=cwd, timeout=5,
+                                                      grant=alice_grant))
+            assert not reply.ok and "the run has ended" in (reply.error or ""), (tool, reply)
+        # A grant of a run that has not ended is served (the refusals above are the grant's doing).
+        live = "live-run"
         reply = await client.call(ToolCallRequest(call_id=secrets.token_hex(4), user_id="alice", task_id=task_id,
-                                                  run_id=run_id, tool="shell", args={"command": "echo granted"},
-                                                  cwd=cwd, timeout=5, grant=alice_grant))
+                                                  run_id=live, tool="shell", args={"command": "echo granted"},
+                                                  cwd=cwd, timeout=5, grant=grants.issue(key, live, "alice", task_id)))
         assert reply.ok and "granted" in reply.output, reply
     finally:
         await nc.close()

@@ -44,6 +44,7 @@ from zcbot_core.bus import (
 )
 from zcbot_core.bus.micro import ConcurrentEndpoints
 from zcbot_core.bus import grants
+from zcbot_core.bus.ended_runs import EndedRuns
 from zcbot_core.config import Settings
 from zcbot_core.quota import MB
 from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
@@ -94,6 +95,8 @@ class ExecutorService:
         self.rt = rt
         self.nc, self.topo = rt.nc, rt.topo
         self.config.storage_root.mkdir(parents=True, exist_ok=True)
+        self.ended_runs = EndedRuns(rt.nc, rt.js, rt.topo)  # a grant is good only while its run has not ended
+        await self.ended_runs.start()
         await self.backend.start()
         self.pool = SandboxPool(self.backend, self.config.idle_seconds, on_close=self._sandbox_closed,
                                 on_change=metrics.SANDBOXES.set)
@@ -147,6 +150,7 @@ class ExecutorService:
         for task in self._background:
             task.cancel()
         await self.procs.watch.stop()  # the records stay: the next start enforces them again
+        await self.ended_runs.stop()
         for sub in (self.control, self.bg_stop, self.procs_sub):
             try:
                 await sub.unsubscribe()
@@ -182,7 +186,8 @@ class ExecutorService:
             reply = self._error(req.call_id, "executor is shutting down; retry the call")
             await self._respond(request, reply)
             return reply.error
-        refused = grants.refusal(self.grant_key, req.grant, req.run_id, req.user_id, req.task_id)
+        refused = grants.refusal(self.grant_key, req.grant, req.run_id, req.user_id, req.task_id) or \
+            await self.ended_runs.refusal(req.run_id)  # every call of a run, background launches and checks too
         if refused is not None:  # a bare user id (or another user's run) is no authority to run a tool
             metrics.TOOL_CALLS.labels(tool="?", outcome="rejected").inc()
             log.warning("tool call refused", extra={"call_id": req.call_id, "user_id": req.user_id,

@@ -135,8 +135,8 @@ class Reaper:
                 mine = self.runner_id is not None and row.run_owner == self.runner_id
                 if not mine or self.executing is None or self.executing(row.task_id, row.run_id):
                     continue
-            if await reap(self.rt.sessions, task_id=row.task_id, run_id=row.run_id, seen_status=row.run_status,
-                          error=LOST_MESSAGE):
+            if await reap(self.rt.sessions, self.rt.js, self.rt.topo, task_id=row.task_id, run_id=row.run_id,
+                          seen_status=row.run_status, error=LOST_MESSAGE):
                 reaped += 1
                 subject = self.rt.topo.event_subject(row.task_id)
                 await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=row.run_id, msg=LOST_MESSAGE, code="lost")))

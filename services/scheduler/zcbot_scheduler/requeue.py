@@ -99,8 +99,8 @@ class QueuedRunSweeper:
         return done
 
     async def _give_up(self, task_id: str, run_id: str) -> None:
-        if not await reap(self.rt.sessions, task_id=task_id, run_id=run_id, seen_status=RunStatus.QUEUED.value,
-                          error=GIVEN_UP):
+        if not await reap(self.rt.sessions, self.rt.js, self.rt.topo, task_id=task_id, run_id=run_id,
+                          seen_status=RunStatus.QUEUED.value, error=GIVEN_UP):
             return
         subject = self.rt.topo.event_subject(task_id)
         await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=run_id, msg=GIVEN_UP, code="lost")))

@@ -43,17 +43,19 @@ class Permissions:
 
 
 def _streams(topo: Topology) -> list[str]:
-    buckets = (topo.cancel_bucket, topo.sandbox_leases_bucket, topo.leases_bucket)
     return [topo.runs_stream, topo.events_stream, topo.channel_inbound_stream, topo.file_changes_stream,
-            *(f"KV_{b}" for b in buckets)]
+            *(f"KV_{b}" for b in topo.kv_buckets)]
 
 
 def _jetstream(topo: Topology) -> list[str]:
     """The JetStream API on this prefix's streams: every service declares the topology at start."""
     out = ["$JS.API.INFO"]
     for s in _streams(topo):
+        # No identity may delete a message of the ended-runs bucket: that would make an ended run's
+        # grant good again (a KV delete or purge leaves a marker, which still counts as ended).
+        delete = [] if s == f"KV_{topo.ended_runs_bucket}" else [f"$JS.API.STREAM.MSG.DELETE.{s}"]
         out += [f"$JS.API.STREAM.INFO.{s}", f"$JS.API.STREAM.CREATE.{s}", f"$JS.API.STREAM.UPDATE.{s}",
-                f"$JS.API.STREAM.MSG.GET.{s}", f"$JS.API.STREAM.MSG.DELETE.{s}",
+                f"$JS.API.STREAM.MSG.GET.{s}", *delete,
                 f"$JS.API.DIRECT.GET.{s}", f"$JS.API.DIRECT.GET.{s}.>",
                 f"$JS.API.CONSUMER.*.{s}", f"$JS.API.CONSUMER.*.{s}.>", f"$JS.API.CONSUMER.*.*.{s}.>",
                 f"$JS.ACK.{s}.>"]
@@ -69,7 +71,9 @@ def service_permissions(service: str, topo: Topology) -> Permissions:
     own_inbox = f"{inbox_prefix(service)}.>"
     js = _jetstream(topo)
     leases = _kv(topo.leases_bucket)
-    submit = [f"{p}.runs.*", f"{p}.cancel.*", _kv(topo.cancel_bucket)]  # runstate.submit / transitions.cancel
+    # runstate.submit / transitions.cancel; and the ended-runs marks of the transitions that end runs
+    # (end, reap, a waiting run's cancel). The executor only reads them.
+    submit = [f"{p}.runs.*", f"{p}.cancel.*", _kv(topo.cancel_bucket), _kv(topo.ended_runs_bucket)]
     if service == "gateway":
         return Permissions(publish=(*js, *submit, f"{p}.chin.*", f"{p}.push.*", f"{p}.exec.bgstop",
                                     f"{p}.exec.procs"),  # the web's process cards (ProcsRequest)

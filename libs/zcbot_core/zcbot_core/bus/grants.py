@@ -9,8 +9,9 @@ starts chained runs with the grant made when their message was accepted), so run
 alone cannot act for a user who has no run.
 
 HMAC-SHA256, no round trip: the check costs microseconds per call (a KV lookup would cost a
-NATS round trip per call). "Active" is bounded by the expiry: a run's message is accepted, waits,
-and runs within `GRANT_TTL_SECONDS` (docs/decisions.md).
+NATS round trip per call). The expiry bounds a grant's life: a run's message is accepted, waits,
+and runs within `GRANT_TTL_SECONDS` (docs/decisions.md); the end of its run ends it sooner
+(`bus/ended_runs.py`: the executor refuses a grant of an ended run).
 """
 
 from __future__ import annotations

@@ -76,6 +76,16 @@ class Topology:
         return f"{self.prefix}_leases".replace("-", "_")
 
     @property
+    def ended_runs_bucket(self) -> str:
+        """Run ids whose run ended (`bus/ended_runs.py`): their grants authorise no more tool calls."""
+        return f"{self.prefix}_ended_runs".replace("-", "_")
+
+    @property
+    def kv_buckets(self) -> tuple[str, ...]:
+        """Every KV bucket of the prefix (declared by `ensure_topology`, allowed by `bus/access.py`)."""
+        return (self.cancel_bucket, self.sandbox_leases_bucket, self.leases_bucket, self.ended_runs_bucket)
+
+    @property
     def executor_service_name(self) -> str:
         return f"{self.prefix}-executor"
 

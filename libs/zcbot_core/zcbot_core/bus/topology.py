@@ -22,6 +22,7 @@ from nats.errors import NoRespondersError, TimeoutError as NatsTimeoutError
 from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
 
+from zcbot_core.bus.grants import GRANT_TTL_SECONDS
 from zcbot_core.bus.retry import retry_until
 from zcbot_core.bus.servers import server_list
 from zcbot_core.bus.subjects import Topology
@@ -32,6 +33,8 @@ CANCEL_TTL_SECONDS = 3600.0
 SANDBOX_LEASE_TTL_SECONDS = 30.0
 LEADER_LEASE_TTL_SECONDS = 20.0
 CHANNEL_ACK_WAIT_SECONDS = 30.0
+# An ended run's mark outlives every grant of that run (a grant is made before its run ends).
+ENDED_RUNS_TTL_SECONDS = GRANT_TTL_SECONDS + 3600.0
 
 
 @dataclass(frozen=True)
@@ -185,13 +188,21 @@ async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerCo
         log.info("consumer %s exists (%s); keeping it", config.durable_name, exc.description)
 
 
-async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float, replicas: int) -> None:
+async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float, replicas: int, *, append_only: bool = False) -> None:
+    """`append_only`: a bucket whose entries no client may remove before their TTL (the ended runs): its
+    stream refuses message deletes, purges and rollup headers (a `Nats-Rollup: all` put would wipe it)."""
     stream = f"KV_{bucket}"
     try:
         info = await js.stream_info(stream)
     except NotFoundError:
-        await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl, history=1, storage=StorageType.FILE,
-                                                 replicas=replicas))
+        if append_only:  # a KV bucket's stream (what `key_value` reads), without the removal paths
+            await js.add_stream(StreamConfig(
+                name=stream, subjects=[f"$KV.{bucket}.>"], max_msgs_per_subject=1, max_age=ttl,
+                storage=StorageType.FILE, num_replicas=replicas, discard=DiscardPolicy.NEW,
+                deny_delete=True, deny_purge=True, allow_rollup_hdrs=False))
+        else:
+            await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl, history=1, storage=StorageType.FILE,
+                                                     replicas=replicas))
         return
     count = _replicas("KV bucket", bucket, info.config.num_replicas, replicas)
     if count != int(info.config.num_replicas or 1):  # only the count changes: the bucket keeps its settings
@@ -254,3 +265,4 @@ async def _declare(js: JetStreamContext, topo: Topology, limits: StreamLimits) -
     await _ensure_kv(js, topo.cancel_bucket, CANCEL_TTL_SECONDS, limits.replicas)
     await _ensure_kv(js, topo.sandbox_leases_bucket, SANDBOX_LEASE_TTL_SECONDS, limits.replicas)
     await _ensure_kv(js, topo.leases_bucket, LEADER_LEASE_TTL_SECONDS, limits.replicas)
+    await _ensure_kv(js, topo.ended_runs_bucket, ENDED_RUNS_TTL_SECONDS, limits.replicas, append_only=True)

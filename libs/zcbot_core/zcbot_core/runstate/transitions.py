@@ -10,6 +10,10 @@ scheduler, channels) and the runner (which keeps only the orchestration around t
   message waits; fallback: `finish_run`'s transaction, which also starts the next waiting message).
 - reap: `reap` (a lost run to `error`, fenced on the status the reaper saw).
 
+Every transition that ends a run (end, reap, a waiting run's cancel) then marks it ended on the bus
+(`bus.ended_runs.mark_ended`): executors refuse its grant from then on. A run taken over by another
+runner is not ended (the old owner's end is fenced), so its grant keeps working.
+
 tasks.run_status (`status.RunStatus`): idle -> queued -> running -> idle | error, with `cancelling` in
 between when a cancel is requested. A task has at most one active run (`status.ACTIVE`); the task row
 is locked with SELECT ... FOR UPDATE so concurrent posts cannot both start one, and the user row
@@ -33,6 +37,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
+from zcbot_core.bus.ended_runs import mark_ended
 from zcbot_core.bus.events import Done
 from zcbot_core.bus.retry import retry_until
 from zcbot_core.bus.topology import kv_bucket
@@ -234,6 +239,7 @@ async def request_cancel(
         else:
             await session.execute(sql.MARK_CANCELLING, {"cancel_task": task_id})
     if task.run_status == RunStatus.WAITING:
+        await mark_ended(js, topo, run_id, RunOutcome.CANCELLED.value)
         await js.publish(topo.event_subject(task_id), encode(Done(run_id=run_id, status=RunOutcome.CANCELLED.value)))
         return run_id, True
     await signal_cancel(nc, js, topo, task_id, run_id, reason)
@@ -328,12 +334,17 @@ async def end_run(
        (`next_request`, to publish), or finds another execution holds the run (`superseded`).
     """
     if last_step_and_end is not None and await last_step_and_end():
-        return FinishOutcome()
-    ending = dict(task_id=task_id, run_id=run_id, status=status, error=error, timings=timings, owner=owner)
-    if await end_run_if_nothing_waits(autocommit, **ending):
-        return FinishOutcome()
-    async with sessions() as session, session.begin():
-        return await finish_run(session, js, topo, **ending)
+        outcome = FinishOutcome()
+    else:
+        ending = dict(task_id=task_id, run_id=run_id, status=status, error=error, timings=timings, owner=owner)
+        if await end_run_if_nothing_waits(autocommit, **ending):
+            outcome = FinishOutcome()
+        else:
+            async with sessions() as session, session.begin():
+                outcome = await finish_run(session, js, topo, **ending)
+    if outcome.finished:  # not when superseded: the run goes on elsewhere with the same grant
+        await mark_ended(js, topo, run_id, status)
+    return outcome
 
 
 async def promote_waiting(autocommit: AsyncEngine, js: JetStreamContext, topo: Topology, user_id: str,
@@ -352,11 +363,15 @@ async def promote_waiting(autocommit: AsyncEngine, js: JetStreamContext, topo: T
     return [row[1] for row in rows]
 
 
-async def reap(sessions: async_sessionmaker[AsyncSession], *, task_id: str, run_id: str, seen_status: str,
-               error: str) -> bool:
-    """A lost run to `error` (its owner is gone and JetStream will not redeliver it): True when reaped;
-    False when the run moved on since the reaper saw it in `seen_status`."""
+async def reap(sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, *, task_id: str,
+               run_id: str, seen_status: str, error: str) -> bool:
+    """A lost run to `error` (its owner is gone and JetStream will not redeliver it): True when reaped
+    (and marked ended: an owner still alive after all gets its calls refused); False when the run
+    moved on since the reaper saw it in `seen_status`."""
     async with sessions() as session, session.begin():
         result = await session.execute(sql.REAP, {"reap_task": task_id, "reap_run": run_id,
                                                   "reap_status": seen_status, "reap_error": error})
-    return bool(result.rowcount)
+    if not result.rowcount:
+        return False
+    await mark_ended(js, topo, run_id, RunOutcome.ERROR.value)
+    return True
