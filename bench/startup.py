@@ -23,9 +23,11 @@ executor 68, scheduler 66, the fork server and `zcbot up` 116, PostgreSQL 35, NA
 11 client backends, 16 in all. Target 350 MiB still not met (docs/decisions.md says why).
 With the services hosted in `zcbot up`'s own process (the default since; `--separate` is the fork
 server above), recorded in bench/startup_result.json (10 fresh starts, `--runs 200 --per-service`,
-quiet machine): idle PSS 337 MiB in 13 processes (`zcbot up` with the five services 281, PostgreSQL
-35, NATS 21; target <= 350 met); launch -> ready p50 6.6 s; first message -> first event p50 36 ms
-(second 23 ms), -> first text 63 ms (second 37 ms); after 200 runs 12 client backends, 17 in all.
+quiet machine): idle PSS 339 MiB in 14 processes (`zcbot up` with the five services 282, PostgreSQL
+36, NATS 21; target <= 350 met); launch -> ready p50 6.5 s; first message -> first event p50 28 ms
+(second 22 ms), -> first text 44 ms (second 34 ms), with the first-request warm-ups (FastAPI's
+endpoint context, the built-in skills, LiteLLM's service logger); after 200 runs 12 client
+backends, 17 in all (before those warm-ups, same machine: 36 / 23 ms and 63 / 37 ms).
 """
 
 from __future__ import annotations
