@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -19,7 +19,7 @@ _STD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"m
 current_service: ContextVar[str | None] = ContextVar("zcbot_service", default=None)
 
 
-def secret_values(*environs: dict[str, str]) -> list[str]:
+def secret_values(*environs: Mapping[str, str]) -> list[str]:
     """Values of secret-looking variables of the process's environment and of `environs` (the
     hosted services' own): they must never appear in a log line. Longest first."""
     # raw: every secret-looking variable, also those no settings class declares (a provider's key)
@@ -31,10 +31,10 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, service: str, secrets: Iterable[str] | None = None) -> None:
         super().__init__()
         self.service = service
-        self._secrets = list(secrets) if secrets is not None else secret_values()
+        self.secrets = list(secrets) if secrets is not None else secret_values()  # longest first
 
     def redact(self, text: str) -> str:
-        for value in self._secrets:
+        for value in self.secrets:
             if value in text:
                 text = text.replace(value, "[redacted]")
         return text

@@ -25,7 +25,7 @@ from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import StreamLimits, connect, ensure_topology
 from zcbot_core.config import ConfigError, Settings
 from zcbot_core.db.engine import make_engine, make_sessionmaker
-from zcbot_core.logs import current_service, setup_logging
+from zcbot_core.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +190,6 @@ async def run_service(
     signals and the logging; the service stops when `stop` is set."""
     if stop is None:
         setup_logging(name, settings.zcbot_log_level)
-    else:
-        current_service.set(name)
     if needs_secrets:
         settings.require_secrets()
     from zcbot_core.llm.profiles import check_profiles

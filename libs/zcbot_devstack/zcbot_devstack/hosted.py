@@ -55,15 +55,15 @@ class _PrefixHandler(logging.Handler):
     def __init__(self, emit: Emit) -> None:
         super().__init__()
         self.emit_line = emit
-        self.formatter_ = JsonFormatter(SUPERVISOR, secrets=[])
-        self.setFormatter(self.formatter_)
+        self.json = JsonFormatter(SUPERVISOR, secrets=[])
+        self.setFormatter(self.json)
 
     def emit(self, record: logging.LogRecord) -> None:
         from zcbot_devstack.output import render_line
 
         try:
             line = self.format(record)
-        except Exception:
+        except Exception:  # as logging.Handler.emit: a bad record must not kill its caller
             self.handleError(record)
             return
         self.emit_line(current_service.get() or SUPERVISOR, render_line(line))
@@ -132,7 +132,7 @@ class ServicesHost:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._handler: _PrefixHandler | None = None
-        self._envs: list[dict[str, str]] = []
+        self._envs: dict[str, dict[str, str]] = {}  # each service's, as last started (for redaction)
         self._lock = threading.Lock()
 
     def preload(self, names: Iterable[str]) -> threading.Thread:
@@ -185,8 +185,8 @@ class ServicesHost:
         _no_library_handlers()
         loop = self._ensure_loop()
         assert self._handler is not None
-        self._envs.append(env)
-        self._handler.formatter_._secrets = secret_values(*self._envs)  # its secrets are redacted too
+        self._envs[name] = env
+        self._handler.json.secrets = secret_values(*self._envs.values())  # its secrets are redacted too
         started = threading.Event()
 
         def schedule() -> None:
@@ -210,9 +210,8 @@ class ServicesHost:
             self.emit(handle.name, f"zcbot {handle.name}: {exc}")
             code = 2
         except SystemExit as exc:  # uvicorn exits on a port it cannot bind: this service's end only
-            code = exc.code if isinstance(exc.code, int) else 1
-            code = code or 1
-        except BaseException:
+            code = exc.code if isinstance(exc.code, int) and exc.code else 1
+        except BaseException:  # any failure ends this service (and it is restarted), never the others
             log.exception("%s failed", handle.name)
             code = 1
         finally:

@@ -192,7 +192,7 @@ class Stack:
     # ---- main ----------------------------------------------------------------------------------
     def run(self) -> int:
         self.home.mkdir(parents=True, exist_ok=True)
-        lock = open(self.home / LOCK_FILE, "w")
+        lock = open(self.home / LOCK_FILE, "w")  # noqa: SIM115 - held for the stack's lifetime
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

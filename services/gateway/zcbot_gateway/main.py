@@ -14,9 +14,10 @@ import socket
 
 import uvicorn
 from fastapi import FastAPI
+
 from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.llm.profiles import check_profiles
-from zcbot_core.logs import current_service, setup_logging
+from zcbot_core.logs import setup_logging
 from zcbot_core.service import own_process_heap
 
 from zcbot_gateway.app import create_app
@@ -68,7 +69,6 @@ SETTINGS = GatewaySettings
 async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
     """The gateway hosted by `zcbot up` (which owns the signals and the logging) until `stop`.
     Outside the main thread uvicorn installs no signal handlers."""
-    current_service.set("gateway")
     _check(settings)
     server = _server(settings)
 
@@ -94,6 +94,7 @@ def main() -> None:
     setup_logging("gateway", settings.zcbot_log_level)
     own_process_heap()
     _server(settings).run()
+
 
 if __name__ == "__main__":
     main()
