@@ -145,6 +145,66 @@ def test_owner_is_set_by_fd(resolver: str, tree: tuple[Path, Path]) -> None:
     assert (root / "a").stat().st_uid == 0  # existing levels keep their owner
 
 
+def test_new_entries_belong_to_the_roots_owner(resolver: str, tree: tuple[Path, Path]) -> None:
+    """A root process creating in a tree owned by the sandbox uid (a user root) creates for that uid,
+    with no owner named: task folders, uploads, restored files, skill folders (issue 34)."""
+    if os.geteuid() != 0:
+        pytest.fail("the security suite runs as root (chown is what it checks)")
+    root, outside = tree
+    owner = (1234, 1235)
+    os.chown(root, *owner)
+    with safe_fs.Root.open(root, create=True) as r:
+        assert r.owner == owner
+        r.makedirs("t2/sub")
+        r.write_bytes("t2/f.md", b"x")
+        r.mkdir("t3")
+        with r.temp_file("t3") as tmp:
+            tmp.write(b"upload")
+            tmp.commit("up.bin")
+        with r.sub("t4/deep", create=True) as sub:
+            assert sub.owner == owner
+            sub.write_bytes("g", b"y", mkdirs=True)
+        r.write_bytes("t5/other", b"z", owner=(4321, 4321), mkdirs=True)  # a named owner wins
+    for rel in ("t2", "t2/sub", "t2/f.md", "t3", "t3/up.bin", "t4", "t4/deep", "t4/deep/g"):
+        st = (root / rel).lstat()
+        assert (st.st_uid, st.st_gid) == owner, rel
+    assert (root / "t5/other").stat().st_uid == 4321 and (root / "t5").stat().st_uid == 4321
+    _outside_unchanged(outside)
+
+
+def test_a_root_owned_tree_creates_as_root_and_a_non_root_process_as_itself(
+        resolver: str, tree: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, _ = tree
+    with safe_fs.Root.open(root) as r:
+        assert r.owner is None  # root's own tree: nothing to give away
+        r.write_bytes("mine", b"x")
+    assert (root / "mine").stat().st_uid == os.geteuid()
+    os.chown(root, 1234, 1235)
+    monkeypatch.setattr(os, "geteuid", lambda: 1234)  # a service running as the sandbox uid itself
+    with safe_fs.Root.open(root) as r:
+        assert r.owner is None
+
+
+def test_makedirs_gives_levels_found_owned_by_root_to_the_owner(resolver: str, tree: tuple[Path, Path]) -> None:
+    """A task folder an earlier version made as root is repaired when a path through it is made;
+    files in it and folders beside the path keep their owner; a symlink on the path is still refused."""
+    if os.geteuid() != 0:
+        pytest.fail("the security suite runs as root (chown is what it checks)")
+    root, outside = tree
+    owner = (1234, 1235)
+    os.chown(root, *owner)
+    (root / "side").mkdir()
+    with safe_fs.Root.open(root) as r:
+        r.makedirs("a/b/c")
+        with pytest.raises(safe_fs.SymlinkRefused):
+            r.makedirs("link_dir/x")
+    for rel in ("a", "a/b", "a/b/c"):
+        assert ((root / rel).stat().st_uid, (root / rel).stat().st_gid) == owner, rel
+    assert (root / "a/f.txt").stat().st_uid == 0 and (root / "side").stat().st_uid == 0
+    _outside_unchanged(outside)
+    assert outside.stat().st_uid == 0
+
+
 def test_chown_walk_skips_links_fifos_and_hard_links(resolver: str, tree: tuple[Path, Path]) -> None:
     root, outside = tree
     os.link(root / "a" / "f.txt", root / "a" / "hard")

@@ -4,6 +4,15 @@ Each method resolves its path beneath the root fd with `resolve.open_beneath` (n
 symlink, never leaving the root) and then acts on the final name relative to the parent's fd
 (`*at` calls, which do not follow a final symlink either) or on the opened fd itself (fstat,
 fchown, fchmod). Nothing is ever checked by path and then used by path. Errors are `SafeFsError`.
+
+Ownership (issue 34): whatever a root process creates beneath a `Root` belongs to the `Root`'s
+owner unless the caller names another: the owner given to `Root.open`, else the opened folder's own
+owner. A user root belongs to the sandbox identity (the executor gives it that owner before any
+sandbox runs), so every task folder, upload, restored file or skill the gateway, runner, scheduler
+or channels make there as root is writable by the user's sandbox, whichever process made it, with
+no setting shared between them. A process that is not root creates as itself (it cannot give files
+away). `makedirs` also gives existing levels of its path to that owner (folders left owned by root
+by earlier versions are repaired the next time a path through them is made).
 """
 
 from __future__ import annotations
@@ -34,16 +43,30 @@ def norm(rel: str | PurePath) -> str:
         raise SafeFsError(str(exc), str(rel)) from None
 
 
-class Root:
-    """Operations beneath one directory fd. Use as a context manager (or `close()`)."""
+def inherited_owner(fd: int) -> Owner:
+    """Who new entries beneath the folder `fd` belong to when no owner is named: the folder's owner
+    when this process is root and the folder is not root's own (None: create as this process)."""
+    if os.geteuid() != 0:
+        return None
+    st = os.fstat(fd)
+    return None if (st.st_uid, st.st_gid) == (0, 0) else (st.st_uid, st.st_gid)
 
-    def __init__(self, fd: int, path: Path) -> None:
+
+class Root:
+    """Operations beneath one directory fd. Use as a context manager (or `close()`).
+
+    `owner`: who what this `Root` creates belongs to when a call names nobody (module docstring)."""
+
+    def __init__(self, fd: int, path: Path, owner: Owner = None) -> None:
         self.fd = fd
         self.path = path  # for messages and logs only: never used to reach a file
+        self.owner = owner
 
     @classmethod
     def open(cls, path: str | Path, *, create: bool = False, owner: Owner = None) -> "Root":
-        """The trusted host path of a root (storage_root/<user>): created (and owned) when asked."""
+        """The trusted host path of a root (storage_root/<user>): created (and owned) when asked.
+        `owner` is also who everything created beneath it belongs to; without one, the folder's
+        own owner (`inherited_owner`)."""
         path = Path(path)
         if create:
             try:
@@ -62,9 +85,13 @@ class Root:
                 os.close(parent)
         except OSError as exc:
             raise from_oserror(exc, "", "open") from None
-        if create and created and owner is not None:
-            os.fchown(fd, *owner)
-        return cls(fd, path)
+        try:
+            if create and created and owner is not None:
+                os.fchown(fd, *owner)
+            return cls(fd, path, owner if owner is not None else inherited_owner(fd))
+        except BaseException:
+            os.close(fd)
+            raise
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -93,7 +120,7 @@ class Root:
         """A `Root` for the folder `rel` beneath this one (created level by level when asked)."""
         rel = norm(rel)
         fd = self._makedirs(rel, owner) if create else self._open(rel, resolve.DIR_FLAGS)
-        return Root(fd, self.path / rel if rel else self.path)
+        return Root(fd, self.path / rel if rel else self.path, owner if owner is not None else self.owner)
 
     @contextmanager
     def parent(self, rel: str | PurePath) -> Iterator[tuple[int, str]]:
@@ -217,6 +244,7 @@ class Root:
                   mkdirs: bool = False) -> "TempFile":
         """A fresh O_EXCL temp file in the folder `dir_rel`; `commit(name)` renames it into place."""
         dir_rel = norm(dir_rel)
+        owner = owner if owner is not None else self.owner
         dfd = self._makedirs(dir_rel, owner) if mkdirs else self._open(dir_rel, resolve.DIR_FLAGS)
         try:
             tmp = f".zcbot-{secrets.token_hex(8)}.tmp"
@@ -251,23 +279,26 @@ class Root:
             tmp.commit(name)
 
     def makedirs(self, rel: str | PurePath, *, owner: Owner = None, mode: int = 0o755) -> None:
-        """mkdir -p: each missing level made with mkdirat and owned by `owner`; never following."""
+        """mkdir -p: each missing level made with mkdirat; every level (made or found) given to
+        `owner` (default: the root's); never following."""
         os.close(self._makedirs(norm(rel), owner, mode))
 
     def _makedirs(self, rel: str, owner: Owner, mode: int = 0o755) -> int:
+        owner = owner if owner is not None else self.owner
         cur = os.dup(self.fd)
         try:
             for part in [p for p in rel.split("/") if p]:
                 try:
                     os.mkdir(part, mode, dir_fd=cur)
-                    made = True
                 except FileExistsError:
-                    made = False
+                    pass
                 nxt = resolve.open_dir_at(cur, part)
                 os.close(cur)
                 cur = nxt
-                if made and owner is not None:
-                    os.fchown(cur, *owner)
+                if owner is not None:  # a level found owned by another (root, before issue 34) too
+                    st = os.fstat(cur)
+                    if (st.st_uid, st.st_gid) != owner:
+                        os.fchown(cur, *owner)
             return cur
         except OSError as exc:
             os.close(cur)
@@ -277,6 +308,7 @@ class Root:
 
     def mkdir(self, rel: str | PurePath, *, owner: Owner = None, mode: int = 0o755) -> None:
         """Create the one folder `rel` (its parent must exist; an existing name is a Conflict)."""
+        owner = owner if owner is not None else self.owner
         with self.parent(rel) as (dfd, name):
             try:
                 os.mkdir(name, mode, dir_fd=dfd)

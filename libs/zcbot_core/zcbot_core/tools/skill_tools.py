@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 import re
 import secrets
 from collections.abc import Awaitable, Callable
@@ -100,15 +99,8 @@ SCHEMAS = {
 
 # ---- filesystem helpers (the user's folder is written by sandboxed code: trust nothing) --------
 # Every access goes through zcbot_core.safe_fs: resolved beneath the user root's fd, no symlink
-# ever followed, so a folder swapped for a symlink mid-call only makes the call fail.
-
-def _owner_of(root: safe_fs.Root) -> tuple[int, int] | None:
-    """The user root's owner (the sandbox uid) when the runner is root: new files get it."""
-    if os.geteuid() != 0:
-        return None
-    st = root.lstat("")
-    return None if st is None else (st.st_uid, st.st_gid)
-
+# ever followed, so a folder swapped for a symlink mid-call only makes the call fail. What is
+# created belongs to the user root's owner (the sandbox uid), as everything safe_fs creates there.
 
 def _support_path(path: str) -> str:
     try:
@@ -259,8 +251,7 @@ class SkillTools:
             data = content.encode("utf-8")
             old = root.lstat(f"{USER_SKILLS_DIRNAME}/{name}/{rel}")
             self._reserve(len(data) - (old.st_size if old is not None else 0))
-            root.write_bytes(f"{USER_SKILLS_DIRNAME}/{name}/{rel}", data, owner=_owner_of(root),
-                             mkdirs=True, durable=True)
+            root.write_bytes(f"{USER_SKILLS_DIRNAME}/{name}/{rel}", data, mkdirs=True, durable=True)
 
     async def fork_skill(self, args: dict[str, Any]) -> ToolOutcome:
         try:
@@ -293,13 +284,12 @@ class SkillTools:
         if len(files) > MAX_FORK_FILES:
             raise SkillFormatError("the skill is too large to copy")
         with self._root() as root:
-            owner = _owner_of(root)
             if root.exists(f"{USER_SKILLS_DIRNAME}/{new_name}"):
                 raise SkillFormatError(exists)
             staging = f"{USER_SKILLS_DIRNAME}/.fork-{new_name}-{secrets.token_hex(4)}"
             reserved = 0
             try:
-                root.makedirs(staging, owner=owner)
+                root.makedirs(staging)
                 total = 0
                 for rel in files:
                     data = source.read(rel, MAX_FORK_BYTES).encode("utf-8") if rel == SKILL_FILE else self._raw(source, rel)
@@ -310,7 +300,7 @@ class SkillTools:
                         data = _rename_frontmatter(data.decode("utf-8"), new_name).encode("utf-8")
                     mode = 0o755 if rel.startswith("scripts/") else 0o644
                     reserved += self._reserve(len(data))
-                    root.write_bytes(f"{staging}/{rel}", data, owner=owner, mode=mode, mkdirs=True)
+                    root.write_bytes(f"{staging}/{rel}", data, mode=mode, mkdirs=True)
                 try:
                     root.rename(staging, f"{USER_SKILLS_DIRNAME}/{new_name}")
                 except safe_fs.Conflict:

@@ -34,7 +34,6 @@ from zcbot_core import paths, quota, safe_fs
 from zcbot_core.db.models import UsageEvent, User
 from zcbot_core.tools.push_tool import PushHostTool as HostTool
 from zcbot_core.tools.results import ToolOutcome
-from zcbot_core.tools.skill_tools import _owner_of
 from zcbot_core.usage import record_tool_usage
 from zcbot_core.web.fetch import FetchFailed, Fetcher, FetchLimits, Fetched
 from zcbot_core.web.search import SearchError, format_results, make_provider
@@ -190,4 +189,4 @@ def _save(storage_root: Path, user_id: str, cwd: str, rel: str, data: bytes, led
         extra = len(data) - (old.st_size if old is not None else 0)
         if ledger is not None and extra > 0:
             ledger.reserve(user_id, extra, user)
-        root.write_bytes(target, data, owner=_owner_of(root), mkdirs=True)
+        root.write_bytes(target, data, mkdirs=True)
