@@ -25,9 +25,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox uid is on
 async def _run(stack: Stack, token: str, task_id: str, key: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One run whose model makes `calls` (one step) and then answers; the tool results."""
     stack.fake.script(key, [{"tool_calls": calls}, {"text": f"{key} done"}])
-    r = await stack.post(stack_token := token, task_id, f"{key} go")
+    r = await stack.post(token, task_id, f"{key} go")
     assert r.status_code == 202, r.text
-    events = await stack.events(stack_token, r.json()["events_url"])
+    events = await stack.events(token, r.json()["events_url"])
     assert events[-1]["event"] == "done" and events[-1]["data"]["status"] == "ok", events[-1]
     return [e["data"] for e in events if e["event"] == "tool_result"]
 
