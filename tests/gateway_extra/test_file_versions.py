@@ -4,6 +4,9 @@ reverted (conflicts skipped unless forced, 409 while a run is active)."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import httpx
 import pytest
 from sqlalchemy import select
@@ -224,6 +227,81 @@ async def test_revert_run_folders(app_client: httpx.AsyncClient, settings: Setti
     assert (root / "D" / "gone" / "f.txt").read_bytes() == b"in the folder"
     assert sorted(body["reverted"]) == ["D/gone", "D/gone/empty", "D/gone/f.txt", "D/made", "D/made/deep",
                                         "D/made/deep/x.txt"]
+
+
+async def _three_file_run(client: httpx.AsyncClient, settings: Settings, user: str, task_id: str) -> Path:
+    """A run that rewrote H/a.txt, H/sub/b.txt and H/c.txt (in that order); the folder H."""
+    root = user_dir(settings, user)
+    for rel in ("a.txt", "sub/b.txt", "c.txt"):
+        (root / "H" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "H" / rel).write_bytes(f"user {rel}".encode())
+    store = filehistory.VersionStore.from_settings(settings, user)
+    changes = []
+    with safe_fs.Root.open(root) as r:
+        for rel in ("H/a.txt", "H/sub/b.txt", "H/c.txt"):
+            prev = filehistory.keep_before(store, r, rel)
+            r.write_bytes(rel, f"run {rel}".encode())
+            changes.append(filehistory.written(r, rel, prev, True))
+    async with db(client) as s:
+        await filehistory.record(s, user, changes, task_id=task_id, run_id="run-h")
+        await s.commit()
+    return root / "H"
+
+
+async def _restore_rows(client: httpx.AsyncClient, user: str) -> list[tuple[str, str]]:
+    return [(e.path, e.kind) for e in await _events(client, user) if e.run_id is None]
+
+
+async def test_a_revert_failing_half_way_records_what_it_applied(
+        app_client: httpx.AsyncClient, settings: Settings, make_user, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34: every path is checked before anything changes (a folder above a path turned into a
+    file is a conflict, not a 400 after the paths before it were changed), a change that fails
+    half-way (an injected ENOSPC on the last path) is a conflict too, and every change made is
+    recorded, so the version each one replaced can still be listed and restored."""
+    h = await make_user(app_client, "hana")
+    task = await create_task(app_client, h, name="H")
+    folder = await _three_file_run(app_client, settings, "hana", task["task_id"])
+    url = f"/v1/tasks/{task['task_id']}/runs/run-h/revert-files"
+    shutil.rmtree(folder / "sub")
+    (folder / "sub").write_bytes(b"a file where the folder was")  # the parent of H/sub/b.txt is a file now
+
+    real = filehistory.VersionStore.restore_into
+
+    def disk_full(self: filehistory.VersionStore, r: safe_fs.Root, rel: str, digest: str, **kw: object) -> int:
+        if rel == "H/c.txt":
+            raise OSError(28, "No space left on device", "/host/path/never/shown")
+        return real(self, r, rel, digest, **kw)
+
+    monkeypatch.setattr(filehistory.VersionStore, "restore_into", disk_full)
+    resp = await app_client.post(url, headers={**h, **EN}, json={"force": True})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["ok"] is False and body["reverted"] == ["H/a.txt"], body
+    assert [(c["path"], c["code"]) for c in body["conflicts"]] == \
+        [("H/sub/b.txt", "parent_not_folder"), ("H/c.txt", "not_applied")], body
+    assert body["conflicts"][1]["why"] == "No space left on device" and "/host" not in resp.text
+    assert body["conflicts"][1]["reason"].startswith("Reverting this path failed (No space left on device)")
+    assert (folder / "a.txt").read_bytes() == b"user a.txt" and (folder / "c.txt").read_bytes() == b"run H/c.txt"
+    assert await _restore_rows(app_client, "hana") == [("H/a.txt", "restore")]
+
+    # The version the applied revert replaced (what the run left) is listed and can be put back.
+    versions = await _versions(app_client, h, "H/a.txt")
+    assert versions[0]["replaced_by"] == "restore" and versions[0]["available"], versions
+    back = await app_client.post("/v1/files/restore", headers=h, json={"path": "H/a.txt",
+                                                                       "version_id": versions[0]["id"]})
+    assert back.status_code == 200, back.text
+    assert (folder / "a.txt").read_bytes() == b"run H/a.txt"
+
+    # Fixed (the disk has room, the file moved away): a second undo does the rest, Chinese reasons by default.
+    monkeypatch.setattr(filehistory.VersionStore, "restore_into", real)
+    zh = (await app_client.post(url, headers=h, json={"force": True})).json()
+    assert [(c["path"], c["code"]) for c in zh["conflicts"]] == [("H/sub/b.txt", "parent_not_folder")], zh
+    assert zh["conflicts"][0]["reason"] == CONFLICTS["parent_not_folder"]["zh"]
+    assert sorted(zh["reverted"]) == ["H/a.txt", "H/c.txt"] and (folder / "c.txt").read_bytes() == b"user c.txt"
+    (folder / "sub").unlink()
+    done = (await app_client.post(url, headers=h, json={"force": True})).json()
+    assert done["ok"] is True and done["reverted"] == ["H/sub/b.txt"], done
+    assert (folder / "sub" / "b.txt").read_bytes() == b"user sub/b.txt"
 
 
 EN = {"Accept-Language": "en-GB,en;q=0.9,zh;q=0.5"}

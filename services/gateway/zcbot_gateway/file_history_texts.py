@@ -27,8 +27,8 @@ TEXTS: Catalogue = {
                    "en": "The task has an active run ({status}); wait for it to end or cancel it first."},
     "no_changes": {"zh": "这次运行没有改动文件（或者没有这次运行）。",
                    "en": "This run changed no files (or there is no such run)."},
-    "revert_refused": {"zh": "还原 {path} 失败；在它之前已还原的文件保持还原状态。",
-                       "en": "{why}; files reverted before this one stay reverted."},
+    "revert_refused": {"zh": "无法撤销这次运行的文件改动：打不开你的文件夹。",
+                       "en": "Cannot undo this run's file changes: {why}."},
 }
 # A revert conflict's `reason`, by its `code` (zcbot_core.filehistory.revert.CONFLICT_CODES).
 CONFLICTS: Catalogue = {
@@ -39,6 +39,13 @@ CONFLICTS: Catalogue = {
                                 "force the undo to overwrite it."},
     "folder_not_empty": {"zh": "这次运行新建的文件夹里还有不是它留下的内容，已保留该文件夹。",
                          "en": "The folder the run made holds content that is not the run's, so it was kept."},
+    "folder_where_file_was": {"zh": "这个文件原来的位置现在是一个文件夹，未还原该文件。",
+                              "en": "A folder is where this file was; the file was not put back."},
+    "parent_not_folder": {"zh": "这个路径上应是文件夹的位置现在是一个文件或链接，未还原；移走它后可以再撤销一次。",
+                          "en": "A file or link stands where a folder on this path should be; it was not reverted. "
+                                "Move it away and undo again."},
+    "not_applied": {"zh": "还原这个路径时出错（例如磁盘已满，或它刚被改动），未还原；其他路径不受影响，可以稍后再撤销一次。",
+                    "en": "Reverting this path failed ({why}); the other paths are not affected. Undo again later."},
 }
 # How the Chinese sentence names an active run's status (the English one quotes the status itself).
 ACTIVE_ZH = {"waiting": "等待运行", "queued": "排队", "running": "运行", "cancelling": "取消运行"}
@@ -46,7 +53,7 @@ ACTIVE_ZH = {"waiting": "等待运行", "queued": "排队", "running": "运行",
 
 def conflict_reasons(conflicts: list[dict[str, Any]], lang: str) -> list[dict[str, Any]]:
     """Each conflict with its `reason` in the request's language (its `code` is what clients branch on)."""
-    return [{**c, "reason": say(CONFLICTS, c["code"], lang)} for c in conflicts]
+    return [{**c, "reason": say(CONFLICTS, c["code"], lang, why=c.get("why", ""))} for c in conflicts]
 
 
 def refusal(http_status: int, key: str, lang: str, /, **values: object) -> HTTPException:

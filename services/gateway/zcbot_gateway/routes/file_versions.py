@@ -125,20 +125,32 @@ async def revert_run_files(task_id: str, run_id: str, user: CurrentUser, session
     plans = revert_mod.plan(list(events))
     store = filehistory.VersionStore.from_settings(settings, user)
     force = bool(body and body.force)
+    result = revert_mod.RevertResult()
 
-    def work() -> revert_mod.RevertResult:
+    def work() -> None:
         with safe_fs.Root.open(_root(settings, user), create=True) as r:
-            return revert_mod.revert(store, r, plans, force=force)
+            revert_mod.revert(store, r, plans, force=force, into=result)
 
+    # What was applied is recorded whatever happens next: a failure per path is a conflict already,
+    # and even a bug or a cancelled request (the thread goes on: it is waited for) leaves `result`
+    # listing every change made, without which the versions those changes replaced are unreachable.
+    job = asyncio.ensure_future(asyncio.to_thread(work))
+    failure: BaseException | None = None
     try:
-        result = await asyncio.to_thread(work)
-    except safe_fs.SafeFsError as exc:
-        raise refusal(400, "revert_refused", lang, path=exc.rel or "?", why=exc) from None
-    ok = not result.conflicts and not result.missing
+        await asyncio.shield(job)
+    except BaseException as exc:
+        failure = exc
+        if not job.done():
+            await asyncio.wait({job})
+    ok = failure is None and not result.conflicts and not result.missing
     # Only a revert that left nothing to do marks its rows as undoing the run: the history then says
     # "undone" (message_page.py); one that skipped paths leaves the offer up (force, or fix and retry).
     await filehistory.record(session, user, result.reverted, task_id=task.task_id,
                              undoes_run_id=run_id if ok else None)
     await session.commit()
+    if isinstance(failure, safe_fs.SafeFsError):  # the user root itself could not be opened
+        raise refusal(400, "revert_refused", lang, path=failure.rel or "?", why=failure) from None
+    if failure is not None:
+        raise failure
     return {"ok": ok, "run_id": run_id, "reverted": [c.path for c in result.reverted],
             "conflicts": conflict_reasons(result.conflicts, lang), "missing_versions": result.missing}
