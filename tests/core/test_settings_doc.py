@@ -40,6 +40,8 @@ def test_executor_takes_an_explicit_zero(monkeypatch: pytest.MonkeyPatch) -> Non
     (ExecutorSettings, "ZCBOT_SANDBOX_CGROUP", "v3"),
     (ExecutorSettings, "ZCBOT_SANDBOX_MEMORY_MB", "lots"),
     (Settings, "ZCBOT_HTTP_PORT", "eighty"),
+    (Settings, "ZCBOT_MAX_RUNS_PER_USER", "0"),  # every run would wait forever (issue 34)
+    (RunnerSettings, "ZCBOT_MAX_RUNS_PER_USER", "-1"),
     (RunnerSettings, "ZCBOT_SCHEDULE_DEFAULT_TIMEZONE", "Mars/Olympus"),
 ])
 def test_a_bad_value_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch, cls: type, name: str, value: str) -> None:
@@ -114,6 +116,7 @@ def test_a_runner_default_timezone_is_checked_and_trimmed(monkeypatch: pytest.Mo
 @pytest.mark.parametrize(("module", "name", "value"), [
     ("zcbot_gateway.main", "ZCBOT_HTTP_PORT", "abc"),
     ("zcbot_runner.main", "ZCBOT_RUNNER_CONCURRENCY", "many"),
+    ("zcbot_runner.main", "ZCBOT_MAX_RUNS_PER_USER", "0"),
     ("zcbot_executor.main", "ZCBOT_BG_TIME_LIMIT_SECONDS", "0"),
     ("zcbot_scheduler.main", "ZCBOT_SCHEDULER_BATCH", "0"),
     ("zcbot_channels.main", "ZCBOT_WECOM_AGENT_ID", "x"),

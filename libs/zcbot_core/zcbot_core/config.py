@@ -137,8 +137,9 @@ class Settings(BaseSettings):
     zcbot_db_ping_idle_seconds: float = Field(default=1.0, ge=0, alias="ZCBOT_DB_PING_IDLE_SECONDS",
         description='a pooled connection idle this long is pinged before use (0: every checkout)')
     # Runs.
-    zcbot_max_runs_per_user: int = Field(default=3, alias="ZCBOT_MAX_RUNS_PER_USER",
-        description='concurrent runs per user (more wait in the user\'s FIFO queue)')
+    # At least 1: with 0 every run would wait for a slot that never comes (issue 34).
+    zcbot_max_runs_per_user: int = Field(default=3, ge=1, alias="ZCBOT_MAX_RUNS_PER_USER",
+        description='concurrent runs per user, at least 1 (more wait in the user\'s FIFO queue)')
     zcbot_max_waiting_runs_per_user: int = Field(default=20, ge=0, alias="ZCBOT_MAX_WAITING_RUNS_PER_USER",
         description='runs of one user waiting for a slot, first in first out (more → 429 `queue_full`)')
     zcbot_max_queued_runs: int = Field(default=1000, alias="ZCBOT_MAX_QUEUED_RUNS",
