@@ -4,6 +4,8 @@ gateway asks a real executor over the bus, which reads only that user's process 
 from __future__ import annotations
 
 import secrets
+import time
+from typing import Any
 
 from tests.helpers.executor_stack import wait_no_processes, wait_processes
 from tests.helpers.stack import Stack, bare_stack, fake_llm, stack  # noqa: F401  (fixtures)
@@ -59,3 +61,33 @@ async def test_list_and_kill_background_processes(stack: Stack) -> None:
     finally:
         for left in await wait_no_processes(lambda cmd: cmd == LONG, timeout=0):
             raise AssertionError(f"left running: {left}")
+
+
+async def _timed_procs(client: Any, headers: dict[str, str]) -> tuple[float, Any]:
+    started = time.monotonic()
+    resp = await client.get("/v1/procs", headers=headers)
+    return time.monotonic() - started, resp
+
+
+async def test_no_executor_yet_is_a_prompt_503_in_the_request_language(app_client: Any, make_user: Any) -> None:
+    """Issue 34: while the executor is starting the job cards got a 10 s hang. No executor
+    subscribed is known at once; one subscribed but silent (still starting, or stuck) is given
+    LIST_TIMEOUT, not the kill's 10 s. Either way: 503, Retry-After, a sentence in the request's
+    language; the page keeps its cards and asks again."""
+    from zcbot_gateway.routes.procs import LIST_TIMEOUT, TEXTS
+
+    h = await make_user(app_client, "procs-early")
+    took, resp = await _timed_procs(app_client, h)
+    assert took < 2.0 and resp.status_code == 503, (took, resp.text)
+    assert resp.headers["retry-after"] == "5" and resp.json()["detail"] == TEXTS["no_executor"]["zh"]
+
+    rt = app_client.app.state.rt
+    silent = await rt.nc.subscribe(rt.topo.exec_procs_subject(), queue=rt.topo.executor_queue_group)
+    try:
+        await rt.nc.flush()
+        took, resp = await _timed_procs(app_client, {**h, "Accept-Language": "en-US,en;q=0.9"})
+        assert LIST_TIMEOUT - 0.5 < took < LIST_TIMEOUT + 2.0 and resp.status_code == 503, (took, resp.text)
+        assert resp.json()["detail"] == TEXTS["no_executor"]["en"] and resp.headers["retry-after"] == "5"
+        assert (await silent.next_msg(timeout=1)).subject == rt.topo.exec_procs_subject()  # it was asked
+    finally:
+        await silent.unsubscribe()
