@@ -88,21 +88,19 @@ class QuotaGuard:
 
     def _known_size(self, path: object, user_id: str, cwd_rel: str) -> int:
         assert self.meter is not None
-        tree = self.meter.trees.get(user_id)
-        if tree is None or not isinstance(path, str):
+        if not isinstance(path, str):
             return 0
         if path.startswith(policy.WORKSPACE + "/"):
             rel = path[len(policy.WORKSPACE) + 1:]
         else:
             rel = posixpath.join(cwd_rel, path)
         rel = posixpath.normpath(rel)
-        return 0 if rel.startswith("..") else tree.sizes.get(rel, 0)
+        return 0 if rel.startswith("..") else self.meter.size_of(user_id, rel)
 
     def started(self, call_id: str, user_id: str, cancel: Any) -> None:
         """A call is about to run: the tick may kill it (through `cancel`) if it writes past the quota."""
         if self.meter is not None and call_id not in self.running:
-            tree = self.meter.trees.get(user_id)
-            self.running[call_id] = _Running(user_id, tree.total if tree else 0, cancel)
+            self.running[call_id] = _Running(user_id, self.meter.usage(user_id), cancel)
 
     async def finished(self, call_id: str, tool: str, user_id: str, user_root: Path, result: ToolResult) -> ToolResult:
         run = self.running.pop(call_id, None)
