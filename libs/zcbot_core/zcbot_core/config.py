@@ -157,6 +157,11 @@ class Settings(BaseSettings):
     # quota. Kept by zcbot_core/quota/ (a shared ledger plus the executor's inotify meter).
     zcbot_user_disk_quota_mb: int = Field(default=10240, ge=0, alias="ZCBOT_USER_DISK_QUOTA_MB",
         description="disk space one user's files may take (0: no quota; docs/security.md, layer 4)")
+    # Who enforces it (issue 36, zcbot_core/quota/kernel.py): btrfs qgroups at write time, or the meter.
+    zcbot_disk_quota_backend: Literal["auto", "btrfs", "meter"] = Field(default="auto", alias="ZCBOT_DISK_QUOTA_BACKEND",
+        description="disk quota enforcement: btrfs (each user root a subvolume with a qgroup limit; the kernel refuses "
+                    "writes past it), meter (userland meter only), auto (btrfs when the storage root is btrfs and the "
+                    "executor is root with bwrap, else meter)")
     # File versions (issue 29, zcbot_core/filehistory): kept in <storage_root>/.versions/<user>, beside
     # the disk quota (not counted in it); pruned by age, and held to a hard byte budget at every copy
     # (the oldest go first, before a new copy is made: issue 36).

@@ -26,6 +26,7 @@ import stat
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from zcbot_core import safe_fs
@@ -101,8 +102,9 @@ class _Tree:
 class TreeMeter:
     """Live usage of the user roots this executor serves (see the module docstring)."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, kernel_usage: Callable[[str], int | None] | None = None) -> None:
         self.ledger = ledger
+        self.kernel_usage = kernel_usage  # the kernel quota's own count (sees files with no name)
         self.fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
@@ -342,7 +344,10 @@ class TreeMeter:
             tree.measured_at = time.monotonic()
 
     def _record(self, tree: _Tree) -> int:
+        """The usage reported (ledger, refusals): the meter's count, or the kernel's when larger."""
         total = tree.total
+        if self.kernel_usage is not None:
+            total = max(total, self.kernel_usage(tree.user_id) or 0)
         if total != tree.recorded:
             try:
                 self.ledger.set(tree.user_id, total)
