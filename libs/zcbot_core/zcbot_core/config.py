@@ -162,6 +162,9 @@ class Settings(BaseSettings):
         description="disk quota enforcement: btrfs (each user root a subvolume with a qgroup limit; the kernel refuses "
                     "writes past it), meter (userland meter only), auto (btrfs when the storage root is btrfs and the "
                     "executor is root with bwrap, else meter)")
+    zcbot_disk_quota_image_mb: int = Field(default=0, ge=0, alias="ZCBOT_DISK_QUOTA_IMAGE_MB",
+        description="a root executor whose storage root is not on btrfs loop-mounts a sparse btrfs image of this size "
+                    "(ZCBOT_HOME/storage.btrfs) there, so the kernel quota applies on a laptop (0: no image)")
     # File versions (issue 29, zcbot_core/filehistory): kept in <storage_root>/.versions/<user>, beside
     # the disk quota (not counted in it); pruned by age, and held to a hard byte budget at every copy
     # (the oldest go first, before a new copy is made: issue 36).

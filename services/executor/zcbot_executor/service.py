@@ -108,6 +108,9 @@ class ExecutorService:
         self.procs = ProcManager(self.config, self.backend)
         self.procs.watch.on_end = self._background_ended
         try:  # the kernel's quota where the storage allows it (btrfs qgroups), else the meter alone
+            if self.settings.zcbot_disk_quota_image_mb and self.settings.zcbot_disk_quota_backend != "meter":
+                await asyncio.to_thread(quota_kernel.mount_image, self.config.storage_root,
+                                        self.settings.home / "storage.btrfs", self.settings.zcbot_disk_quota_image_mb)
             kernel_quota = await asyncio.to_thread(
                 quota_kernel.select, self.settings.zcbot_disk_quota_backend, self.config.storage_root,
                 self.settings.zcbot_user_disk_quota_mb * MB, self.config.owner, self.backend.name)

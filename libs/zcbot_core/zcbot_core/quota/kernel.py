@@ -217,6 +217,54 @@ class BtrfsQuota:
             return None
 
 
+def mount_image(storage_root: Path, image: Path, size_mb: int) -> bool:
+    """Loop-mount a sparse btrfs image at the storage root (`ZCBOT_DISK_QUOTA_IMAGE_MB`, for a
+    laptop whose disk is not btrfs): made and formatted the first time; what the storage root held
+    is copied in and the old folder kept beside it (`<root>.pre-btrfs`) for the operator to remove.
+    True when the storage root is on btrfs afterwards. Root only; nothing happens when it already is."""
+    storage_root = Path(storage_root)
+    if is_btrfs(storage_root) or os.geteuid() != 0 or size_mb <= 0:
+        return is_btrfs(storage_root)
+    try:
+        return _mount_image(storage_root, image, size_mb)
+    except (OSError, subprocess.SubprocessError) as exc:  # `auto` goes on with the meter; `btrfs` refuses to start
+        log.warning("the disk quota image could not be mounted", extra={"image": str(image), "error": str(exc)})
+        return False
+
+
+def _mount_image(storage_root: Path, image: Path, size_mb: int) -> bool:
+    mkfs = shutil.which("mkfs.btrfs") or ("/usr/sbin/mkfs.btrfs" if os.access("/usr/sbin/mkfs.btrfs", os.X_OK) else None)
+    if mkfs is None:
+        log.warning("no mkfs.btrfs: the disk quota image is not made", extra={"image": str(image)})
+        return False
+    image.parent.mkdir(parents=True, exist_ok=True)
+    if not image.exists():
+        with open(image, "wb") as fh:
+            fh.truncate(size_mb * 1024 * 1024)  # sparse: takes what is written, up to this
+        subprocess.run([mkfs, "-q", str(image)], check=True, capture_output=True, timeout=CLI_TIMEOUT)
+        log.info("disk quota image made", extra={"image": str(image), "size_mb": size_mb})
+    storage_root.mkdir(parents=True, exist_ok=True)
+    if any(os.scandir(storage_root)):  # copy what is there in, keep the old folder aside
+        staging = image.with_name(image.name + ".mnt")
+        staging.mkdir(exist_ok=True)
+        subprocess.run(["mount", "-o", "loop", str(image), str(staging)], check=True, capture_output=True)
+        try:
+            subprocess.run(["cp", "-a", "--reflink=auto", f"{storage_root}/.", f"{staging}/"], check=True,
+                           capture_output=True, timeout=3600)
+        finally:
+            subprocess.run(["umount", str(staging)], check=True, capture_output=True)
+        staging.rmdir()
+        st = os.stat(storage_root)
+        aside = storage_root.with_name(storage_root.name + ".pre-btrfs")
+        os.rename(storage_root, aside)
+        storage_root.mkdir(mode=st.st_mode & 0o7777)
+        os.chown(storage_root, st.st_uid, st.st_gid)
+        log.warning("the storage root was copied into the disk quota image; the old folder is kept",
+                    extra={"kept": str(aside)})
+    subprocess.run(["mount", "-o", "loop", str(image), str(storage_root)], check=True, capture_output=True)
+    return is_btrfs(storage_root)
+
+
 def select(backend: str, storage_root: Path, limit_bytes: int, owner: tuple[int, int] | None,
            sandbox: str) -> BtrfsQuota | None:
     """The kernel quota for this executor (None: the userland meter alone), started. `btrfs`
