@@ -1,8 +1,9 @@
 """Per-user disk quota (`ZCBOT_USER_DISK_QUOTA_MB`; 0 turns it off): the one home of its logic.
 
-This machine's kernel has no filesystem quotas (ext4 refuses `prjquota`: "not built with
-CONFIG_QUOTA"), and the storage root is shared by the gateway and the executor (a volume in
-Kubernetes), so the quota is kept by zcbot itself (docs/security.md, layer 4):
+Where the storage root is btrfs, the kernel enforces it at write time: each user root is a
+subvolume with a qgroup limit (`quota/kernel.py`, issue 36). Everywhere else, and for reporting in
+both cases, zcbot keeps it itself (the storage root is shared by the gateway and the executor, a
+volume in Kubernetes; docs/security.md, layer 4):
 
 - `Ledger`: one small file per user under `<storage_root>/.quota/` (outside every user root, so no
   sandbox can reach it), read and updated under `flock` by every process that writes a user's
@@ -10,11 +11,13 @@ Kubernetes), so the quota is kept by zcbot itself (docs/security.md, layer 4):
 - `TreeMeter` (executor, quota/meter.py): inotify over each active user root. It measures a root once (the first
   time it is seen) and afterwards re-stats only the entries the kernel reported as changed, so
   what a shell, a Python run or a background process wrote is counted without walking the tree
-  per call. It sets the ledger to the measured total, which also absorbs what other writers added.
+  per call. It sets the ledger to the measured total (or the kernel's, when larger), which also
+  absorbs what other writers added. Walks are iterative and bounded (quota/walk.py).
 
 What is allocated counts (`st_blocks`), directories included; a hard link is counted per path
-(over, never under). A command that writes past the quota is stopped within one meter tick (its
-call is killed); the overrun is bounded by what it can write in that time and by RLIMIT_FSIZE.
+(over, never under). Without a kernel quota, a command that writes past the quota is stopped
+within one meter tick (its call is killed); the overrun is bounded by what it can write in that
+time and by RLIMIT_FSIZE, and a file with no name is not seen.
 """
 
 from __future__ import annotations

@@ -152,19 +152,26 @@ class BtrfsQuota:
         with self.lock:
             if user_id in self.ready:
                 return
-            user_root = Path(user_root)
-            if not os.path.lexists(user_root):
-                self._create(user_root)
-            elif not is_subvolume(user_root):
-                self._migrate(user_id, user_root)
-            _run("qgroup", "limit", str(self.limit), str(user_root))
-            fd = os.open(user_root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
-                self.ready[user_id] = subvolume_id(fd)
-            finally:
-                os.close(fd)
-            log.info("user root is a btrfs subvolume with a qgroup limit",
-                     extra={"user_id": user_id, "limit_bytes": self.limit, "subvolume": self.ready[user_id]})
+                self._ensure(user_id, Path(user_root))
+            except (OSError, subprocess.SubprocessError) as exc:  # host paths stay in the log, not the tool result
+                log.error("making a user root a limited subvolume failed", extra={"user_id": user_id, "error": str(exc)})
+                raise OSError(getattr(exc, "errno", None) or errno.EIO,
+                              "the disk quota could not be set up for your files (see the executor's log)") from None
+
+    def _ensure(self, user_id: str, user_root: Path) -> None:
+        if not os.path.lexists(user_root):
+            self._create(user_root)
+        elif not is_subvolume(user_root):
+            self._migrate(user_id, user_root)
+        _run("qgroup", "limit", str(self.limit), str(user_root))
+        fd = os.open(user_root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            self.ready[user_id] = subvolume_id(fd)
+        finally:
+            os.close(fd)
+        log.info("user root is a btrfs subvolume with a qgroup limit",
+                 extra={"user_id": user_id, "limit_bytes": self.limit, "subvolume": self.ready[user_id]})
 
     def _create(self, path: Path) -> None:
         _run("subvolume", "create", str(path))
