@@ -158,12 +158,21 @@ class Settings(BaseSettings):
     # quota. Kept by zcbot_core/quota/ (a shared ledger plus the executor's inotify meter).
     zcbot_user_disk_quota_mb: int = Field(default=10240, ge=0, alias="ZCBOT_USER_DISK_QUOTA_MB",
         description="disk space one user's files may take (0: no quota; docs/security.md, layer 4)")
+    # Who enforces it (issue 36, zcbot_core/quota/kernel.py): btrfs qgroups at write time, or the meter.
+    zcbot_disk_quota_backend: Literal["auto", "btrfs", "meter"] = Field(default="auto", alias="ZCBOT_DISK_QUOTA_BACKEND",
+        description="disk quota enforcement: btrfs (each user root a subvolume with a qgroup limit; the kernel refuses "
+                    "writes past it), meter (userland meter only), auto (btrfs when the storage root is btrfs and the "
+                    "executor is root with bwrap, else meter)")
+    zcbot_disk_quota_image_mb: int = Field(default=0, ge=0, alias="ZCBOT_DISK_QUOTA_IMAGE_MB",
+        description="a root executor whose storage root is not on btrfs loop-mounts a sparse btrfs image of this size "
+                    "(ZCBOT_HOME/storage.btrfs) there, so the kernel quota applies on a laptop (0: no image)")
     # File versions (issue 29, zcbot_core/filehistory): kept in <storage_root>/.versions/<user>, beside
-    # the disk quota (not counted in it); pruned by age, then oldest first over the byte budget.
+    # the disk quota (not counted in it); pruned by age, and held to a hard byte budget at every copy
+    # (the oldest go first, before a new copy is made: issue 36).
     zcbot_versions_max_age_days: int = Field(default=30, ge=0, alias="ZCBOT_VERSIONS_MAX_AGE_DAYS",
         description="days a replaced or deleted file's version is kept (0: no age limit)")
     zcbot_versions_budget_mb: int = Field(default=2048, ge=0, alias="ZCBOT_VERSIONS_BUDGET_MB",
-        description="bytes of kept versions per user, beside the disk quota (0: no budget)")
+        description="MB of kept versions per user, a hard budget checked before each copy (oldest pruned first); beside the disk quota (0: no budget)")
     zcbot_log_level: str = Field(default="INFO", alias="ZCBOT_LOG_LEVEL",
         description='JSON log level')
     zcbot_channel_secret_key: str | None = Field(default=None, alias="ZCBOT_CHANNEL_SECRET_KEY",

@@ -39,7 +39,7 @@ SCAN_MAX_FILES = 2000
 KEEP_MAX_FILE = 8 * 1024 * 1024
 KEEP_MAX_TOTAL = 64 * 1024 * 1024
 CACHE_ENTRIES = 50_000
-PRUNE_EVERY_SECONDS = 600.0  # retention (age, byte budget) runs at most this often per user
+PRUNE_EVERY_SECONDS = 600.0  # the age limit runs at most this often per user (the byte budget holds at each keep)
 MAX_FILE_CHANGES = 500  # per reply (a NATS message has a size limit)
 WORKSPACE = "/workspace"
 Sig = tuple[int, int, int]  # size, mtime_ns, inode
@@ -100,7 +100,8 @@ class FileWatch:
                                         budget_bytes=self.settings.zcbot_versions_budget_mb * 1024 * 1024)
 
     def prune(self, user_id: str) -> None:
-        """The user's retention, at most every PRUNE_EVERY_SECONDS (oldest versions go first)."""
+        """The user's age limit, at most every PRUNE_EVERY_SECONDS (the byte budget needs no pass:
+        `VersionStore.keep` makes room before each copy)."""
         now = time.monotonic()
         if now - self.pruned.get(user_id, -1e9) < PRUNE_EVERY_SECONDS:
             return

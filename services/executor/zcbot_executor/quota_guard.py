@@ -1,5 +1,9 @@
 """The executor's side of the per-user disk quota (the logic itself is zcbot_core/quota/).
 
+With a kernel quota (quota/kernel.py: btrfs qgroups) every write past the quota already fails in
+the kernel (EDQUOT); what follows then only turns that into clear tool errors. Without one it is
+the enforcement, after the fact:
+
 - Before a call: `write`/`edit` that would take the user over the quota are refused (the size is
   known from the arguments and the meter's record of the target); a new background process is
   refused while the user is over it. `shell`/`run_python` still run, so the model can delete files.
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from zcbot_core.quota import Ledger, TreeMeter, quota_message
+from zcbot_core.quota.kernel import BtrfsQuota
 from zcbot_executor.sandbox import policy
 from zcbot_executor.sandbox.base import ToolResult
 
@@ -42,9 +47,10 @@ class _Running:
 
 
 class QuotaGuard:
-    def __init__(self, storage_root: Path, limit_bytes: int, watch: Any = None) -> None:
+    def __init__(self, storage_root: Path, limit_bytes: int, watch: Any = None, kernel: BtrfsQuota | None = None) -> None:
         self.ledger = Ledger(storage_root, limit_bytes)
-        self.meter = TreeMeter(self.ledger) if self.ledger.enabled else None
+        self.kernel = kernel  # the kernel refuses writes past the quota (None: this guard alone)
+        self.meter = TreeMeter(self.ledger, kernel.usage if kernel else None) if self.ledger.enabled else None
         self.watch = watch  # the background processes' BackgroundWatch (live_for_user, kill)
         self.running: dict[str, _Running] = {}
         self.last_seen: dict[str, float] = {}
@@ -66,8 +72,9 @@ class QuotaGuard:
 
     # ---- before / after a call -----------------------------------------------------------------
     async def refusal(self, tool: str, args: dict[str, Any], user_id: str, user_root: Path, cwd_rel: str) -> str | None:
-        """The quota error for a call that must not run, else None."""
-        if self.meter is None or tool not in WRITING_TOOLS:
+        """The quota error for a call that must not run, else None (the kernel's quota refuses each
+        write itself: nothing is refused ahead on a count that lags its commits)."""
+        if self.meter is None or self.kernel is not None or tool not in WRITING_TOOLS:
             return None
         used = await self.usage(user_id, user_root)
         if tool in EXEC_TOOLS and args.get("background") and used >= self.limit:
@@ -88,25 +95,26 @@ class QuotaGuard:
 
     def _known_size(self, path: object, user_id: str, cwd_rel: str) -> int:
         assert self.meter is not None
-        tree = self.meter.trees.get(user_id)
-        if tree is None or not isinstance(path, str):
+        if not isinstance(path, str):
             return 0
         if path.startswith(policy.WORKSPACE + "/"):
             rel = path[len(policy.WORKSPACE) + 1:]
         else:
             rel = posixpath.join(cwd_rel, path)
         rel = posixpath.normpath(rel)
-        return 0 if rel.startswith("..") else tree.sizes.get(rel, 0)
+        return 0 if rel.startswith("..") else self.meter.size_of(user_id, rel)
 
     def started(self, call_id: str, user_id: str, cancel: Any) -> None:
         """A call is about to run: the tick may kill it (through `cancel`) if it writes past the quota."""
         if self.meter is not None and call_id not in self.running:
-            tree = self.meter.trees.get(user_id)
-            self.running[call_id] = _Running(user_id, tree.total if tree else 0, cancel)
+            self.running[call_id] = _Running(user_id, self.meter.usage(user_id), cancel)
 
     async def finished(self, call_id: str, tool: str, user_id: str, user_root: Path, result: ToolResult) -> ToolResult:
         run = self.running.pop(call_id, None)
         if self.meter is None or tool not in WRITING_TOOLS:
+            return result
+        if self.kernel is not None:  # the kernel refused what went over (EDQUOT in the output); usage is reported
+            await self.usage(user_id, user_root)
             return result
         used = await self.usage(user_id, user_root)
         grew = run is not None and used > run.started_usage
@@ -130,6 +138,8 @@ class QuotaGuard:
         if self.meter is None:
             return
         usage = await asyncio.to_thread(self.meter.refresh_all)
+        if self.kernel is not None:  # nothing to stop after the fact: the kernel refused it
+            usage = {}
         for call_id, run in list(self.running.items()):
             used = usage.get(run.user_id, 0)
             if not run.killed and used > self.limit and used > run.started_usage:

@@ -47,6 +47,7 @@ from zcbot_core.bus import grants
 from zcbot_core.bus.ended_runs import EndedRuns
 from zcbot_core.config import Settings
 from zcbot_core.quota import MB
+from zcbot_core.quota import kernel as quota_kernel
 from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.service import Runtime
 from zcbot_core.worker import TaskGroup
@@ -106,7 +107,17 @@ class ExecutorService:
         await self.leases.start()
         self.procs = ProcManager(self.config, self.backend)
         self.procs.watch.on_end = self._background_ended
-        self.quota = QuotaGuard(self.config.storage_root, self.settings.zcbot_user_disk_quota_mb * MB, self.procs.watch)
+        try:  # the kernel's quota where the storage allows it (btrfs qgroups), else the meter alone
+            if self.settings.zcbot_disk_quota_image_mb and self.settings.zcbot_disk_quota_backend != "meter":
+                await asyncio.to_thread(quota_kernel.mount_image, self.config.storage_root,
+                                        self.settings.home / "storage.btrfs", self.settings.zcbot_disk_quota_image_mb)
+            kernel_quota = await asyncio.to_thread(
+                quota_kernel.select, self.settings.zcbot_disk_quota_backend, self.config.storage_root,
+                self.settings.zcbot_user_disk_quota_mb * MB, self.config.owner, self.backend.name)
+        except quota_kernel.KernelQuotaUnavailable as exc:
+            raise SandboxError(str(exc)) from None
+        self.quota = QuotaGuard(self.config.storage_root, self.settings.zcbot_user_disk_quota_mb * MB, self.procs.watch,
+                                kernel=kernel_quota)
         self.procs.watch.start()
         self.sem = asyncio.Semaphore(self.config.max_concurrency)
         self.control = await self.nc.subscribe(self.topo.exec_cancel_subject(self.host), cb=self._on_control)
@@ -357,6 +368,8 @@ class ExecutorService:
 
     def _prepare_root(self, user_root: Path, cwd_rel: str) -> None:
         owner = self.config.owner
+        if self.quota.kernel is not None:  # a subvolume under its qgroup limit before anything runs in it
+            self.quota.kernel.ensure(user_root.name, user_root)
         with safe_fs.Root.open(user_root, create=True, owner=owner) as root:  # SafeFsError: a symlink
             root.chown("", owner)
             if cwd_rel:

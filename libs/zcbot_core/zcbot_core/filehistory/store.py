@@ -7,15 +7,25 @@ retention's "oldest first" reads). Objects are copies, never hard links into the
 link would share the inode with a file the sandbox can still write in place, and the "version"
 would change with it.
 
+The byte budget (`ZCBOT_VERSIONS_BUDGET_MB`) is hard (issue 36): `keep` makes room for a copy
+before it is made, pruning the oldest versions under a flock'd usage record beside the objects, so
+the store never holds more than the budget, however fast a run rewrites files (it grew to 798 MB
+over a 100 MB budget when retention only ran every 10 minutes). The age limit is applied by
+`prune` (periodically).
+
 Every file operation here goes through `zcbot_core.safe_fs` (the user tree by fd, never by path).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
 import os
 import stat
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -25,6 +35,9 @@ from zcbot_core import safe_fs
 STORE_DIR = ".versions"
 CHUNK = 1024 * 1024
 DAY = 86400
+USAGE_FILE = ".usage"  # {"bytes", "counted_at"}: the objects' total, updated under its flock
+RECOUNT_SECONDS = 600.0  # the record is counted again from the objects at most this old
+PRUNE_SLACK = 0.1  # making room frees this share of the budget more than the copy needs
 
 
 @dataclass(frozen=True)
@@ -69,30 +82,107 @@ class VersionStore:
     # ---- keeping ---------------------------------------------------------------------------
 
     def keep(self, r: safe_fs.Root, rel: str) -> Kept | None:
-        """Copy the regular file `rel` of the user tree `r` into the store (None: nothing to keep)."""
+        """Copy the regular file `rel` of the user tree `r` into the store (None: nothing to keep).
+
+        The byte budget holds at every moment (issue 36): under the store's lock, room for the
+        file's size is made first (the oldest versions pruned, synchronously), then it is copied;
+        a file larger than the whole budget is not kept, and one that grows while it is copied is
+        abandoned (its bytes were never one version)."""
         try:
             src = r.open_read(rel)
         except (safe_fs.NotFound, safe_fs.Conflict, safe_fs.NotRegular, safe_fs.SymlinkRefused):
             return None
         with src, self._open() as store:
-            digest = hashlib.sha256()
-            size = 0
+            size = os.fstat(src.fileno()).st_size
+            if self.budget and size > self.budget:
+                return None
+            with self._usage_lock(store) as lock:
+                used = self._used(store, lock)
+                if self.budget and used + size > self.budget:
+                    used = self._make_room(store, self.budget - size)
+                kept, added = self._copy(store, src, size)
+                if kept is not None:
+                    self._write_usage(lock, used + added)
+                return kept
+
+    def _copy(self, store: safe_fs.Root, src: BinaryIO, size: int) -> tuple[Kept | None, int]:
+        """(what was kept, bytes the store grew by); (None, 0) when the file grew past `size`."""
+        digest = hashlib.sha256()
+        copied = 0
+        owner = self._owner()
+        with store.temp_file("", mode=0o600, owner=owner) as tmp:
+            while chunk := src.read(CHUNK):
+                copied += len(chunk)
+                if copied > size:
+                    return None, 0  # written to while copied: the temp file goes on exit
+                digest.update(chunk)
+                tmp.write(chunk)
+            tmp.write(b"", durable=True)
+            hexd = digest.hexdigest()
+            shard = hexd[:2]
+            if store.is_file(f"{shard}/{hexd}"):
+                self._touch(store, f"{shard}/{hexd}")  # deduplicated: the temp copy is discarded
+                return Kept(hexd, copied), 0
+            store.makedirs(shard, mode=0o700, owner=owner)  # the name is known only now: rename into its shard
+            store.rename(tmp.name, f"{shard}/{hexd}", replace=True)
+            tmp.committed = True
+        return Kept(hexd, copied), copied
+
+    # ---- the usage record: what the store holds, kept beside it under one lock ----------------
+
+    @contextmanager
+    def _usage_lock(self, store: safe_fs.Root) -> Iterator[int]:
+        """The store's usage file, flock'd: every process that keeps or prunes (the executor as
+        root, the gateway as the service user) takes it, so the budget is checked once per copy."""
+        fd = os.open(USAGE_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=store.fd)
+        try:
             owner = self._owner()
-            with store.temp_file("", mode=0o600, owner=owner) as tmp:
-                while chunk := src.read(CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    tmp.write(chunk)
-                tmp.write(b"", durable=True)
-                hexd = digest.hexdigest()
-                shard = hexd[:2]
-                if store.is_file(f"{shard}/{hexd}"):
-                    self._touch(store, f"{shard}/{hexd}")  # deduplicated: the temp copy is discarded
-                else:
-                    store.makedirs(shard, mode=0o700, owner=owner)  # the name is known only now: rename into its shard
-                    store.rename(tmp.name, f"{shard}/{hexd}", replace=True)
-                    tmp.committed = True
-        return Kept(hexd, size)
+            if owner is not None and os.fstat(fd).st_uid != owner[0]:
+                os.fchown(fd, *owner)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _used(self, store: safe_fs.Root, lock: int) -> int:
+        """The recorded usage; counted from the objects when there is none or it is older than
+        RECOUNT_SECONDS (a crash between a copy and its record would otherwise drift for ever)."""
+        os.lseek(lock, 0, os.SEEK_SET)
+        try:
+            body = json.loads(os.read(lock, 4096) or b"{}")
+            used, counted = int(body["bytes"]), float(body["counted_at"])
+        except (ValueError, KeyError, TypeError):
+            used, counted = -1, 0.0
+        if used < 0 or time.time() - counted > RECOUNT_SECONDS:
+            used = sum(size for _d, size, _m in self._objects(store))
+            self._write_usage(lock, used, counted_at=time.time())
+        return used
+
+    @staticmethod
+    def _write_usage(lock: int, used: int, counted_at: float | None = None) -> None:
+        if counted_at is None:
+            os.lseek(lock, 0, os.SEEK_SET)
+            try:
+                counted_at = float(json.loads(os.read(lock, 4096) or b"{}").get("counted_at", 0.0))
+            except (ValueError, TypeError, AttributeError):
+                counted_at = 0.0
+        data = json.dumps({"bytes": max(int(used), 0), "counted_at": counted_at}).encode()
+        os.lseek(lock, 0, os.SEEK_SET)
+        os.write(lock, data)
+        os.ftruncate(lock, len(data))
+
+    def _make_room(self, store: safe_fs.Root, target: int) -> int:
+        """Delete the oldest versions until at most `target` bytes are kept, and PRUNE_SLACK of the
+        budget more (so the next copies need no listing); what is kept after."""
+        goal = max(target - int(self.budget * PRUNE_SLACK), 0) if self.budget else target
+        objs = self._objects(store)
+        total = sum(o[1] for o in objs)
+        for digest, size, _m in objs:
+            if total <= goal:
+                break
+            store.unlink(f"{digest[:2]}/{digest}", missing_ok=True)
+            total -= size
+        return total
 
     @staticmethod
     def _touch(store: safe_fs.Root, rel: str) -> None:
@@ -137,14 +227,18 @@ class VersionStore:
         """(digest, size, mtime) of every kept object, oldest first."""
         if not self.path.is_dir():
             return []
-        out = []
         with self._open() as store:
-            for shard, st in store.listdir(""):
-                if not stat.S_ISDIR(st.st_mode) or len(shard) != 2:
-                    continue
-                for name, ost in store.listdir(shard):
-                    if stat.S_ISREG(ost.st_mode) and _valid_digest(name):
-                        out.append((name, ost.st_size, ost.st_mtime))
+            return self._objects(store)
+
+    @staticmethod
+    def _objects(store: safe_fs.Root) -> list[tuple[str, int, float]]:
+        out = []
+        for shard, st in store.listdir(""):
+            if not stat.S_ISDIR(st.st_mode) or len(shard) != 2:
+                continue
+            for name, ost in store.listdir(shard):
+                if stat.S_ISREG(ost.st_mode) and _valid_digest(name):
+                    out.append((name, ost.st_size, ost.st_mtime))
         out.sort(key=lambda o: (o[2], o[0]))
         return out
 
@@ -152,12 +246,15 @@ class VersionStore:
         return sum(size for _d, size, _m in self.objects())
 
     def prune(self, now: float | None = None) -> list[str]:
-        """Delete versions older than the age limit, then the oldest until under the byte budget."""
+        """Delete versions older than the age limit, then the oldest until under the byte budget
+        (which `keep` already holds; this also absorbs a lowered budget)."""
         now = time.time() if now is None else now
-        objs = self.objects()
-        total = sum(o[1] for o in objs)
+        if not self.path.is_dir():
+            return []
         removed = []
-        with self._open() as store:
+        with self._open() as store, self._usage_lock(store) as lock:
+            objs = self._objects(store)
+            total = sum(o[1] for o in objs)
             for digest, size, mtime in objs:
                 too_old = self.max_age and now - mtime > self.max_age
                 over = self.budget and total > self.budget
@@ -166,4 +263,5 @@ class VersionStore:
                 store.unlink(f"{digest[:2]}/{digest}", missing_ok=True)
                 total -= size
                 removed.append(digest)
+            self._write_usage(lock, total, counted_at=time.time())
         return removed

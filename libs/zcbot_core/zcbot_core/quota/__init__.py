@@ -1,8 +1,9 @@
 """Per-user disk quota (`ZCBOT_USER_DISK_QUOTA_MB`; 0 turns it off): the one home of its logic.
 
-This machine's kernel has no filesystem quotas (ext4 refuses `prjquota`: "not built with
-CONFIG_QUOTA"), and the storage root is shared by the gateway and the executor (a volume in
-Kubernetes), so the quota is kept by zcbot itself (docs/security.md, layer 4):
+Where the storage root is btrfs, the kernel enforces it at write time: each user root is a
+subvolume with a qgroup limit (`quota/kernel.py`, issue 36). Everywhere else, and for reporting in
+both cases, zcbot keeps it itself (the storage root is shared by the gateway and the executor, a
+volume in Kubernetes; docs/security.md, layer 4):
 
 - `Ledger`: one small file per user under `<storage_root>/.quota/` (outside every user root, so no
   sandbox can reach it), read and updated under `flock` by every process that writes a user's
@@ -10,11 +11,13 @@ Kubernetes), so the quota is kept by zcbot itself (docs/security.md, layer 4):
 - `TreeMeter` (executor, quota/meter.py): inotify over each active user root. It measures a root once (the first
   time it is seen) and afterwards re-stats only the entries the kernel reported as changed, so
   what a shell, a Python run or a background process wrote is counted without walking the tree
-  per call. It sets the ledger to the measured total, which also absorbs what other writers added.
+  per call. It sets the ledger to the measured total (or the kernel's, when larger), which also
+  absorbs what other writers added. Walks are iterative and bounded (quota/walk.py).
 
 What is allocated counts (`st_blocks`), directories included; a hard link is counted per path
-(over, never under). A command that writes past the quota is stopped within one meter tick (its
-call is killed); the overrun is bounded by what it can write in that time and by RLIMIT_FSIZE.
+(over, never under). Without a kernel quota, a command that writes past the quota is stopped
+within one meter tick (its call is killed); the overrun is bounded by what it can write in that
+time and by RLIMIT_FSIZE, and a file with no name is not seen.
 """
 
 from __future__ import annotations
@@ -23,20 +26,18 @@ import fcntl
 import json
 import logging
 import os
-import stat
 import time
 from pathlib import Path
 
 from zcbot_core import safe_fs
 from zcbot_core.errors import ZcbotError
-from zcbot_core.safe_fs import resolve as safe_resolve
+from zcbot_core.quota import walk
 
 log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
 LEDGER_DIR = ".quota"  # user ids never start with a dot (paths.validate_user_id)
 REMEASURE_SECONDS = 60.0  # a refusal re-measures a ledger at most this often
-SCAN_MAX_ENTRIES = 2_000_000  # a measure stops here (and counts what it saw) rather than run forever
 
 
 class QuotaExceeded(ZcbotError):
@@ -178,45 +179,23 @@ class Ledger:
 
 def measure(user_root: Path | None) -> int:
     """Bytes allocated under a user root: a full walk by directory fd that never follows a symlink
-    (only where nothing better is known: a user's first ledger, an inotify overflow)."""
+    (only where nothing better is known: a user's first ledger, an inotify overflow). Iterative and
+    bounded (quota/walk.py): a tree of any shape is counted or cut, never an exception."""
     if user_root is None or not Path(user_root).is_dir():
         return 0
-    total = 0
+    total = [0]
+
+    def visit(_ctx: object, _name: str, st: os.stat_result) -> object:
+        total[0] += entry_bytes(st)
+        return True
+
     try:
         with safe_fs.Root.open(user_root) as root:
-            total += entry_bytes(os.fstat(root.fd))
-            for _rel, st in walk_entries(root.fd, "", [0]):
-                total += entry_bytes(st)
-    except safe_fs.SafeFsError:
-        return total
-    return total
-
-
-def walk_entries(dfd: int, rel: str, seen: list[int]):  # type: ignore[no-untyped-def]
-    """(rel, lstat) of every entry below the folder fd `dfd` (depth first, symlinks not followed)."""
-    try:
-        entries = list(os.scandir(dfd))
-    except OSError:
-        return
-    for entry in entries:
-        seen[0] += 1
-        if seen[0] > SCAN_MAX_ENTRIES:
-            return
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        child = f"{rel}/{entry.name}" if rel else entry.name
-        yield child, st
-        if stat.S_ISDIR(st.st_mode):
-            try:
-                sub = safe_resolve.open_dir_at(dfd, entry.name)
-            except OSError:
-                continue
-            try:
-                yield from walk_entries(sub, child, seen)
-            finally:
-                os.close(sub)
+            total[0] += entry_bytes(os.fstat(root.fd))
+            walk.walk(root.fd, True, visit)
+    except (safe_fs.SafeFsError, OSError):
+        pass
+    return total[0]
 
 
 from zcbot_core.quota.meter import TreeMeter  # noqa: E402  (re-exported: one import for callers)

@@ -29,7 +29,7 @@ from typing import Any
 
 from zcbot_executor import egress
 from zcbot_executor.config import ExecutorConfig
-from zcbot_executor.sandbox import cgroups, policy
+from zcbot_executor.sandbox import cgroups, policy, seccomp
 from zcbot_executor.sandbox.base import BackgroundSpec, Sandbox, SandboxBackend, SandboxError
 from zcbot_executor.sandbox.launch import kill_background_tree, launch_detached
 from zcbot_executor.sandbox.runner_conn import WarmSandbox
@@ -95,8 +95,14 @@ class BwrapBackend(SandboxBackend):
         probe_root.mkdir(parents=True, exist_ok=True)
         policy.ensure_owned(probe_root, self.config.owner)
         argv = self.argv(probe_root, self.runner_command("serve", self.runner_config(sweep=False, user=False)))
-        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                                                    stderr=asyncio.subprocess.PIPE, env=self.env)
+        filter_fd = seccomp.program_fd()  # the filter loads here first, so a bad one fails the start
+        split = argv.index("--")
+        argv = argv[:split] + ["--seccomp", str(filter_fd)] + argv[split:]
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                                                        stderr=asyncio.subprocess.PIPE, env=self.env, pass_fds=(filter_fd,))
+        finally:
+            os.close(filter_fd)
         try:
             _out, err = await asyncio.wait_for(proc.communicate(), 30)
         except asyncio.TimeoutError:
@@ -186,13 +192,15 @@ class BwrapBackend(SandboxBackend):
         argv = self.argv(user_root, self.runner_command("serve", self.runner_config(sweep=True)),
                          egress_socket=await self.egress_socket(user_id))
         split = argv.index("--")
-        read_fd = args_pipe(argv[1:split])
+        filter_fd = seccomp.program_fd()  # no btrfs subvolume inside the sandbox (the kernel quota holds)
+        read_fd = args_pipe(argv[1:split] + ["--seccomp", str(filter_fd)])
         try:  # options through a pipe: the sandbox's pid 1 shows `bwrap --args N -- cmd`, not host paths
             box = await WarmSandbox.spawn(user_id, user_root, [argv[0], "--args", str(read_fd), *argv[split:]],
-                                          self.env, "bwrap", pass_fds=(read_fd,),
+                                          self.env, "bwrap", pass_fds=(read_fd, filter_fd),
                                           cgroup_procs=self.cgroup_procs(user_id, cgroups.RUNNER_LEAF))
         finally:
             os.close(read_fd)
+            os.close(filter_fd)
         log.info("sandbox started", extra={"user_id": user_id, "pid": box.pid, "backend": self.name})
         return box
 
@@ -200,7 +208,8 @@ class BwrapBackend(SandboxBackend):
         cfg = self.runner_config(sweep=False)
         argv = self.argv(spec.user_root, self.runner_command("proc", cfg, spec.proc_dir_virtual), die_with_parent=False,
                          egress_socket=await self.egress_socket(spec.user_id))
-        return await launch_detached(argv, self.env, args_fd=True, cgroup_procs=self.cgroup_procs(spec.user_id, spec.proc_id))
+        return await launch_detached(argv, self.env, args_fd=True, cgroup_procs=self.cgroup_procs(spec.user_id, spec.proc_id),
+                                     seccomp=seccomp.program())
 
     async def kill_background(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:
         return await asyncio.to_thread(kill_background_tree, self, spec, private, self.bwrap or "")

@@ -36,6 +36,13 @@ if pid == 0:
     # read of the pid waited for the background process to exit (every start timed out).
     os.closerange(3, 1 << 20)
     try:
+        if spec.get("seccomp"):  # bwrap --seccomp FD: the filter (sandbox/seccomp.py) through a pipe
+            r, w = os.pipe()
+            os.write(w, bytes.fromhex(spec["seccomp"]))
+            os.close(w)
+            os.set_inheritable(r, True)
+            split = argv.index("--")
+            argv = argv[:split] + ["--seccomp", str(r)] + argv[split:]
         if spec.get("args_fd"):  # bwrap --args FD: keep host paths out of the sandbox's cmdline
             r, w = os.pipe()
             split = argv.index("--")
@@ -53,10 +60,11 @@ LAUNCH_TIMEOUT = 15.0
 
 
 async def launch_detached(argv: list[str], env: dict[str, str], args_fd: bool = False,
-                          cgroup_procs: list[str] | None = None) -> dict[str, Any]:
+                          cgroup_procs: list[str] | None = None, seccomp: bytes | None = None) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-S", "-c", _LAUNCHER,
-        json.dumps({"argv": argv, "args_fd": args_fd, "cgroup_procs": cgroup_procs or []}),
+        json.dumps({"argv": argv, "args_fd": args_fd, "cgroup_procs": cgroup_procs or [],
+                    "seccomp": seccomp.hex() if seccomp else None}),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )
     try:
