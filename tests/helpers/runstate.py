@@ -51,6 +51,7 @@ class RunHarness:
         self.held: dict[str, Held] = {}  # task id -> the run a live (simulated) runner executes
         self.sweepers: dict[int, QueuedRunSweeper] = {}
         self._psub: Any = None
+        self._handed_back: set[str] = set()  # naked: delivered again at once
 
     async def start(self) -> None:
         self._psub = await self.rt.js.pull_subscribe_bind(durable=self.rt.topo.runners_consumer,
@@ -82,18 +83,26 @@ class RunHarness:
     # ---- the runners' side ------------------------------------------------------------------------
     async def pull(self) -> dict[str, Msg]:
         """Every request JetStream delivers now (a redelivery of a held run replaces its message)."""
-        while True:
+        # (A fetch of nothing waits its timeout out: fetched only when something is to come.)
+        while self._handed_back or (await self._psub.consumer_info()).num_pending:
             try:
-                msgs = await self._psub.fetch(batch=64, timeout=0.1)
+                msgs = await self._psub.fetch(batch=64, timeout=1.0)
             except (NatsTimeoutError, asyncio.TimeoutError):
+                self._handed_back.clear()
                 return self.deliveries
             for msg in msgs:
                 req = decode(msg.data, RunRequest)
+                self._handed_back.discard(req.run_id)
                 held = self.held.get(req.task_id)
                 if held is not None and held.run_id == req.run_id:
                     held.msg = msg
                 else:
                     self.deliveries[req.run_id] = msg
+        return self.deliveries
+
+    @staticmethod
+    def task_of(msg: Msg) -> str:
+        return decode(msg.data, RunRequest).task_id
 
     async def claim(self, run_id: str, owner: str) -> Claim | None:
         msg = self.deliveries.pop(run_id)
@@ -125,7 +134,9 @@ class RunHarness:
 
     async def hand_back(self, task_id: str) -> None:
         """The runner stops without ending the run (a drain): JetStream delivers it again."""
-        await self.held.pop(task_id).msg.nak()
+        held = self.held.pop(task_id)
+        await held.msg.nak()
+        self._handed_back.add(held.run_id)
 
     async def lose_request(self, run_id: str) -> None:
         """A request delivered, never claimed, and gone (its deliveries ran out, or JetStream lost it)."""
@@ -144,8 +155,12 @@ class RunHarness:
             return (await s.execute(select(Task.user_id).where(Task.task_id == task_id))).scalar_one()
 
     async def task(self, task_id: str) -> Any:
-        async with self.rt.sessions() as s:
-            return (await s.execute(select(Task.__table__).where(Task.task_id == task_id))).one()
+        return (await self.tasks([task_id]))[task_id]
+
+    async def tasks(self, task_ids: list[str]) -> dict[str, Any]:
+        async with self.rt.autocommit.connect() as conn:
+            rows = await conn.execute(select(Task.__table__).where(Task.task_id.in_(task_ids)))
+            return {row.task_id: row for row in rows}
 
     async def stored_runs(self, task_id: str) -> list[str]:
         """The run ids of the task's user messages, in history order."""
@@ -174,7 +189,8 @@ class RunHarness:
         finally:
             await sub.unsubscribe()
 
-    async def violations(self, *, user_id: str | None = None, task_id: str | None = None, max_active: int | None = None,
-                         max_waiting: int | None = None, settled: bool = True) -> list[str]:
+    async def violations(self, *, user_id: str | list[str] | None = None, task_id: str | None = None, max_active: int | None = None,
+                         max_waiting: int | None = None, settled: bool = True, bus: bool = True) -> list[str]:
         return await invariants.violations(self.rt.autocommit, user_id=user_id, task_id=task_id, max_active=max_active,
-                                           max_waiting=max_waiting, settled=settled, js=self.rt.js, topo=self.rt.topo)
+                                           max_waiting=max_waiting, settled=settled, js=self.rt.js if bus else None,
+                                           topo=self.rt.topo)

@@ -20,6 +20,7 @@ and, `settled` (no transition in flight), no run waiting while a slot is free.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -33,7 +34,7 @@ from zcbot_core.runstate.transitions import MAX_PENDING_INPUTS
 
 _TASKS = text(
     "SELECT task_id, user_id, run_status, run_id, run_owner, run_request, run_queued_at, pending_inputs "
-    "FROM tasks WHERE deleted_at IS NULL AND (CAST(:user_id AS text) IS NULL OR user_id = :user_id) "
+    "FROM tasks WHERE deleted_at IS NULL AND (CAST(:users AS text[]) IS NULL OR user_id = ANY(CAST(:users AS text[]))) "
     "AND (CAST(:task_id AS text) IS NULL OR task_id = :task_id) ORDER BY task_id"
 )
 _USER_MESSAGE_RUNS = text(
@@ -45,13 +46,15 @@ _PENDING_KEYS = ("run_id", "content", "grant")
 
 
 async def violations(
-    autocommit: AsyncEngine, *, user_id: str | None = None, task_id: str | None = None,
+    autocommit: AsyncEngine, *, user_id: str | Sequence[str] | None = None, task_id: str | None = None,
     max_active: int | None = None, max_waiting: int | None = None, settled: bool = False,
     js: JetStreamContext | None = None, topo: Topology | None = None,
 ) -> list[str]:
-    """Every invariant broken by the tasks of `user_id` / `task_id` (neither: all tasks), as sentences."""
+    """Every invariant broken by the tasks of `user_id` (one or several) / `task_id` (neither: all tasks),
+    as sentences."""
+    users = [user_id] if isinstance(user_id, str) else list(user_id) if user_id is not None else None
     async with autocommit.connect() as conn:
-        rows = (await conn.execute(_TASKS, {"user_id": user_id, "task_id": task_id})).all()
+        rows = (await conn.execute(_TASKS, {"users": users, "task_id": task_id})).all()
         stored: dict[str, set[str]] = defaultdict(set)
         if rows:
             for tid, rid in (await conn.execute(_USER_MESSAGE_RUNS, {"task_ids": [r.task_id for r in rows]})).all():
