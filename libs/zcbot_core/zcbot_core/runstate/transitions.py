@@ -5,10 +5,15 @@ scheduler, channels) and the runner (which keeps only the orchestration around t
   idle task; fallback: the transaction, which also queues behind an active run); `queue_run` and
   `publish_run` are its parts, shared with the end of a run that starts the next waiting message.
 - claim: `runstate.claim.claim_run` (one statement).
-- cancel: `request_cancel` (the transaction marks `cancelling`, then KV + core subject).
+- cancel: `request_cancel` (the transaction marks `cancelling`, then KV + core subject; a waiting run
+  ends in the transaction: `end_waiting_run`).
 - end: `end_run` (fast paths: the last step and the end in one statement, or the end alone when no
   message waits; fallback: `finish_run`'s transaction, which also starts the next waiting message).
 - reap: `reap` (a lost run to `error`, fenced on the status the reaper saw).
+
+Which event applies in which status, and with what effects, is `runstate.matrix`. Every end of a run
+(finish, fail, reap, a waiting run's cancel or replacement by an interrupt) starts the task's next
+enqueued message through `start_next_input` and continues through `continue_after_end`.
 
 Every transition that ends a run (end, reap, a waiting run's cancel) then marks it ended on the bus
 (`bus.ended_runs.mark_ended`): executors refuse its grant from then on. A run taken over by another
@@ -46,7 +51,7 @@ from zcbot_core.runstate import matrix, sql
 # The domain errors of the transitions, importable from here too (`runs.RunConflict`, ...).
 from zcbot_core.runstate.errors import (BusUnavailable, NothingToCancel, QuotaExceeded, RunConflict,  # noqa: F401
                                         TaskNotFound, UserNotFound, WrongChannel)
-from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
+from zcbot_core.runstate.status import RunOutcome
 from zcbot_core.tools.executor_client import stop_background
 
 log = logging.getLogger(__name__)
