@@ -148,6 +148,51 @@ async def test_ended_run_mark_writers(auth_nats: AuthNats, service: str, allowed
         await nc.close()
 
 
+# Who may publish run events (issue 34): the runners, and the services that end runs no runner holds (a
+# waiting run's cancel or replacement: gateway, scheduler; a queued run given up: scheduler).
+EVENT_WRITERS = {"gateway": True, "scheduler": True, "runner": True, "channels": False, "executor": False}
+
+
+@pytest.mark.parametrize(("service", "allowed"), sorted(EVENT_WRITERS.items()))
+async def test_run_event_publishers(auth_nats: AuthNats, service: str, allowed: bool) -> None:
+    nc = await auth_nats.client(service)
+    try:
+        denied = await _violation(nc, auth_nats.topo.event_subject("some-task"), publish=True)
+        assert denied is not allowed, f"{service}: publish a run event {'refused' if denied else 'allowed'}"
+    finally:
+        await nc.close()
+
+
+async def test_the_gateway_identity_cancels_a_waiting_run_with_a_message_behind_it(
+        auth_nats: AuthNats, settings_env: dict[str, str]) -> None:
+    """Issue 34: under `zcbot up`'s identities this cancel answered 503 (the gateway could not publish
+    the run's `done`) and stranded the message behind it."""
+    from zcbot_core.bus import decode
+    from zcbot_core.bus.events import Done
+    from zcbot_core.service import close_runtime, open_runtime
+    from tests.helpers.runstate import RunHarness
+
+    env = {**settings_env, "ZCBOT_NATS_URL": auth_nats.url, "ZCBOT_BUS_PREFIX": auth_nats.topo.prefix,
+           **auth_nats.creds.service_env("gateway")}
+    rt = await open_runtime("gateway", Settings(**env))  # type: ignore[arg-type]
+    try:
+        h = RunHarness(rt)
+        for task in ("busy", "waits"):
+            await h.add_task("gwuser", task)
+        limits = dict(max_active=1)
+        await h.submit("gwuser", "busy", "busy", "reject", **limits)
+        waiting = await h.submit("gwuser", "waits", "first", "reject", **limits)
+        behind = await h.submit("gwuser", "waits", "follow-up", "enqueue", **limits)
+        assert (waiting.status, behind.status) == ("waiting", "pending")
+        assert await h.cancel("gwuser", "waits", **limits) == (waiting.run_id, True)
+        row = await h.task("waits")
+        assert (row.run_status, row.run_id, row.pending_inputs) == ("waiting", behind.run_id, [])
+        done = decode((await rt.js.get_last_msg(rt.topo.events_stream, rt.topo.event_subject("waits"))).data, Done)
+        assert (done.run_id, done.status) == (waiting.run_id, "cancelled")
+    finally:
+        await close_runtime(rt)
+
+
 async def test_runner_cannot_serve_the_executor_subjects(auth_nats: AuthNats) -> None:
     nc = await auth_nats.client("runner")
     try:

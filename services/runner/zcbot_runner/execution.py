@@ -25,7 +25,7 @@ from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import get_profile
 from zcbot_core.runstate.claim import Claim, claim_run
 from zcbot_core.runstate.status import RunOutcome
-from zcbot_core.runstate.transitions import end_run, promote_waiting, publish_run
+from zcbot_core.runstate.transitions import continue_after_end, end_run
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_runner.budget import RunBudget
@@ -329,20 +329,10 @@ class RunExecutor:
             await kv.delete(self.rt.topo.kv_key(req.task_id))
         except Exception:
             pass
-        if outcome.next_request is not None:
-            try:
-                await publish_run(self.rt.js, self.rt.topo, outcome.next_request,
-                                  retry_seconds=self.rt.settings.zcbot_run_publish_retry_seconds)
-            except Exception:
-                log.exception("could not publish the next enqueued run; the reaper will surface it")
-        await self._start_waiting(req.user_id)
+        # The next enqueued message's run, then the user's waiting runs into its free slots (the one
+        # continuation of every end: `runstate.transitions.continue_after_end`).
+        outcome.user_id = outcome.user_id or req.user_id
+        await continue_after_end(self.rt.autocommit, self.rt.js, self.rt.topo, outcome,
+                                 max_active=self.rt.settings.zcbot_max_runs_per_user,
+                                 retry_seconds=self.rt.settings.zcbot_run_publish_retry_seconds)
         return True
-
-    async def _start_waiting(self, user_id: str) -> None:
-        """A slot of this user is free: its oldest waiting runs start (the reaper's sweep retries)."""
-        try:
-            await promote_waiting(self.rt.autocommit, self.rt.js, self.rt.topo, user_id,
-                                  self.rt.settings.zcbot_max_runs_per_user,
-                                  self.rt.settings.zcbot_run_publish_retry_seconds)
-        except Exception:
-            log.exception("could not start the user's waiting runs; the reaper's sweep will")

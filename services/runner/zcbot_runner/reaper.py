@@ -28,7 +28,7 @@ from zcbot_core.bus import events as ev
 from zcbot_core.bus import encode
 from zcbot_core.runstate import sql
 from zcbot_core.runstate.status import RunOutcome, RunStatus
-from zcbot_core.runstate.transitions import now, promote_waiting, reap
+from zcbot_core.runstate.transitions import continue_after_end, now, promote_waiting, reap
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_core.worker import periodic
@@ -135,13 +135,17 @@ class Reaper:
                 mine = self.runner_id is not None and row.run_owner == self.runner_id
                 if not mine or self.executing is None or self.executing(row.task_id, row.run_id):
                     continue
-            if await reap(self.rt.sessions, self.rt.js, self.rt.topo, task_id=row.task_id, run_id=row.run_id,
-                          seen_status=row.run_status, error=LOST_MESSAGE):
+            outcome = await reap(self.rt.sessions, self.rt.js, self.rt.topo, task_id=row.task_id, run_id=row.run_id,
+                                 seen_status=row.run_status, error=LOST_MESSAGE)
+            if outcome is not None:
                 reaped += 1
                 subject = self.rt.topo.event_subject(row.task_id)
                 await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=row.run_id, msg=LOST_MESSAGE, code="lost")))
                 await self.rt.js.publish(subject, encode(ev.Done(run_id=row.run_id, status=RunOutcome.ERROR.value)))
                 log.warning("reaped lost run", extra={"task_id": row.task_id, "run_id": row.run_id})
+                # Its next enqueued message runs, as after any end (the waiting runs: just below).
+                await continue_after_end(self.rt.autocommit, self.rt.js, self.rt.topo, outcome, max_active=None,
+                                         retry_seconds=self.rt.settings.zcbot_run_publish_retry_seconds)
         await self._start_waiting()
         return reaped
 

@@ -278,7 +278,8 @@ async def check_inflight(rt: Runtime, cfg: SchedulerConfig, now: datetime, infli
                     try:
                         await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=job.user_id,
                                                   task_id=job.last_task_id, reason="timeout",
-                                                  grant_key=rt.settings.zcbot_run_grant_key)
+                                                  grant_key=rt.settings.zcbot_run_grant_key,
+                                                  max_active=rt.settings.zcbot_max_runs_per_user)
                     except (runs.NothingToCancel, runs.TaskNotFound):
                         pass  # it ended meanwhile: the next check records it (as a timeout)
             elif job.cancel_requested_at is not None and now >= job.cancel_requested_at + timedelta(

@@ -31,7 +31,7 @@ from zcbot_core.bus import BusDecodeError, RunRequest, decode, encode, grants
 from zcbot_core.bus import events as ev
 from zcbot_core.db.models import Task
 from zcbot_core.runstate.status import RunOutcome, RunStatus
-from zcbot_core.runstate.transitions import now, publish_run, reap
+from zcbot_core.runstate.transitions import continue_after_end, now, publish_run, reap
 from zcbot_core.service import Runtime
 
 log = logging.getLogger(__name__)
@@ -99,11 +99,17 @@ class QueuedRunSweeper:
         return done
 
     async def _give_up(self, task_id: str, run_id: str) -> None:
-        if not await reap(self.rt.sessions, self.rt.js, self.rt.topo, task_id=task_id, run_id=run_id,
-                          seen_status=RunStatus.QUEUED.value, error=GIVEN_UP):
+        outcome = await reap(self.rt.sessions, self.rt.js, self.rt.topo, task_id=task_id, run_id=run_id,
+                             seen_status=RunStatus.QUEUED.value, error=GIVEN_UP)
+        if outcome is None:
             return
         subject = self.rt.topo.event_subject(task_id)
         await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=run_id, msg=GIVEN_UP, code="lost")))
         await self.rt.js.publish(subject, encode(ev.Done(run_id=run_id, status=RunOutcome.ERROR.value)))
         self.requeued.pop(run_id, None)
+        # Its next enqueued message runs and its slot goes on, as after any end.
+        settings = self.rt.settings
+        await continue_after_end(self.rt.autocommit, self.rt.js, self.rt.topo, outcome,
+                                 max_active=settings.zcbot_max_runs_per_user,
+                                 retry_seconds=settings.zcbot_run_publish_retry_seconds)
         log.warning("gave up a queued run whose request kept being lost", extra={"task_id": task_id, "run_id": run_id})

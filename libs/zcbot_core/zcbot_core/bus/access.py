@@ -74,8 +74,11 @@ def service_permissions(service: str, topo: Topology) -> Permissions:
     # runstate.submit / transitions.cancel; and the ended-runs marks of the transitions that end runs
     # (end, reap, a waiting run's cancel). The executor only reads them.
     submit = [f"{p}.runs.*", f"{p}.cancel.*", _kv(topo.cancel_bucket), _kv(topo.ended_runs_bucket)]
+    # The `done` of a run ended outside a runner: a waiting run's cancel or replacement (gateway,
+    # scheduler), a queued run given up by the requeue sweep (scheduler); the runners publish the rest.
+    ends_runs = f"{p}.ev.*"
     if service == "gateway":
-        return Permissions(publish=(*js, *submit, f"{p}.chin.*", f"{p}.push.*", f"{p}.exec.bgstop",
+        return Permissions(publish=(*js, *submit, ends_runs, f"{p}.chin.*", f"{p}.push.*", f"{p}.exec.bgstop",
                                     f"{p}.exec.procs"),  # the web's process cards (ProcsRequest)
                            subscribe=(own_inbox,))  # events arrive through a JetStream consumer's inbox
     if service == "runner":
@@ -91,7 +94,7 @@ def service_permissions(service: str, topo: Topology) -> Permissions:
                        "$SRV.>"),
             responds=True)
     if service == "scheduler":  # cancels timed-out runs, and with them their background processes
-        return Permissions(publish=(*js, *submit, f"{p}.push.*", f"{p}.exec.bgstop", leases),
+        return Permissions(publish=(*js, *submit, ends_runs, f"{p}.push.*", f"{p}.exec.bgstop", leases),
                            subscribe=(own_inbox, f"{p}.ev.*"))
     if service == "channels":
         return Permissions(publish=(*js, *submit, f"{p}.push.*", leases),

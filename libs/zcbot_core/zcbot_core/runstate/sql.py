@@ -133,10 +133,15 @@ STEP_FENCES = {(owned, counters): _step_fence_statement(owned, counters)
 LAST_STEP_AND_END = _owned_step_statement(with_usage=True, ends_run=True)
 
 
-def _queue_statement(with_pending: bool, waiting: bool = False) -> Any:
+def _queue_statement(with_pending: bool, waiting: bool = False, keep_place: bool = False) -> Any:
+    """The task's next run, queued (or waiting: over its user's cap). `keep_place`: a waiting run that
+    takes over a waiting run's place in its user's FIFO (its `run_queued_at`), as the task's next
+    message does when the waiting run before it ends (`transitions.start_next_input`)."""
     values: dict[str, Any] = {
         "run_status": RunStatus.WAITING.value if waiting else RunStatus.QUEUED.value, "run_id": bindparam("queue_run"),
-        "run_error": None, "run_owner": None, "run_queued_at": func.now(), "run_started_at": None, "run_timings": None,
+        "run_error": None, "run_owner": None,
+        "run_queued_at": bindparam("queue_queued_at") if keep_place else func.now(),
+        "run_started_at": None, "run_timings": None,
         "run_events_from": bindparam("queue_events_from", type_=Integer),
         "run_request": bindparam("queue_request", type_=JSONB) if waiting else None,
     }
@@ -148,6 +153,8 @@ def _queue_statement(with_pending: bool, waiting: bool = False) -> Any:
 QUEUE_RUN = _queue_statement(False)
 QUEUE_NEXT_PENDING = _queue_statement(True)  # the next waiting message starts; the rest keep waiting
 WAIT_RUN = _queue_statement(False, waiting=True)  # over the user's cap: the run waits in the user's FIFO
+# The next message of a task whose waiting run ended: it waits in that run's place (the rest keep waiting).
+WAIT_NEXT_PENDING = _queue_statement(True, waiting=True, keep_place=True)
 WAITING_OF_USER = select(func.count()).where(tasks.c.user_id == bindparam("waiting_user"),
                                              tasks.c.run_status == RunStatus.WAITING.value)
 
@@ -178,12 +185,18 @@ WAITING_POSITION = text(
     "AND w.user_id = me.user_id AND w.run_status = 'waiting' "
     "AND (w.run_queued_at, w.task_id) <= (me.run_queued_at, me.task_id)"
 ).bindparams(bindparam("position_task", type_=String))
-# A waiting run cancelled: it never reached a runner, so it ends here.
-CANCEL_WAITING = (
+# A waiting run ended (cancelled, or replaced by an interrupt): it never reached a runner, so it ends
+# here; the caller holds the row and starts the task's next message (`transitions.start_next_input`).
+END_WAITING = (
     update(tasks)
-    .where(tasks.c.task_id == bindparam("cancel_task"), tasks.c.run_status == RunStatus.WAITING.value)
-    .values(run_status=RunStatus.IDLE.value, run_request=None, updated_at=func.now())
+    .where(tasks.c.task_id == bindparam("cancel_task"), tasks.c.run_id == bindparam("cancel_run"),
+           tasks.c.run_status == RunStatus.WAITING.value)
+    .values(run_status=RunStatus.IDLE.value, run_request=None, run_owner=None, run_error=None,
+            pending_inputs=literal_column("'[]'::jsonb"), updated_at=func.now())
 )
+# A deleted task's run ended: the messages that waited behind it never run.
+DROP_PENDING = update(tasks).where(tasks.c.task_id == bindparam("drop_task")).values(
+    pending_inputs=literal_column("'[]'::jsonb"))
 
 SET_PENDING = (
     update(tasks).where(tasks.c.task_id == bindparam("pending_task"))
@@ -270,6 +283,7 @@ REAP = (
     .where(tasks.c.task_id == bindparam("reap_task"), tasks.c.run_id == bindparam("reap_run"),
            tasks.c.run_status == bindparam("reap_status"))
     .values(run_status=RunStatus.ERROR.value, run_error=bindparam("reap_error"), run_owner=None)
+    .returning(tasks.c.user_id, tasks.c.pending_inputs, tasks.c.deleted_at)
 )
 
 # ---- ownership (the runner's takeover backstop, `zcbot_runner.takeover`) ---------------------------

@@ -24,10 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from zcbot_core import shortcuts
 from zcbot_core.bus import RunRequest, Topology, grants
 from zcbot_core.db.engine import autocommit
-from zcbot_core.runstate import sql
+from zcbot_core.runstate import matrix, sql
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.status import ACTIVE
-from zcbot_core.runstate.transitions import (MAX_PENDING_INPUTS, BusUnavailable, Multitask, QuotaExceeded, RunConflict, TaskNotFound,
+from zcbot_core.runstate.transitions import (MAX_PENDING_INPUTS, BusUnavailable, Multitask, QuotaExceeded, TaskNotFound,
                              UserNotFound, WrongChannel, new_run_id, publish_run, signal_cancel)
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ async def submit_message(
         events_tail.cancel()  # a no-op once answered; a cancelled request leaves no lookup behind
     # The usual case, a task with no active run, in one round trip; else the transaction, which rejects
     # or puts the message behind the active run.
-    request = _waiting_request(origin, scheduled_job_id, grant)
+    request = runs.waiting_request(origin, scheduled_job_id, grant)
     submitted = await _submit_to_idle(sessions, user_id=user_id, task_id=task_id, run_id=run_id, content=content,
                                       channel=channel, limits=limits, events_from=events_from, request=request)
     if submitted is None:
@@ -209,13 +209,15 @@ async def _submit_in_transaction(
 ) -> SubmitResult:
     """The submit as one transaction: any task state (an active run's task: reject, or the message waits
     behind it); the reference for `_submit_to_idle`."""
+    replaced: str | None = None  # the waiting run an interrupting message took the place of
     async with sessions() as session, session.begin():
         task = await runs.lock_task(session, user_id, task_id)
         if channel is not None and task.channel != channel:
             raise WrongChannel(task.channel)
+        step = matrix.step(task.run_status, matrix.MULTITASK_EVENT[multitask])
+        if step.refused is not None:
+            raise step.refuse(task.run_status)
         if task.run_status in ACTIVE:
-            if multitask == "reject":
-                raise RunConflict(f"a run is already {task.run_status} on this task; wait, cancel it, or send with multitask=enqueue")
             pending = list(task.pending_inputs or [])
             if len(pending) >= MAX_PENDING_INPUTS:
                 raise QuotaExceeded(f"at most {MAX_PENDING_INPUTS} messages can wait behind a run")
@@ -223,38 +225,53 @@ async def _submit_in_transaction(
             # has no key (bus/grants.py).
             item = {"run_id": run_id, "content": content, "origin": origin, "queued_at": time.time(),
                     "grant": grant}
-            if multitask == "interrupt":
+            if matrix.Effect.PENDING_FRONT in step.effects:
                 pending.insert(0, item)
             else:
                 pending.append(item)
-            active_run = task.run_id
-            position = pending.index(item) + 1
-            await session.execute(sql.SET_PENDING, {
-                "pending_task": task_id, "pending_inputs": pending,
-                "pending_status": "cancelling" if multitask == "interrupt" else task.run_status})
+            if matrix.Effect.ENDS_RUN in step.effects:
+                # An interrupt of a waiting run: it ends (cancelled) and this message takes its place.
+                replaced = task.run_id
+                ended = await runs.end_waiting_run(session, js, topo, task, pending, tail=events_tail)
+                assert ended.next_input is not None  # `pending` starts with this message
+                idx = ended.next_input.message_idx
+                position = int((await session.execute(sql.WAITING_POSITION, {"position_task": task_id})).scalar_one())
+                active_run = None
+            else:
+                active_run = task.run_id
+                position = pending.index(item) + 1
+                await session.execute(sql.SET_PENDING, {
+                    "pending_task": task_id, "pending_inputs": pending,
+                    "pending_status": step.to.value if step.to is not None else task.run_status})
         else:
             position = await _check_quota(session, user_id, limits)
             req, idx = await runs.queue_run(session, events_tail, task_id, user_id, run_id, content,
-                                            wait_request=_waiting_request(origin, scheduled_job_id, grant)
+                                            wait_request=runs.waiting_request(origin, scheduled_job_id, grant)
                                             if position else None)
             req.grant = grant
-            events_from = await runs.events_from(events_tail)
             req.origin = origin
             req.scheduled_job_id = scheduled_job_id
             active_run = None
+    events_from = await runs.events_from(events_tail)
+    if replaced is not None:
+        await runs.answer_waiting_end(js, topo, task_id, replaced)
+        started = await runs.continue_after_end(autocommit(sessions), js, topo,
+                                                runs.FinishOutcome(user_id=user_id),
+                                                max_active=limits.max_runs_per_user,
+                                                retry_seconds=limits.publish_retry_seconds)
+        if run_id in started:  # a slot was free: it is queued already
+            return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx,
+                                events_from=events_from)
+        return SubmitResult(run_id=run_id, task_id=task_id, status="waiting", position=position, message_idx=idx,
+                            events_from=events_from)
     if active_run is not None:
-        if multitask == "interrupt":
+        if matrix.Effect.SIGNAL_CANCEL in step.effects:
             await signal_cancel(nc, js, topo, task_id, active_run, "interrupt")
         # (the message is saved whatever JetStream answered)
         return SubmitResult(run_id=run_id, task_id=task_id, status="pending", position=position,
-                            events_from=await runs.events_from(events_tail))
+                            events_from=events_from)
     if position:
         return SubmitResult(run_id=run_id, task_id=task_id, status="waiting", position=position, message_idx=idx,
                             events_from=events_from)
     await _publish_or_fail(sessions, js, topo, req, limits)
     return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
-
-
-def _waiting_request(origin: str, scheduled_job_id: str | None, grant: str) -> dict[str, Any]:
-    """What a waiting run's request will carry when it is published (`tasks.run_request`)."""
-    return {"origin": origin, "scheduled_job_id": scheduled_job_id, "grant": grant}

@@ -5,10 +5,15 @@ scheduler, channels) and the runner (which keeps only the orchestration around t
   idle task; fallback: the transaction, which also queues behind an active run); `queue_run` and
   `publish_run` are its parts, shared with the end of a run that starts the next waiting message.
 - claim: `runstate.claim.claim_run` (one statement).
-- cancel: `request_cancel` (the transaction marks `cancelling`, then KV + core subject).
+- cancel: `request_cancel` (the transaction marks `cancelling`, then KV + core subject; a waiting run
+  ends in the transaction: `end_waiting_run`).
 - end: `end_run` (fast paths: the last step and the end in one statement, or the end alone when no
   message waits; fallback: `finish_run`'s transaction, which also starts the next waiting message).
 - reap: `reap` (a lost run to `error`, fenced on the status the reaper saw).
+
+Which event applies in which status, and with what effects, is `runstate.matrix`. Every end of a run
+(finish, fail, reap, a waiting run's cancel or replacement by an interrupt) starts the task's next
+enqueued message through `start_next_input` and continues through `continue_after_end`.
 
 Every transition that ends a run (end, reap, a waiting run's cancel) then marks it ended on the bus
 (`bus.ended_runs.mark_ended`): executors refuse its grant from then on. A run taken over by another
@@ -41,62 +46,18 @@ from zcbot_core.bus.ended_runs import mark_ended
 from zcbot_core.bus.events import Done
 from zcbot_core.bus.retry import retry_until
 from zcbot_core.bus.topology import kv_bucket
-from zcbot_core.errors import ZcbotError
-from zcbot_core.runstate import sql
-from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
+from zcbot_core.db.engine import autocommit
+from zcbot_core.runstate import matrix, sql
+# The domain errors of the transitions, importable from here too (`runs.RunConflict`, ...).
+from zcbot_core.runstate.errors import (BusUnavailable, NothingToCancel, QuotaExceeded, RunConflict,  # noqa: F401
+                                        TaskNotFound, UserNotFound, WrongChannel)
+from zcbot_core.runstate.status import RunOutcome
 from zcbot_core.tools.executor_client import stop_background
 
 log = logging.getLogger(__name__)
 
 Multitask = Literal["reject", "enqueue", "interrupt"]
 MAX_PENDING_INPUTS = 20
-
-
-class RunConflict(ZcbotError):
-    """A run is already active on the task and the caller's strategy forbids another (409)."""
-
-    code, http_status = "run_conflict", 409
-
-
-class QuotaExceeded(ZcbotError):
-    """The per-user concurrent-run cap or the global queue bound is reached (429)."""
-
-    code, http_status = "run_quota_exceeded", 429
-
-
-class NothingToCancel(ZcbotError):
-    """Cancel requested while no run is active (409)."""
-
-    code, http_status = "nothing_to_cancel", 409
-
-
-class TaskNotFound(ZcbotError):
-    """No such task for this user (404)."""
-
-    code, http_status, public_detail = "task_not_found", 404, "task not found"
-
-
-class UserNotFound(TaskNotFound):
-    """The submitting user no longer exists (a valid token of a deleted user: 401 at the HTTP edge)."""
-
-    code, http_status, public_detail = "user_gone", 401, "invalid token: user does not exist"
-    headers = {"WWW-Authenticate": "Bearer"}
-
-
-class WrongChannel(ZcbotError):
-    """The task belongs to another channel (409): its conversation continues there."""
-
-    code, http_status = "wrong_channel", 409
-
-    def __init__(self, channel: str) -> None:
-        super().__init__(f"this task belongs to the {channel} channel; reply there")
-        self.channel = channel
-
-
-class BusUnavailable(ZcbotError):
-    """The run could not be handed to JetStream (503); the task is left in `error`, not stuck."""
-
-    code, http_status = "bus_unavailable", 503
 
 
 def now() -> datetime:
@@ -165,14 +126,18 @@ async def events_from(events_tail: Awaitable[int | None]) -> int | None:
 
 async def queue_run(
     session: AsyncSession, events_tail: Awaitable[int | None], task_id: str, user_id: str, run_id: str, content: Any,
-    still_pending: list[Any] | None = None, wait_request: dict[str, Any] | None = None,
+    still_pending: list[Any] | None = None, wait_request: dict[str, Any] | None = None, place: datetime | None = None,
 ) -> tuple[RunRequest, int]:
     """The message and the task's new `queued` run (`still_pending`: what keeps waiting behind it;
-    `wait_request`: the run waits in its user's FIFO instead, keeping what its request will carry)."""
+    `wait_request`: the run waits in its user's FIFO instead, keeping what its request will carry;
+    `place` with both: it waits in that place of the FIFO, a `run_queued_at`)."""
     idx = await append_message(session, task_id, {"role": "user", "content": content}, run_id=run_id)
     params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id,
                               "queue_events_from": await events_from(events_tail)}
-    if wait_request is not None:
+    if wait_request is not None and still_pending is not None and place is not None:
+        await session.execute(sql.WAIT_NEXT_PENDING, {**params, "queue_request": wait_request,
+                                                      "queue_pending": still_pending, "queue_queued_at": place})
+    elif wait_request is not None:
         await session.execute(sql.WAIT_RUN, {**params, "queue_request": wait_request})
     elif still_pending is None:
         await session.execute(sql.QUEUE_RUN, params)
@@ -180,6 +145,47 @@ async def queue_run(
         await session.execute(sql.QUEUE_NEXT_PENDING, {**params, "queue_pending": still_pending})
     req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time())
     return req, idx
+
+
+def waiting_request(origin: str, scheduled_job_id: str | None, grant: str) -> dict[str, Any]:
+    """What a waiting run's request will carry when it is published (`tasks.run_request`)."""
+    return {"origin": origin, "scheduled_job_id": scheduled_job_id, "grant": grant}
+
+
+@dataclass
+class NextInput:
+    request: RunRequest  # to publish unless `waiting`
+    message_idx: int
+    waiting: bool  # it waits in the ended run's FIFO place (the ended run held no slot)
+
+
+async def start_next_input(
+    session: AsyncSession, js: JetStreamContext, topo: Topology, *, task_id: str, user_id: str, pending: list[Any],
+    deleted: bool = False, held_slot: bool, place: datetime | None = None,
+    tail: Awaitable[int | None] | None = None,
+) -> NextInput | None:
+    """The one way a task's next enqueued message starts once its run ended, in the transaction that
+    ended it (the task row locked): a finish, a failure, a reap, a waiting run cancelled or replaced by
+    an interrupt (`matrix.Effect.NEXT_INPUT`). The message is stored and its run takes over the slot the
+    ended run held (`held_slot`: `queued`), or, when it held none, waits in the ended run's place of its
+    user's FIFO (`place`, its `run_queued_at`) until `promote_waiting` gives it a slot. The messages behind
+    it keep waiting. None when nothing waits, or when the task is deleted (its messages are dropped:
+    nothing will run them). `tail`: where the new run's events start, when the caller has it."""
+    if not pending:
+        return None
+    if deleted:
+        await session.execute(sql.DROP_PENDING, {"drop_task": task_id})
+        return None
+    rest = list(pending)
+    item = rest.pop(0)
+    origin, grant = item.get("origin", "web"), item.get("grant", "")  # the grant was made at acceptance
+    wait = not held_slot
+    req, idx = await queue_run(
+        session, tail if tail is not None else events_tail(js, topo, task_id), task_id, user_id, item["run_id"],
+        item["content"], still_pending=rest, wait_request=waiting_request(origin, None, grant) if wait else None,
+        place=place)
+    req.origin, req.grant = origin, grant
+    return NextInput(request=req, message_idx=idx, waiting=wait)
 
 
 PUBLISH_RETRY_SECONDS = 10.0  # ZCBOT_RUN_PUBLISH_RETRY_SECONDS: a JetStream election takes 5-7 s
@@ -225,22 +231,28 @@ async def request_cancel(
     task_id: str,
     grant_key: str | None,
     reason: str = "user",
+    max_active: int | None = None,
 ) -> tuple[str, bool]:
     """The cancelled run's id, and True when it was waiting in its user's FIFO (it is over at once).
-    `grant_key`: the caller's `ZCBOT_RUN_GRANT_KEY`, which signs the background stop."""
+    `grant_key`: the caller's `ZCBOT_RUN_GRANT_KEY`, which signs the background stop. `max_active`: the
+    per-user cap, to start the user's waiting runs when a waiting run's next message may take a free slot.
+
+    A waiting run is ended in the transaction alone (`matrix`: waiting x cancel): its next enqueued
+    message starts in its place (`start_next_input`), and what follows on the bus (the ended mark, its
+    `done`, the next run's publish) is best effort, so the cancel never fails on the bus."""
     async with sessions() as session, session.begin():
         task = await lock_task(session, user_id, task_id)
-        if task.run_status not in ACTIVE or not task.run_id:
+        step = matrix.step(task.run_status, matrix.Event.CANCEL)
+        if step.refused is not None or not task.run_id:
             raise NothingToCancel("no run is active on this task")
         run_id = task.run_id
-        if task.run_status == RunStatus.WAITING:
-            # No runner has it: it ends here, and its stream hears the end.
-            await session.execute(sql.CANCEL_WAITING, {"cancel_task": task_id})
+        if matrix.Effect.ENDS_RUN in step.effects:  # waiting: no runner has it, it ends here
+            outcome = await end_waiting_run(session, js, topo, task, list(task.pending_inputs or []))
         else:
             await session.execute(sql.MARK_CANCELLING, {"cancel_task": task_id})
-    if task.run_status == RunStatus.WAITING:
-        await mark_ended(js, topo, run_id, RunOutcome.CANCELLED.value)
-        await js.publish(topo.event_subject(task_id), encode(Done(run_id=run_id, status=RunOutcome.CANCELLED.value)))
+    if matrix.Effect.ENDS_RUN in step.effects:
+        await answer_waiting_end(js, topo, task_id, run_id)
+        await continue_after_end(autocommit(sessions), js, topo, outcome, max_active=max_active)
         return run_id, True
     await signal_cancel(nc, js, topo, task_id, run_id, reason)
     # The run's background processes go with it (every cancel path: user, scheduler timeout), except
@@ -249,12 +261,42 @@ async def request_cancel(
     return run_id, False
 
 
+async def end_waiting_run(session: AsyncSession, js: JetStreamContext, topo: Topology, task: Any, pending: list[Any],
+                          tail: Awaitable[int | None] | None = None) -> "FinishOutcome":
+    """A waiting run ends (cancelled, or replaced by an interrupting message: `pending` then starts with
+    it), the task row locked: its next message waits in its place (`start_next_input`)."""
+    await session.execute(sql.END_WAITING, {"cancel_task": task.task_id, "cancel_run": task.run_id})
+    nxt = await start_next_input(session, js, topo, task_id=task.task_id, user_id=task.user_id, pending=pending,
+                                 deleted=task.deleted_at is not None, held_slot=False, place=task.run_queued_at,
+                                 tail=tail)
+    return FinishOutcome(user_id=task.user_id, next_input=nxt)
+
+
+async def answer_waiting_end(js: JetStreamContext, topo: Topology, task_id: str, run_id: str) -> None:
+    """A waiting run ended (committed): its grant is refused from now on and its stream hears `done`.
+    Best effort: the end stands whatever the bus says (a stream reader that misses the `done` sees the
+    task's state when it reconnects)."""
+    await mark_ended(js, topo, run_id, RunOutcome.CANCELLED.value)  # never raises
+    try:
+        await js.publish(topo.event_subject(task_id), encode(Done(run_id=run_id, status=RunOutcome.CANCELLED.value)),
+                         timeout=5)
+    except Exception as exc:
+        log.warning("could not publish a cancelled waiting run's done", extra={"task_id": task_id, "run_id": run_id,
+                                                                              "error": repr(exc)})
+
+
 @dataclass
 class FinishOutcome:
-    next_request: RunRequest | None = None
+    next_input: NextInput | None = None  # the next enqueued message, started (`start_next_input`)
     finished: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     superseded: bool = False  # `owner` was given and another execution holds the run (nothing was changed)
+    user_id: str | None = None  # the ended run's user (whose waiting runs may take the freed slot)
+
+    @property
+    def next_request(self) -> RunRequest | None:
+        """The next run's request to publish (None when it waits for a slot, or nothing waits)."""
+        return None if self.next_input is None or self.next_input.waiting else self.next_input.request
 
 
 def end_params(task_id: str, run_id: str, status: str, error: str | None, timings: dict[str, float],
@@ -308,15 +350,10 @@ async def finish_run(
         current = (await session.execute(sql.RUN_OF_TASK, {"of_task": task_id})).first()
         held_elsewhere = current is not None and current.run_id == run_id  # so the owner differs
         return FinishOutcome(finished=False, superseded=held_elsewhere)
-    pending = list(ended.pending_inputs or [])
-    if not pending or ended.deleted_at is not None:
-        return FinishOutcome()
-    item = pending.pop(0)
-    req, _ = await queue_run(session, events_tail(js, topo, task_id), task_id, ended.user_id, item["run_id"],
-                             item["content"], still_pending=pending)
-    req.origin = item.get("origin", "web")
-    req.grant = item.get("grant", "")  # made when the message was accepted (bus/grants.py)
-    return FinishOutcome(next_request=req)
+    nxt = await start_next_input(session, js, topo, task_id=task_id, user_id=ended.user_id,
+                                 pending=list(ended.pending_inputs or []), deleted=ended.deleted_at is not None,
+                                 held_slot=True)
+    return FinishOutcome(user_id=ended.user_id, next_input=nxt)
 
 
 async def end_run(
@@ -364,14 +401,44 @@ async def promote_waiting(autocommit: AsyncEngine, js: JetStreamContext, topo: T
 
 
 async def reap(sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, *, task_id: str,
-               run_id: str, seen_status: str, error: str) -> bool:
-    """A lost run to `error` (its owner is gone and JetStream will not redeliver it): True when reaped
-    (and marked ended: an owner still alive after all gets its calls refused); False when the run
-    moved on since the reaper saw it in `seen_status`."""
+               run_id: str, seen_status: str, error: str) -> FinishOutcome | None:
+    """A lost run to `error` (its owner is gone and JetStream will not redeliver it; or, `queued`, its
+    request kept being lost), and its next enqueued message started as a finish starts it
+    (`start_next_input`: it takes the slot over). The outcome (its `next_request` to publish:
+    `continue_after_end`) when reaped, and marked ended (an owner still alive after all gets its calls
+    refused); None when the run moved on since the reaper saw it in `seen_status`."""
     async with sessions() as session, session.begin():
-        result = await session.execute(sql.REAP, {"reap_task": task_id, "reap_run": run_id,
-                                                  "reap_status": seen_status, "reap_error": error})
-    if not result.rowcount:
-        return False
+        reaped = (await session.execute(sql.REAP, {"reap_task": task_id, "reap_run": run_id,
+                                                   "reap_status": seen_status, "reap_error": error})).first()
+        if reaped is None:
+            return None
+        nxt = await start_next_input(session, js, topo, task_id=task_id, user_id=reaped.user_id,
+                                     pending=list(reaped.pending_inputs or []), deleted=reaped.deleted_at is not None,
+                                     held_slot=True)
     await mark_ended(js, topo, run_id, RunOutcome.ERROR.value)
-    return True
+    return FinishOutcome(user_id=reaped.user_id, next_input=nxt)
+
+
+async def continue_after_end(autocommit: AsyncEngine, js: JetStreamContext, topo: Topology, outcome: FinishOutcome, *,
+                             max_active: int | None, retry_seconds: float = PUBLISH_RETRY_SECONDS) -> list[str]:
+    """What every end of a run does once it is committed and answered (the runner's finish, the reaper,
+    the requeue sweep's give-up, a waiting run's cancel or replacement): publish the next message's run
+    when it took the slot over, then start the user's oldest waiting runs in its free slots
+    (`max_active`: the per-user cap; None: left to the reaper's sweep). The promoted runs' ids.
+
+    Never raises: PostgreSQL holds the truth. A request not published is published again by the
+    scheduler's requeue sweep (a `queued` run without its request), waiting runs by the reaper's sweep."""
+    if outcome.next_request is not None:
+        try:
+            await publish_run(js, topo, outcome.next_request, retry_seconds=retry_seconds)
+        except Exception as exc:
+            log.error("could not publish the next enqueued run; the requeue sweep will",
+                      extra={"run_id": outcome.next_request.run_id, "error": repr(exc)})
+    if outcome.user_id is None or max_active is None:
+        return []
+    try:
+        return await promote_waiting(autocommit, js, topo, outcome.user_id, max_active, retry_seconds)
+    except Exception as exc:
+        log.error("could not start the user's waiting runs; the reaper's sweep will",
+                  extra={"user_id": outcome.user_id, "error": repr(exc)})
+        return []

@@ -151,7 +151,8 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
 async def cancel_run(task_id: str, user_id: CurrentUser, rt: RuntimeDep) -> dict[str, Any]:
     # TaskNotFound 404, NothingToCancel 409 (domain errors, mapped at the edge)
     run_id, waited = await runs.request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id,
-                                               grant_key=rt.settings.zcbot_run_grant_key)
+                                               grant_key=rt.settings.zcbot_run_grant_key,
+                                               max_active=rt.settings.zcbot_max_runs_per_user)
     # A waiting run never started: it is cancelled at once.
     return {"task_id": task_id, "run_id": run_id,
             "status": RunOutcome.CANCELLED.value if waited else RunStatus.CANCELLING.value}
