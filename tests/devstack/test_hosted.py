@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from uvicorn.config import STARTUP_FAILURE
@@ -21,6 +22,7 @@ from tests.devstack import hosted_probe
 from tests.helpers.wait import wait_for
 from zcbot_core.config import Settings, load_settings
 from zcbot_devstack.hosted import ServicesHost
+from zcbot_devstack.shutdown import stop_services
 from zcbot_devstack.stack import Stack, default_service_cmd
 
 PROBE = "tests.devstack.hosted_probe"
@@ -190,3 +192,31 @@ its start-up failure);
                 await asyncio.to_thread(svc.proc.wait, 15)
         host.close()
         print(out.getvalue())
+
+
+async def test_stopping_says_what_it_waits_for_and_kills_what_does_not_stop(tmp_path: Path) -> None:
+    """`zcbot up`'s stop (shutdown.stop_services): a hosted service that ignores the stop is named
+    while it is awaited and killed at `stop_timeout`; the one that stops ends cleanly."""
+    settings = load_settings(Settings, environ={"ZCBOT_HOME": str(tmp_path / "home")})
+    out = io.StringIO()
+    stack = Stack(settings, only=["scheduler", "channels"], service_cmd=default_service_cmd, ready_timeout=60.0,
+                  stop_timeout=4.0, max_restarts=0, out=out)
+    host = stack.launcher.host
+    assert host is not None
+    host.modules = {"scheduler": PROBE, "channels": PROBE}
+    try:
+        for svc in stack.services:
+            svc.proc = host.start(svc.name, {"PROBE_MODE": "hang" if svc.name == "scheduler" else "wait"})
+        await wait_for(lambda: out.getvalue().count("probe started") == 2, 10, what="both probes started")
+        began = time.monotonic()
+        await asyncio.to_thread(stop_services, stack)
+        took = time.monotonic() - began
+        said = out.getvalue()
+        codes = {svc.name: svc.proc.poll() for svc in stack.services if svc.proc is not None}
+        assert codes == {"scheduler": -9, "channels": 0}, said
+        assert 4.0 <= took < 4.0 + 3.0, took  # the stop timeout, then the kill's short wait
+        assert "stopping scheduler, channels…" in said
+        assert "waiting for scheduler to stop (" in said  # named while awaited; channels had stopped
+        assert "scheduler did not stop within 4s; killing it" in said
+    finally:
+        host.close()
