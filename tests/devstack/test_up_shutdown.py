@@ -100,7 +100,7 @@ async def _events(c: httpx.AsyncClient, url: str, until: str | None = None) -> l
     return out
 
 
-@pytest.mark.parametrize("how", ["sigint-group", "sigterm-pid"])
+@pytest.mark.parametrize("how", ["sigint-group", "sigterm-pid", "sigint-group-separate"])
 async def test_stop_leaves_no_process_of_the_stack(os_tmp_dir: Path, how: str) -> None:
     fake = FakeLLM(strict=True)
     await fake.start()
@@ -123,7 +123,8 @@ async def test_stop_leaves_no_process_of_the_stack(os_tmp_dir: Path, how: str) -
                 **{SERVICE_PORT_ENV[n]: str(p) for n, p in ports.items()}})
     out = os_tmp_dir / "up.out"
     # Its own process group, as a shell's job control starts a foreground command.
-    up = subprocess.Popen([sys.executable, "-m", "zcbot_devstack.cli", "up"], env=env, stdin=subprocess.DEVNULL,
+    separate = ["--separate"] if how.endswith("-separate") else []  # each service a process of its own
+    up = subprocess.Popen([sys.executable, "-m", "zcbot_devstack.cli", "up", *separate], env=env, stdin=subprocess.DEVNULL,
                           stdout=out.open("wb"), stderr=subprocess.STDOUT, process_group=0)
     try:
         await asyncio.to_thread(wait_line, out, "zcbot is up", up, 150)
@@ -154,7 +155,7 @@ async def test_stop_leaves_no_process_of_the_stack(os_tmp_dir: Path, how: str) -
         assert len(job) >= 3, _describe(job)  # sleep, the proc wrapper, bwrap
         everything = {p.pid: p for p in [*stack, *job, *call]}
         signalled = time.monotonic()
-        if how == "sigint-group":
+        if how.startswith("sigint-group"):
             os.killpg(up.pid, signal.SIGINT)
         else:
             up.send_signal(signal.SIGTERM)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -313,3 +315,9 @@ def main_entry(coro_factory: Callable[[], Awaitable[None]]) -> None:
     install_uvloop()
     own_process_heap()
     asyncio.run(coro_factory())
+    # Drained and closed: exit now. The interpreter's teardown of a service's heap took seconds of
+    # CPU per process on a busy machine, most of `zcbot up --separate`'s stop budget (issue 34).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -24,12 +24,10 @@ One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`). This
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
 import time
