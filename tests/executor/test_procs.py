@@ -11,13 +11,14 @@ from pathlib import Path
 
 import psutil
 
+from zcbot_executor.bg_watch import stop_left_behind
 from zcbot_executor.procs import PROCS_DIR, STALE_SECONDS, sweep_procs
 
 from tests.helpers.executor_stack import Stack, drain, sandbox_processes, wait_no_processes, wait_processes
 
 # Durations unique to the run: the leftover scans see every session's processes on the machine.
 _SLEEP_BASE = secrets.randbelow(80_000) + 10_000
-SLEEP_31, SLEEP_32, SLEEP_33, SLEEP_34 = (f"sleep {_SLEEP_BASE + i}" for i in range(4))
+SLEEP_31, SLEEP_32, SLEEP_33, SLEEP_34, SLEEP_35, SLEEP_36 = (f"sleep {_SLEEP_BASE + i}" for i in range(6))
 
 
 
@@ -102,6 +103,39 @@ async def test_background_outlives_its_executor(stack: Stack) -> None:
     r = await stack.call("check_process", {"proc_id": proc_id, "action": "kill"})
     assert r.meta["status"] == "killed"  # through the kill file: any host can stop it
     assert await wait_no_processes(lambda c: c == SLEEP_34, timeout=3) == []
+
+
+async def test_an_executor_told_to_stops_its_background_jobs_with_it(stack: Stack) -> None:
+    """ZCBOT_BG_STOP_WITH_EXECUTOR (what `zcbot up` sets): draining kills every job, keep=true too,
+    recorded as stopped by shutdown (issue 34)."""
+    first = await stack.executor("h1", bg_stop_with_executor=True)
+    started = [await stack.call("shell", {"command": SLEEP_35, "background": True, **extra})
+               for extra in ({}, {"keep": True})]
+    await wait_processes(lambda c: c == SLEEP_35, count=2)
+    await drain(stack, first)
+    assert await wait_no_processes(lambda c: c == SLEEP_35, timeout=1) == []
+    await stack.executor("h2")
+    for r in started:
+        done = await stack.call("check_process", {"proc_id": r.meta["proc_id"]})
+        assert done.meta["status"] == "stopped by shutdown" and done.meta["exit_code"] == 137, done.output
+
+
+async def test_jobs_a_killed_executor_left_are_stopped_from_its_records(stack: Stack) -> None:
+    """`zcbot up`'s last resort (bg_watch.stop_left_behind): an executor killed before it could stop
+    its jobs left them running; its records alone are enough to kill them and record why."""
+    first = await stack.executor("h1", bg_stop_with_executor=True)
+    r = await stack.call("shell", {"command": SLEEP_36, "background": True})
+    await wait_processes(lambda c: c == SLEEP_36)
+    await stack.crash(first)  # no drain: the job runs on
+    assert sandbox_processes(lambda c: c == SLEEP_36)
+    said: list[int] = []
+    assert await stop_left_behind(first.config, said.append) == [r.meta["proc_id"]]
+    assert said == [1]
+    assert await wait_no_processes(lambda c: c == SLEEP_36, timeout=1) == []
+    assert await stop_left_behind(first.config, said.append) == [] and said == [1]  # nothing left, nothing said
+    await stack.executor("h2")
+    done = await stack.call("check_process", {"proc_id": r.meta["proc_id"]})
+    assert done.meta["status"] == "stopped by shutdown", done.output
 
 
 async def test_lost_process_and_sweeper(one: Stack, tmp_path: Path) -> None:

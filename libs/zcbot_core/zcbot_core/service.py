@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -162,15 +164,48 @@ async def close_runtime(rt: Runtime) -> None:
         await rt.engine.dispose()
 
 
+class HttpServeError(Exception):
+    """uvicorn could not serve (it exits the process when it cannot bind its port): `code` is the
+    exit code it asked for."""
+
+    def __init__(self, where: str, code: int) -> None:
+        super().__init__(f"could not serve HTTP on {where}")
+        self.code = code
+
+
 async def serve_http(app: FastAPI, host: str, port: int, lifespan: str = "off") -> tuple["asyncio.Task[None]", object]:
+    """Serve `app` in a task of its own; the task fails with `HttpServeError`, never `SystemExit`
+    (which, raised in a task, would end the event loop and every service it runs)."""
     import uvicorn
 
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan=lifespan,
                             timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
+
+    async def serve() -> None:
+        try:
+            await server.serve()
+        except SystemExit as exc:
+            raise HttpServeError(f"{host}:{port}", exc.code if isinstance(exc.code, int) else 1) from None
+
+    task = asyncio.create_task(serve())
     return task, server
+
+
+async def _until_serving(task: "asyncio.Task[None]", server: object) -> None:
+    """Wait until `server` listens; else exit with uvicorn's code (3 for a port taken), as the
+    service's process would have (`zcbot up` restarts the service)."""
+    while not getattr(server, "started", False):
+        if task.done():
+            try:
+                task.result()
+            except HttpServeError as exc:
+                log.error("%s; the service exits", exc)
+                raise SystemExit(exc.code) from None
+            log.error("the HTTP server stopped before it started; the service exits")
+            raise SystemExit(3)
+        await asyncio.sleep(0.01)
 
 
 async def run_service(
@@ -187,7 +222,8 @@ async def run_service(
     `needs_secrets=False`: a service that never signs or checks a token (the executor) starts
     without JWT_SECRET/PLATFORM_KEY, so they need not be in its environment at all.
     `stop`: hosted in a process that runs several services (`zcbot up`): that process owns the
-    signals and the logging; the service stops when `stop` is set."""
+    signals and the logging; the service stops when `stop` is set.
+    A health port it cannot bind ends it with uvicorn's exit code (`SystemExit`), its connections closed."""
     if stop is None:
         setup_logging(name, settings.zcbot_log_level)
     if needs_secrets:
@@ -196,20 +232,24 @@ async def run_service(
 
     check_profiles(settings)  # an invalid model profile file: refuse to start, naming file, line and key
     rt = await open_runtime(name, settings, use_db=use_db)
-    app = FastAPI(title=f"zcbot {name}", docs_url=None, redoc_url=None, openapi_url=None)
-    health_routes(app, lambda: rt, settings.zcbot_instance_id)
-    if extra_app is not None:
-        maybe = extra_app(app, rt)
-        if asyncio.iscoroutine(maybe):
-            await maybe
-    http_task, server = await serve_http(app, settings.zcbot_http_host, port)
-    if stop is None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, rt.stopping.set)
-    relay = asyncio.create_task(_relay_stop(stop, rt.stopping)) if stop is not None else None
+    http_task: asyncio.Task[None] | None = None
+    server: object = None
+    relay: asyncio.Task[None] | None = None
     started = False
     try:
+        app = FastAPI(title=f"zcbot {name}", docs_url=None, redoc_url=None, openapi_url=None)
+        health_routes(app, lambda: rt, settings.zcbot_instance_id)
+        if extra_app is not None:
+            maybe = extra_app(app, rt)
+            if asyncio.iscoroutine(maybe):
+                await maybe
+        http_task, server = await serve_http(app, settings.zcbot_http_host, port)
+        if stop is None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, rt.stopping.set)
+        relay = asyncio.create_task(_relay_stop(stop, rt.stopping)) if stop is not None else None
+        await _until_serving(http_task, server)
         impl = impl_factory()
         await impl.start(rt)
         started = True
@@ -222,8 +262,12 @@ async def run_service(
     finally:
         # Also after a failed start: a hosted service is restarted in the same process, so its
         # port and connections must be free again.
-        server.should_exit = True  # type: ignore[attr-defined]
-        await http_task
+        if http_task is not None:
+            server.should_exit = True  # type: ignore[attr-defined]
+            await asyncio.wait({http_task})
+            failure = None if http_task.cancelled() else http_task.exception()
+            if failure is not None and not isinstance(failure, HttpServeError):  # that one `_until_serving` said
+                log.error("the HTTP server failed", exc_info=failure)
         await close_runtime(rt)
         if relay is not None:
             relay.cancel()
@@ -271,3 +315,9 @@ def main_entry(coro_factory: Callable[[], Awaitable[None]]) -> None:
     install_uvloop()
     own_process_heap()
     asyncio.run(coro_factory())
+    # Drained and closed: exit now. The interpreter's teardown of a service's heap took seconds of
+    # CPU per process on a busy machine, most of `zcbot up --separate`'s stop budget (issue 34).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

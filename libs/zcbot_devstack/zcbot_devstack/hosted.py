@@ -16,11 +16,14 @@ this process's: `load_settings(environ=...)`), its own NATS identity and connect
 health/metrics port and `/readyz`. They run as tasks of one asyncio loop (uvloop) in a thread of
 their own, since the main thread is the supervisor's (signals, readiness polls). A service's log
 lines carry its name (`logs.current_service`) and reach the supervisor's printer with its prefix.
+Each service owns the tasks it creates (`scopes`): a `SystemExit` in any of them ends that service
+alone, and when a service ends its tasks are cancelled with it (issue 34).
 
 `HostedService` is the supervisor's handle, with the `subprocess.Popen` surface `stack.Stack` uses
 (`pid`, `returncode`, `poll`, `wait`, `stdout` None) plus `terminate` (what SIGTERM was: drain and
-stop) and `kill` (cancel the task). Return codes: 0 after a stop, 1 after a failure (logged with its
-traceback), 2 for a bad configuration, -9 for a kill, as a process's would be.
+stop) and `kill` (cancel its tasks). Return codes: 0 after a stop, 1 after a failure (logged with its
+traceback), 2 for a bad configuration, a `SystemExit`'s code (uvicorn's 3 for a port it cannot bind),
+-9 for a kill, as a process's would be.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.logs import JsonFormatter, current_service, quiet_noisy_loggers, secret_values
 from zcbot_core.service import own_process_heap
 
+from zcbot_devstack.scopes import ServiceScope, exit_code_of, scope_context, task_factory
 from zcbot_devstack.services import BY_NAME
 
 log = logging.getLogger(__name__)
@@ -90,7 +94,7 @@ class HostedService:
         self._host = host
         self._done = threading.Condition()
         self.stop_event: asyncio.Event | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.scope = ServiceScope(name)  # its tasks (`scope.main` runs the service)
 
     def poll(self) -> int | None:
         return self.returncode
@@ -111,9 +115,8 @@ class HostedService:
             self._host.call(self.stop_event.set)
 
     def kill(self) -> None:
-        """Cancel the service's task, as SIGKILL would end its process."""
-        if self.task is not None:
-            self._host.call(self.task.cancel)
+        """Cancel the service's tasks, as SIGKILL would end its process."""
+        self._host.call(self.scope.kill)
 
     def finish(self, code: int) -> None:
         with self._done:
@@ -160,6 +163,7 @@ class ServicesHost:
                     loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
                 except ImportError:  # non-Linux dev machines
                     loop = asyncio.new_event_loop()
+                loop.set_task_factory(task_factory)  # every task belongs to the service that made it
                 self._handler = _PrefixHandler(self.emit)
                 root = logging.getLogger()
                 root.handlers[:] = [self._handler]
@@ -191,7 +195,9 @@ class ServicesHost:
 
         def schedule() -> None:
             handle.stop_event = asyncio.Event()
-            handle.task = loop.create_task(self._run(handle, module, settings))
+            context = scope_context(handle.scope)
+            context.run(current_service.set, name)
+            handle.scope.main = loop.create_task(self._run(handle, module, settings), context=context)
             started.set()
 
         loop.call_soon_threadsafe(schedule)
@@ -199,22 +205,28 @@ class ServicesHost:
         return handle
 
     async def _run(self, handle: HostedService, module: ModuleType, settings: object) -> None:
-        current_service.set(handle.name)
         assert handle.stop_event is not None
+        scope = handle.scope
         code = 0
         try:
-            await module.serve(settings, handle.stop_event)
-        except asyncio.CancelledError:
-            code = -9
-        except ConfigError as exc:
-            self.emit(handle.name, f"zcbot {handle.name}: {exc}")
-            code = 2
-        except SystemExit as exc:  # uvicorn exits on a port it cannot bind: this service's end only
-            code = exc.code if isinstance(exc.code, int) and exc.code else 1
-        except BaseException:  # any failure ends this service (and it is restarted), never the others
-            log.exception("%s failed", handle.name)
-            code = 1
-        finally:
+            try:
+                await module.serve(settings, handle.stop_event)
+            except asyncio.CancelledError:  # killed, or one of its tasks exited (`scope.exited`)
+                code = -9
+            except ConfigError as exc:
+                self.emit(handle.name, f"zcbot {handle.name}: {exc}")
+                code = 2
+            except (SystemExit, KeyboardInterrupt) as exc:  # uvicorn exits on a port it cannot bind
+                code = exit_code_of(exc)
+            except BaseException:  # any failure ends this service (and it is restarted), never the others
+                log.exception("%s failed", handle.name)
+                code = 1
+            if scope.exit_code is not None:
+                code = scope.exit_code
+            leftovers = scope.cancel_all()  # a process's tasks end with it: none outlives its service
+            if leftovers:
+                await asyncio.wait(leftovers, timeout=2.0)
+        finally:  # also when a kill cancels the wait above
             handle.finish(code)
 
     def close(self, timeout: float = 5.0) -> None:

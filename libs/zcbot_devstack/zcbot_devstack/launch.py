@@ -94,7 +94,7 @@ class Launcher:
         if self.forkserver is not None:
             self.forkserver.stop()
         if self.host is not None:
-            self.host.close()
+            self.host.close(timeout=2.0)
             import psutil
 
             keep_tree = set(keep)

@@ -14,9 +14,9 @@ Order of things:
 5. Ports checked and the default model profile named (with whether its key is set) before anything
    starts (`preflight`); `zcbot is up: http://HOST:PORT` once every `/readyz` is ready with this
    stack's instance id; the stack's URLs in `ZCBOT_HOME/stack.json` (`state`) for `zcbot user`.
-6. SIGINT/SIGTERM/SIGHUP: stop every service (SIGTERM to a process group; a hosted one drains),
-   wait up to 20 s, kill leftovers, then stop PostgreSQL and NATS gracefully. A second signal skips
-   the wait.
+6. SIGINT/SIGTERM/SIGHUP: everything the stack started has stopped within 15 s, saying what it
+   waits for (`shutdown`): services drained (the executor kills its background jobs first), then
+   killed, then what a killed executor left, then PostgreSQL and NATS. A second signal skips the wait.
 
 One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`). This module supervises;
 `bootstrap` prepares (ports, database, admin, environments), `output` renders, `services` lists.
@@ -24,12 +24,10 @@ One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`). This
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -58,6 +56,7 @@ from zcbot_devstack.preflight import PortInUse, check_ports, model_word, office_
 from zcbot_devstack.prepare_db import prepare as prepare_database
 from zcbot_devstack.readiness import FOREIGN, health_host, readiness
 from zcbot_devstack.services import BY_NAME, NAMES, SERVICES
+from zcbot_devstack.shutdown import stop_stack
 from zcbot_devstack.state import remove_state, write_state
 
 __all__ = ["group_leftovers", "run_stack", "up"]  # group_leftovers: the tests' process helpers use it
@@ -67,6 +66,10 @@ LOCK_FILE = "up.lock"
 # target is <= 20 PostgreSQL backends after 200 runs): set only when the operator set none.
 EMBEDDED_POOL = {"ZCBOT_DB_POOL_SIZE": "4", "ZCBOT_DB_MAX_OVERFLOW": "4"}
 EMBEDDED_PG_MAX_CONNECTIONS = "60"
+# Ctrl-C stops everything the stack started: its executor's background jobs too (docs/decisions.md).
+UP_ENV = {"ZCBOT_BG_STOP_WITH_EXECUTOR": "true"}
+# Set only when the operator set none: calls in flight get this long, so a stop fits STOP_BUDGET.
+UP_DEFAULTS = {"ZCBOT_EXECUTOR_DRAIN_GRACE_SECONDS": "4"}
 
 ServiceCmd = Callable[[str], list[str]]
 
@@ -87,7 +90,7 @@ def run_stack(
     service_cmd: ServiceCmd = default_service_cmd,
     settings: Settings | None = None,
     ready_timeout: float = 60.0,
-    stop_timeout: float = 20.0,
+    stop_timeout: float = 10.0,
     max_restarts: int = 5,
     out: IO[str] | None = None,
     separate: bool = False,
@@ -259,6 +262,8 @@ class Stack:
         env = dict(os.environ)  # the children's environment: each service reads its settings from it
         if self.pg is not None:
             env.update({k: v for k, v in EMBEDDED_POOL.items() if k not in os.environ})
+        env.update({k: v for k, v in UP_DEFAULTS.items() if k not in os.environ})
+        env.update(UP_ENV)
         env.update(secret_env)
         env.update(
             {
@@ -354,30 +359,4 @@ class Stack:
         self.say(f"zcbot is up: http://{netloc}:{self.settings.zcbot_http_port}{where}")
 
     def _shutdown(self) -> None:
-        running = [s for s in self.services if s.proc is not None]
-        if running:
-            self.say("stopping services")
-        for svc in running:
-            assert svc.proc is not None
-            if svc.alive:
-                self.launcher.signal(svc.proc, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout
-        while any(s.alive for s in running) and time.monotonic() < deadline and not self.force:
-            time.sleep(0.05)
-        for svc in running:
-            assert svc.proc is not None
-            if svc.alive:
-                self.say(f"{svc.name} did not stop within {self.stop_timeout:g}s; killing it")
-            self.launcher.signal(svc.proc, signal.SIGKILL)  # also whatever it left behind in its group
-            with contextlib.suppress(subprocess.TimeoutExpired):  # a hosted task stuck in a blocking call
-                svc.proc.wait(10)
-            for reader in svc.readers:
-                reader.join(timeout=2.0)
-        self.launcher.close(keep=[server.pid for server in (self.pg, self.nats) if server is not None and server.pid])
-        if self.pg is not None:
-            self.say("stopping PostgreSQL")
-            self.pg.stop()
-        if self.nats is not None:
-            self.say("stopping NATS")
-            self.nats.stop()
-        self.say("stopped")
+        stop_stack(self)

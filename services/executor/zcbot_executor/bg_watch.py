@@ -13,7 +13,10 @@ outside:
   cgroup leaf, which needs no cooperation from anything inside;
 - counts its live processes against ZCBOT_MAX_BG_PROCS whatever their files say.
 After a kill, the executor writes the terminal files itself (exit code 124 time limit, 137 killed).
-Records are reloaded at start, so an executor restart keeps enforcing.
+Records are reloaded at start, so an executor restart keeps enforcing. An executor configured to stop
+its processes with it (ZCBOT_BG_STOP_WITH_EXECUTOR, what `zcbot up` sets) kills them all as it drains
+(`stop_all`), recorded as ended by "shutdown" (exit code 137); `stop_left_behind` does the same from
+the records alone, for `zcbot up` once its executor has gone (one killed before it could).
 
 When a process is seen gone (ended, killed), `on_end(proc_id, record)` runs once: the executor
 reports what it did to the user's files (issue 29; the record's "watch" is the before-scan). A
@@ -31,12 +34,20 @@ from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.sandbox.base import BackgroundSpec, SandboxBackend
 
 log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 1.0
 LIMIT_GRACE_SECONDS = 2.0  # the wrapper kills at its limit; the executor only when it did not
+SHUTDOWN = "shutdown"  # the end reason of a process stopped because its executor (or the stack) stopped
+KILLED_CODE = 137  # 128 + SIGKILL, as a shell reports a process killed from outside
+KILL_SETTLE_SECONDS = 2.0
+
+
+def jobs(count: int) -> str:
+    return f"{count} background job{'' if count == 1 else 's'}"
 
 
 class BackgroundWatch:
@@ -45,11 +56,13 @@ class BackgroundWatch:
         self.private_dir = private_dir
         self.entries: dict[str, dict[str, Any]] = {}  # proc_id -> private record, live ones only
         self._task: asyncio.Task[None] | None = None
+        self._loaded = False
         self.on_end: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
 
     # ---- records ----------------------------------------------------------------------------
     def load(self) -> int:
         """Records of processes this host launched before a restart (only those still alive)."""
+        self._loaded = True
         if not self.private_dir.is_dir():
             return 0
         for path in self.private_dir.glob("p*.json"):
@@ -83,7 +96,7 @@ class BackgroundWatch:
             await self.backend.kill_background(spec, record)
         except Exception:
             log.exception("background kill failed", extra={"proc_id": proc_id})
-        gone = not await asyncio.to_thread(self.alive, proc_id, record)
+        gone = await self._gone(proc_id, record)
         if gone:
             self.entries.pop(proc_id, None)
             from zcbot_executor.procs import _finish_lost  # procs imports this module
@@ -93,6 +106,16 @@ class BackgroundWatch:
         log.info("background process killed", extra={"proc_id": proc_id, "reason": reason, "gone": gone})
         return gone
 
+    async def _gone(self, proc_id: str, record: dict[str, Any]) -> bool:
+        """Whether a process just sent SIGKILL is gone, given a moment to die (without cgroups its
+        pid lives on until the kernel has torn it down and its parent has reaped it)."""
+        deadline = time.monotonic() + KILL_SETTLE_SECONDS
+        while await asyncio.to_thread(self.alive, proc_id, record):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
     async def stop_task(self, user_id: str, task_key: str, reason: str) -> list[str]:
         """Kill this host's processes of a task (run cancelled, task deleted), except keep=true ones."""
         victims = [pid for pid, rec in list(self.entries.items())
@@ -101,6 +124,22 @@ class BackgroundWatch:
         if victims:
             log.info("background processes stopped", extra={"user_id": user_id, "reason": reason, "killed": killed})
         return killed
+
+    async def stop_all(self, reason: str = SHUTDOWN, announce: Callable[[int], None] | None = None) -> list[str]:
+        """Kill every live process this host launched, keep=true ones too, in parallel (the executor or
+        the whole stack is stopping); `announce(n)` is told how many first. Ended ones are left to
+        their own record. Returns the ids killed."""
+        if not self._loaded:  # stopping before the watch loop read the records
+            await asyncio.to_thread(self.load)
+        entries = list(self.entries.items())
+        alive = await asyncio.gather(*(asyncio.to_thread(self.alive, pid, rec) for pid, rec in entries))
+        live = [pid for (pid, _), up in zip(entries, alive) if up]
+        if not live:
+            return []
+        if announce is not None:
+            announce(len(live))
+        done = await asyncio.gather(*(self.kill(pid, reason, KILLED_CODE) for pid in live))
+        return [pid for pid, gone in zip(live, done) if gone]
 
     async def enforce(self, now: float | None = None) -> list[str]:
         """One pass: kill what is past its time limit; forget what is gone."""
@@ -146,3 +185,13 @@ class BackgroundWatch:
             except Exception:
                 log.exception("background watch failed")
             await asyncio.sleep(WATCH_SECONDS)
+
+
+async def stop_left_behind(config: ExecutorConfig, announce: Callable[[int], None] | None = None) -> list[str]:
+    """Kill the background processes this host's records say still run, from outside any executor
+    (`zcbot up` after its services stopped: an executor killed mid-drain, or one that crashed, left
+    them). Their file changes are reported by the next executor start (the records keep the scan)."""
+    from zcbot_executor.sandbox import make_backend
+
+    watch = BackgroundWatch(make_backend(config), config.state_dir / "procs")
+    return await watch.stop_all(SHUTDOWN, announce)

@@ -83,6 +83,9 @@ class ExecutorSettings(Settings):
                                                description="default time limit of a background process (at most 86400)")
     zcbot_bg_log_cap_mb: int = Field(default=10, gt=0, alias="ZCBOT_BG_LOG_CAP_MB",
                                      description="cap of a background process's output.log")
+    zcbot_bg_stop_with_executor: bool = Field(default=False, alias="ZCBOT_BG_STOP_WITH_EXECUTOR", description=(
+        "a stopping executor kills its background processes, recorded as stopped by shutdown (`zcbot up` sets it; "
+        "default: they outlive it and the next executor start on this host adopts them)"))
     zcbot_proc_retention_days: float = Field(default=7.0, ge=0, alias="ZCBOT_PROC_RETENTION_DAYS", description=(
         "finished background-process folders are kept this long (0: removed at the next sweep)"))
     zcbot_user_memory_mb: int = Field(default=4096, gt=0, alias="ZCBOT_USER_MEMORY_MB", description=(
@@ -153,6 +156,7 @@ class ExecutorConfig:
     bg_time_limit_max: float = 86400.0
     bg_log_cap_mb: int = 10
     proc_retention_days: float = 7.0
+    bg_stop_with_executor: bool = False
     sweep_interval_seconds: float = 3600.0
     user_memory_mb: int = 4096
     user_max_procs: int = 1024
@@ -198,6 +202,7 @@ class ExecutorConfig:
             bg_time_limit=knobs.zcbot_bg_time_limit_seconds,
             bg_log_cap_mb=knobs.zcbot_bg_log_cap_mb,
             proc_retention_days=knobs.zcbot_proc_retention_days,
+            bg_stop_with_executor=knobs.zcbot_bg_stop_with_executor,
             user_memory_mb=knobs.zcbot_user_memory_mb,
             user_max_procs=knobs.zcbot_user_max_procs,
             cgroup_mode=knobs.zcbot_sandbox_cgroup,

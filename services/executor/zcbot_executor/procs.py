@@ -77,7 +77,8 @@ def proc_status(proc_dir: Path, now: float | None = None) -> dict[str, Any]:
         except ValueError:
             info["exit_code"] = None
         reason = end.get("reason", "exited")
-        info["status"] = {"time limit": "timed out", "killed": "killed", "lost": "lost"}.get(reason, "exited")
+        info["status"] = {"time limit": "timed out", "killed": "killed", "lost": "lost",
+                          "shutdown": "stopped by shutdown"}.get(reason, "exited")
         info["ended_at"] = end.get("ended_at")
         return info
     beat_st = _lstat(proc_dir / "heartbeat")

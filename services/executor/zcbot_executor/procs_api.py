@@ -22,7 +22,7 @@ from zcbot_executor.procs import ProcManager, _json, _PROC_ID, proc_status
 
 MAX_COMMAND = 2000
 MAX_LISTED = 500
-STATES = {"timed out": "timed_out"}  # the web's names for proc_status's
+STATES = {"timed out": "timed_out", "stopped by shutdown": "shutdown"}  # the web's names for proc_status's
 
 
 def describe(manager: ProcManager, proc_dir: Path, now: float) -> dict[str, Any]:

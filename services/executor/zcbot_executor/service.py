@@ -10,9 +10,9 @@ Subjects (all from `Topology`):
                               stays subscribed while draining.
 Handlers never block the subscription: each call runs in its own task (`bus.micro`, which also
 makes the micro `$SRV.STATS` describe the calls, not their hand-off). Undecodable requests get an
-error reply and the service keeps serving. SIGTERM (`drain`): stop taking calls, let in-flight
-calls finish within the grace period, kill the rest (they get an error reply), close sandboxes,
-release leases.
+error reply and the service keeps serving. SIGTERM (`drain`): stop taking calls, (with
+ZCBOT_BG_STOP_WITH_EXECUTOR) kill the background processes first, let in-flight calls finish within
+the grace period, kill the rest (they get an error reply), close sandboxes, release leases.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from zcbot_core.service import Runtime
 from zcbot_core.worker import TaskGroup
 from zcbot_core.tools.executor_client import probe_host
 from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
-from zcbot_executor import bg_files, metrics, procs_api
+from zcbot_executor import bg_files, bg_watch, metrics, procs_api
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.file_watch import MAX_FILE_CHANGES, FileWatch
 from zcbot_executor.leases import LeaseKeeper
@@ -146,16 +146,19 @@ class ExecutorService:
             await self.micro.stop()
         except Exception:
             log.exception("stopping the micro service failed")
+        await self._stop_background()  # first: they end at once, whatever the calls in flight do
         pending: set[asyncio.Task[Any]] = set()
         if self.tasks:
             log.info("draining in-flight calls", extra={"calls": len(self.tasks), "grace": self.config.drain_grace_seconds})
             pending = await self.tasks.wait(self.config.drain_grace_seconds)
         if pending:
+            log.info("killing the calls still in flight", extra={"calls": len(pending)})
             for call_id, entry in list(self.inflight.items()):
                 entry.cancelled = "shutdown"
                 if entry.box is not None:
                     await entry.box.cancel(call_id)
             await asyncio.wait(pending, timeout=5.0)
+        await self._stop_background()  # one a call in flight launched meanwhile
         await self.pool.close_all()
         await self.leases.stop(release=True)
         for task in self._background:
@@ -170,6 +173,17 @@ class ExecutorService:
         self.quota.close()
         await self.backend.close()
         log.info("executor drained", extra={"host": self.host})
+
+    async def _stop_background(self) -> None:
+        """With ZCBOT_BG_STOP_WITH_EXECUTOR: kill this host's background processes, recorded as
+        stopped by shutdown (their file changes are reported while the bus is still up)."""
+        if not self.config.bg_stop_with_executor:
+            return  # they outlive this executor; the next start here adopts them
+        await self.procs.watch.stop()  # no time-limit pass racing the kills
+        killed = await self.procs.watch.stop_all(bg_watch.SHUTDOWN, announce=lambda n: log.info(
+            "stopping %s…", bg_watch.jobs(n)))
+        if killed:
+            log.info("background jobs stopped", extra={"proc_ids": killed})
 
     # ---- handlers ----------------------------------------------------------------------------------
     def _spawn(self, coro: Any) -> None:

@@ -1,7 +1,7 @@
 """Background processes (seed 003 §8.12): the web's job cards.
 
 - `GET /v1/procs?task_id=` -> the list envelope of your background processes, newest first; each
-  `{proc_id, task_id, kind, command, state (running | exited | killed | timed_out | lost),
+  `{proc_id, task_id, kind, command, state (running | exited | killed | timed_out | lost | shutdown),
   started_at, ended_at (unix seconds or null), elapsed_seconds, exit_code, keep (null: unknown)}`.
 - `POST /v1/procs/{proc_id}/kill` -> that process after the kill; not yours or unknown: 404.
 

@@ -134,6 +134,7 @@ export const en = {
   "procs.state.killed": "stopped",
   "procs.state.lost": "lost",
   "procs.state.timed_out": "timed out",
+  "procs.state.shutdown": "stopped by shutdown",
   "files.heading": "Files",
   "files.crumbs": "Folder path",
   "files.choose": "Choose files",

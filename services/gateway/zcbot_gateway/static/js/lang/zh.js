@@ -134,6 +134,7 @@ export const zh = {
   "procs.state.killed": "已停止",
   "procs.state.lost": "已丢失",
   "procs.state.timed_out": "已超时",
+  "procs.state.shutdown": "因服务停止而终止",
   "files.heading": "文件",
   "files.crumbs": "文件夹路径",
   "files.choose": "选择文件",
