@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from collections.abc import Awaitable, Callable
@@ -37,6 +38,16 @@ log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 1.0
 LIMIT_GRACE_SECONDS = 2.0  # the wrapper kills at its limit; the executor only when it did not
+
+
+def record_deadline(record: dict[str, Any]) -> float:
+    """When the executor kills a process of this record. A record without a usable start or a finite
+    limit (NaN compares false with everything: it would never be past) is past its deadline now."""
+    try:
+        deadline = float(record["started_at"]) + float(record["time_limit"]) + LIMIT_GRACE_SECONDS
+    except (KeyError, TypeError, ValueError):
+        return float("-inf")
+    return deadline if math.isfinite(deadline) else float("-inf")
 
 
 class BackgroundWatch:
@@ -114,10 +125,7 @@ class BackgroundWatch:
                     groups.remove(str(record.get("user_id")), proc_id)
                 await self._ended(proc_id, record)
                 continue
-            try:
-                deadline = float(record["started_at"]) + float(record["time_limit"]) + LIMIT_GRACE_SECONDS
-            except (KeyError, TypeError, ValueError):
-                continue
+            deadline = record_deadline(record)
             if now > deadline and await self.kill(proc_id, "time limit", 124):
                 killed.append(proc_id)
         return killed

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 
 from zcbot_core import safe_fs
+from zcbot_core.agent.tool_args import non_finite_error
 from zcbot_core.bus import (
     BackgroundStop,
     ProcsReply,
@@ -276,6 +278,13 @@ class ExecutorService:
             return ToolResult(False, error=f"unknown sandbox tool {req.tool!r}; available: {', '.join(sorted(SANDBOX_TOOL_NAMES))}")
         if not isinstance(req.args, dict):
             return ToolResult(False, error="bad request: args must be an object")
+        # The runner refuses NaN/Infinity already (tool_args.parse_args); a call straight off the bus
+        # is checked the same way, before any tool reads a number from it.
+        non_finite = non_finite_error(req.args)
+        if non_finite is not None:
+            return ToolResult(False, error=non_finite)
+        if not math.isfinite(req.timeout):
+            return ToolResult(False, error="bad request: the call's timeout must be a finite number")
         try:
             validate_user_id(req.user_id)
             cwd_rel = normalize_rel(req.cwd or "")
@@ -376,7 +385,7 @@ class ExecutorService:
         retention = self.config.proc_retention_days * 86400
         while True:
             try:
-                removed = await asyncio.to_thread(sweep_procs, self.config.storage_root, retention, self.procs.private_dir)
+                removed = await asyncio.to_thread(sweep_procs, self.config.storage_root, retention, self.procs.watch)
                 if removed:
                     log.info("swept background proc folders", extra={"removed": removed})
             except Exception:
