@@ -63,6 +63,7 @@ from zcbot_executor.quota_guard import QuotaGuard
 from zcbot_executor.replies import make_reply, outcome_of
 from zcbot_executor.sandbox import make_backend, policy
 from zcbot_executor.sandbox.base import Sandbox, SandboxBackend, SandboxError, SandboxPool, ToolResult
+from zcbot_executor.user_slots import UserSlots
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class ExecutorService:
         self.quota = QuotaGuard(self.config.storage_root, self.settings.zcbot_user_disk_quota_mb * MB, self.procs.watch)
         self.procs.watch.start()
         self.sem = asyncio.Semaphore(self.config.max_concurrency)
+        self.user_slots = UserSlots(self.config.user_max_calls)  # one user's flood waits on its own slots
         self.control = await self.nc.subscribe(self.topo.exec_cancel_subject(self.host), cb=self._on_control)
         self.bg_stop = await self.nc.subscribe(self.topo.exec_background_stop_subject(), cb=self._on_background_stop)
         self.procs_sub = await self.nc.subscribe(self.topo.exec_procs_subject(), queue=self.topo.executor_queue_group,
@@ -301,7 +303,7 @@ class ExecutorService:
                 self._prepared.clear()
             self._prepared[key] = time.monotonic()
         await self.leases.claim(req.user_id)
-        async with self.sem:
+        async with self.user_slots.hold(req.user_id), self.sem:
             if entry.cancelled:
                 return ToolResult(False)
             if req.tool == "check_process":
