@@ -220,8 +220,8 @@ def append_only_weakened(config: StreamConfig, ttl: float) -> list[str]:
 async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float, replicas: int, *, append_only: bool = False) -> None:
     """`append_only`: a bucket whose entries no client may remove before their TTL (the ended runs): its
     stream refuses message deletes, purges and rollup headers (a `Nats-Rollup: all` put would wipe it).
-    An existing bucket whose TTL or append-only settings were changed is put back (only the setup
-    identity may: bus/access.py)."""
+    An existing append-only bucket whose TTL or protections were changed is put back (only the setup
+    identity may change a bucket: bus/access.py)."""
     stream = f"KV_{bucket}"
     try:
         info = await js.stream_info(stream)
@@ -238,16 +238,15 @@ async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float, replicas: in
     config = info.config
     count = _replicas("KV bucket", bucket, config.num_replicas, replicas)
     changed = count != int(config.num_replicas or 1)
-    if config.max_age is None or abs(float(config.max_age) - ttl) > 1.0:
-        log.warning("KV bucket %s had a max age of %s s; restoring %g s", bucket, config.max_age, ttl)
-        config.max_age, changed = ttl, True
     if append_only and append_only_weakened(config, ttl):
         log.warning("KV bucket %s was weakened (%s); restoring it", bucket, "; ".join(append_only_weakened(config, ttl)))
+        config.max_age = ttl
+        config.duplicate_window = min(float(config.duplicate_window or ttl), ttl)
         config.deny_delete = config.deny_purge = True
         config.allow_rollup_hdrs = False
         config.max_msgs_per_subject = 1
         changed = True
-    if changed:  # otherwise the bucket keeps its settings
+    if changed:  # otherwise the bucket keeps its settings (an operator's TTL of another bucket too)
         config.num_replicas = count
         await js.update_stream(config)
 
