@@ -18,7 +18,7 @@ import compose_checks as cc
 import pytest
 
 ZCBOT_SERVICES = {"gateway": 8765, "runner": 8766, "executor": 8767, "scheduler": 8768, "channels": 8769}
-NATS_PASSWORDS = {f"ZCBOT_NATS_PASSWORD_{s.upper()}" for s in ZCBOT_SERVICES}
+NATS_PASSWORDS = {f"ZCBOT_NATS_PASSWORD_{s.upper()}" for s in (*ZCBOT_SERVICES, "setup")}
 SECRETS = {"JWT_SECRET", "PLATFORM_KEY", "ZCBOT_CHANNEL_SECRET_KEY", "POSTGRES_PASSWORD", "ZCBOT_RUN_GRANT_KEY",
            *NATS_PASSWORDS}
 ENV = {  # random-looking: production refuses placeholders and values of few distinct characters
@@ -117,7 +117,7 @@ def test_interpolation_follows_compose_rules() -> None:
 
 
 def test_stack_services(services: dict[str, dict[str, Any]]) -> None:
-    assert set(services) == {"nats", "postgres", "migrate", *ZCBOT_SERVICES}
+    assert set(services) == {"nats", "postgres", "migrate", "bus-setup", *ZCBOT_SERVICES}
 
 
 def test_nats_runs_jetstream_on_a_volume(project: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
@@ -146,10 +146,23 @@ def test_migration_is_one_shot_after_postgres(services: dict[str, dict[str, Any]
     assert url == f"postgresql://zcbot:{ENV['POSTGRES_PASSWORD']}@postgres:5432/zcbot"
 
 
+def test_bus_setup_is_one_shot_with_the_setup_identity(services: dict[str, dict[str, Any]]) -> None:
+    """Issue 36: the topology is declared by the setup identity; the services' own may not."""
+    setup = services["bus-setup"]
+    assert setup["command"] == ["bus", "setup"] and setup["restart"] == "no"
+    assert setup["depends_on"] == {"nats": {"condition": "service_healthy"}}
+    env = cc.environment(setup)
+    assert env["ZCBOT_NATS_USER"] == "setup"
+    assert env["ZCBOT_NATS_PASSWORD"] == ENV["ZCBOT_NATS_PASSWORD_SETUP"]
+    assert env["ZCBOT_BUS_PREFIX"] == "zcbot" and env["ZCBOT_NATS_URL"] == "nats://nats:4222"
+    assert not {"JWT_SECRET", "PLATFORM_KEY", "ZCBOT_RUN_GRANT_KEY", "ZCBOT_DB_URL"} & set(env)
+
+
 def test_services_start_after_migrations_and_nats(services: dict[str, dict[str, Any]]) -> None:
     for name in ZCBOT_SERVICES:
         deps = services[name]["depends_on"]
         assert deps["nats"] == {"condition": "service_started"}, name
+        assert deps["bus-setup"] == {"condition": "service_completed_successfully"}, name
         if name != "executor":  # the executor never touches the database
             assert deps["migrate"] == {"condition": "service_completed_successfully"}, name
 

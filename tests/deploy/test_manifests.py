@@ -49,7 +49,7 @@ def test_overlay_renders_every_piece(rendered: tuple[list[dict[str, Any]], str])
         ("Namespace", "zcbot"), ("ConfigMap", "zcbot-config"), ("Secret", "zcbot-secrets"),
         ("Secret", "zcbot-model-keys"), ("Secret", "zcbot-postgres"), ("ServiceAccount", "zcbot"),
         ("StatefulSet", "nats"), ("Service", "nats"), ("Service", "nats-headless"),
-        ("StatefulSet", "postgres"), ("Service", "postgres"), ("Job", "zcbot-migrate"),
+        ("StatefulSet", "postgres"), ("Service", "postgres"), ("Job", "zcbot-migrate"), ("Job", "zcbot-bus-setup"),
         ("Deployment", "zcbot-gateway"), ("Service", "zcbot-gateway"), ("Deployment", "zcbot-runner"),
         ("DaemonSet", "zcbot-executor"), ("Deployment", "zcbot-scheduler"), ("Deployment", "zcbot-channels"),
         ("Ingress", "zcbot"), ("HorizontalPodAutoscaler", "zcbot-gateway"), ("ScaledObject", "zcbot-runner"),
@@ -292,6 +292,20 @@ def test_migration_job_runs_db_upgrade(docs: list[dict[str, Any]]) -> None:
     c = container(job)
     assert c["args"] == ["db", "upgrade"]
     assert {e["name"] for e in c["env"]} >= {"ZCBOT_DB_URL"}
+    assert kc.pod_spec(job)["restartPolicy"] == "Never"
+    assert kc.pod_spec(job)["securityContext"]["runAsNonRoot"] is True
+
+
+def test_bus_setup_job_declares_the_topology_with_the_setup_identity(docs: list[dict[str, Any]]) -> None:
+    """Issue 36: the services' identities may not create or change a stream or bucket; this Job does."""
+    job = kc.by_kind(docs, "Job")["zcbot-bus-setup"]
+    c = container(job)
+    assert c["args"] == ["bus", "setup"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["ZCBOT_NATS_USER"]["value"] == "setup"
+    assert env["ZCBOT_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "zcbot-nats", "key": "setup"}
+    refs = {(r["name"], r["key"]) for e in c["env"] if (r := (e.get("valueFrom") or {}).get("secretKeyRef"))}
+    assert refs == {("zcbot-nats", "setup")}  # no other secret: it only talks to NATS
     assert kc.pod_spec(job)["restartPolicy"] == "Never"
     assert kc.pod_spec(job)["securityContext"]["runAsNonRoot"] is True
 

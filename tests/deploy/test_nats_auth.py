@@ -18,7 +18,7 @@ import nats
 import pytest
 from nats.errors import Error as NatsError
 
-from zcbot_core.bus.access import DEPLOY_CONFIG, SERVICES, deploy_config, password_env
+from zcbot_core.bus.access import DEPLOY_CONFIG, IDENTITIES, SERVICES, deploy_config, password_env
 from zcbot_devstack.embedded import free_port, nats_server_binary
 
 from test_compose import ENV as COMPOSE_ENV
@@ -48,13 +48,13 @@ def test_manifests_give_each_service_its_own_identity(docs: list[dict[str, Any]]
             assert grant is not None and _secret_ref(grant) == ("zcbot-secrets", "ZCBOT_RUN_GRANT_KEY"), component
     nats_pod = kc.by_kind(docs, "StatefulSet")["nats"]
     env = {e["name"]: e for e in container(nats_pod)["env"]}
-    for service in SERVICES:
+    for service in IDENTITIES:
         assert _secret_ref(env[password_env(service)]) == ("zcbot-nats", service)
     assert {"name": "config", "mountPath": "/etc/nats", "readOnly": True} in container(nats_pod)["volumeMounts"]
     volume = next(v for v in nats_pod["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
     config = kc.by_kind(docs, "ConfigMap")[volume["configMap"]["name"]]
     assert config["data"]["nats-auth.conf"] == deploy_config()
-    assert set(kc.by_kind(docs, "Secret")["zcbot-nats"]["data"]) == set(SERVICES)
+    assert set(kc.by_kind(docs, "Secret")["zcbot-nats"]["data"]) == set(IDENTITIES)
 
 
 def test_compose_gives_each_service_its_own_identity(repo: Path) -> None:
@@ -65,7 +65,7 @@ def test_compose_gives_each_service_its_own_identity(repo: Path) -> None:
         assert env["ZCBOT_NATS_PASSWORD"] == COMPOSE_ENV[f"ZCBOT_NATS_PASSWORD_{service.upper()}"]
         assert ("ZCBOT_RUN_GRANT_KEY" in env) == (service != "runner"), service
     nats_env = cc.environment(services["nats"])
-    for service in SERVICES:
+    for service in IDENTITIES:
         assert nats_env[password_env(service)] == COMPOSE_ENV[f"ZCBOT_NATS_PASSWORD_{service.upper()}"]
     assert services["nats"]["command"][:2] == ["-c", "/etc/nats/nats-auth.conf"]
     assert f"./{DEPLOY_CONFIG}:/etc/nats/nats-auth.conf:ro" in services["nats"]["volumes"]
@@ -74,7 +74,7 @@ def test_compose_gives_each_service_its_own_identity(repo: Path) -> None:
 @pytest.fixture(scope="module")
 def deploy_nats(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The real nats-server with deploy/'s configuration and passwords in its environment."""
-    passwords = {s: secrets.token_hex(16) for s in SERVICES}
+    passwords = {s: secrets.token_hex(16) for s in IDENTITIES}
     data = tmp_path_factory.mktemp("deploy-nats")
     port = free_port()
     env = {password_env(s): p for s, p in passwords.items()}

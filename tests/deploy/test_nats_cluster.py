@@ -21,7 +21,7 @@ import yaml
 from deploy_paths import K8S, NAMESPACE, REPO, variant_dir
 from test_manifests import CORE_GROUPS, container, workloads
 
-from zcbot_core.bus.access import SERVICES, password_env
+from zcbot_core.bus.access import IDENTITIES, password_env
 from zcbot_core.bus.deploy_names import BUS_NAMES, bus_names
 from zcbot_core.bus.deploy_names import main as write_bus_names
 from zcbot_devstack.embedded import nats_server_binary
@@ -104,7 +104,7 @@ def test_nats_server_conf_routes_to_every_pod_and_syncs_before_the_ack(docs: lis
 def test_the_real_nats_server_reads_the_cluster_config(tmp_path: Path) -> None:
     for name in ("nats-server.conf", "nats-auth.conf"):
         shutil.copy(K8S / "base" / name, tmp_path / name)
-    env = {"POD_NAME": "nats-0", **{password_env(s): "pw-" + s for s in SERVICES}}
+    env = {"POD_NAME": "nats-0", **{password_env(s): "pw-" + s for s in IDENTITIES}}
     ok = subprocess.run([str(nats_server_binary()), "-c", str(tmp_path / "nats-server.conf"), "-t"],
                         env=env, capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0, ok.stdout + ok.stderr

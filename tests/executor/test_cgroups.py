@@ -55,6 +55,34 @@ def test_v2_limit_files_on_a_v2_shaped_tree(tmp_path: Path) -> None:
     assert other.user_dirs("u1") != found.user_dirs("u1")
 
 
+def test_v2_cpu_weight_and_cap_when_the_controller_is_delegated(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 36: the user folder's `cpu.weight` and `cpu.max`; without a delegated cpu controller the
+    memory and pids limits still apply, and a warning says the CPU is not weighted."""
+    _fake_v2(tmp_path, "/kubepods/pod1/c1")
+    found = cgroups.detect(Path("/srv/users"), 3000, 77, mode="v2", root=tmp_path, proc_cgroup="0::/kubepods/pod1/c1\n",
+                           cpu=cgroups.CpuLimits(weight=200, cores=1.5))
+    assert found is not None and found.cpu_limited
+    own = tmp_path / "kubepods/pod1/c1"
+    assert (own / "zcbot/cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    found.prepare("u1", cgroups.RUNNER_LEAF)
+    user_dir = found.user_dirs("u1")[0]
+    assert (user_dir / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert (user_dir / "cpu.weight").read_text() == "200"
+    assert (user_dir / "cpu.max").read_text() == "150000 100000"
+    assert cgroups.CpuLimits(weight=100, cores=0).v2_files() == (("cpu.weight", "100"), ("cpu.max", "max 100000"))
+    assert cgroups.CpuLimits(weight=100, cores=0).v1_files()[2] == ("cpu.cfs_quota_us", "-1")
+    bare = tmp_path / "bare"
+    _fake_v2(bare, "/c2")
+    for folder in (bare, bare / "c2"):
+        (folder / "cgroup.controllers").write_text("memory pids\n")
+    with caplog.at_level(logging.WARNING):
+        found = cgroups.detect(Path("/srv/users"), 3000, 77, mode="v2", root=bare, proc_cgroup="0::/c2\n",
+                               cpu=cgroups.CpuLimits())
+    assert found is not None and not found.cpu_limited
+    assert (bare / "c2/zcbot/cgroup.subtree_control").read_text() == "+memory +pids"
+    assert any("cpu controller is not delegated" in r.getMessage() for r in caplog.records)
+
+
 def test_v1_needs_memory_and_pids_and_nothing_usable_is_loud(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert cgroups.detect(tmp_path, 100, 10, mode="off") is None
     with caplog.at_level(logging.WARNING):

@@ -97,20 +97,20 @@ async def test_pdf_and_images_inline_and_refusals(app_client: httpx.AsyncClient,
     assert "LibreOffice" in r.json()["detail"] and "download" in r.json()["detail"]
 
 
-def test_the_converter_sandbox_has_no_network_and_sees_only_its_folder(tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "in.txt").write_text("mine")
-    (tmp_path / "secret.txt").write_text("someone else's")
-    prefix = previews.sandbox_prefix(work)
-    if not prefix:
-        pytest.skip("bubblewrap is not on this host (the converter then runs without namespaces)")
+def test_the_converter_sandbox_has_no_network_and_sees_only_its_folder(os_tmp_dir: Path) -> None:
+    (os_tmp_dir / "secret.txt").write_text("someone else's")
+    os_tmp_dir.chmod(0o711)  # the converter's uid passes through, as through /tmp to a real conversion
+    conv = os_tmp_dir / "conv"
+    conv.mkdir()
+    uid = previews.converter_uid()
+    work, etc = previews._prepare(conv, b"mine", "in.txt", uid)
     probe = ("import socket, os\n"
              "print(sorted(os.listdir('/sys/class/net')) if os.path.isdir('/sys/class/net') else ['?'])\n"
              "s = socket.socket(); s.settimeout(2)\n"
              "try:\n    s.connect(('1.1.1.1', 53)); print('NET')\nexcept OSError as e:\n    print('nonet', e.errno)\n"
-             f"print(os.path.exists({str(tmp_path / 'secret.txt')!r}), open('/work/in.txt').read())\n")
-    out = subprocess.run([*prefix, "/usr/bin/python3", "-c", probe], capture_output=True, text=True, timeout=30)
+             f"print(os.path.exists({str(os_tmp_dir / 'secret.txt')!r}), open('/work/in.txt').read())\n")
+    out = subprocess.run([*previews.sandbox_prefix(work, etc), "/usr/bin/python3", "-c", probe], capture_output=True,
+                         text=True, timeout=30, preexec_fn=previews._as_user(uid))
     assert out.returncode == 0, out.stderr
     assert "NET" not in out.stdout and "nonet" in out.stdout, out.stdout
     assert out.stdout.strip().endswith("False mine"), out.stdout

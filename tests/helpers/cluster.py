@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
+from tests.helpers.bus_setup import declare_topology
 from tests.helpers.procs import ServiceProcess
 from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from zcbot_core.bus.subjects import Topology
@@ -228,6 +229,9 @@ class ClusterStack:
         assert self.fake is not None
         self.fake.start()
         names = ["executor", *["gateway"] * gateways, *["runner"] * runners, *(["scheduler"] if scheduler else [])]
+        # The setup step first (issue 36): the services' identities may only check the topology.
+        declare_topology(self.cluster.server_list, self.cluster.topo.prefix, self.cluster.creds,
+                         services_env=self.base_env)
         started = [self.service(name) for name in names]
         deadline = time.monotonic() + timeout
         while True:

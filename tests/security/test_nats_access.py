@@ -15,12 +15,14 @@ import nats
 import pytest
 from nats.errors import Error as NatsError
 
+from tests.helpers.bus_setup import declare_topology
 from tests.helpers.stack import FAKE_KEY_ENV, Stack, write_fake_profile
 from tests.security.conftest import scripted_run
 from zcbot_core.bus import Topology, grants
 from zcbot_core.bus.codec import encode
 from zcbot_core.bus.messages import ToolCallRequest
 from zcbot_core.bus.topology import connect
+from zcbot_core.bus.topology_setup import setup_topology
 from zcbot_core.config import Settings
 from zcbot_devstack.embedded import EmbeddedNats
 from zcbot_devstack.embedded.nats_auth import NatsCredentials
@@ -52,6 +54,8 @@ def auth_nats() -> Iterator[AuthNats]:
     config = creds.write_server_config(data / "auth.conf", topo)
     server = EmbeddedNats(data, extra_args=["-c", str(config)]).start()
     try:
+        # The setup step (`zcbot bus setup`, as `zcbot up` runs it): the services may only check it.
+        declare_topology(server.url, topo.prefix, creds)
         yield AuthNats(server.url, topo, creds)
     finally:
         server.stop()
@@ -265,5 +269,123 @@ async def test_the_services_run_a_tool_call_with_their_own_identities(
                                                   run_id=live, tool="shell", args={"command": "echo granted"},
                                                   cwd=cwd, timeout=5, grant=grants.issue(key, live, "alice", task_id)))
         assert reply.ok and "granted" in reply.output, reply
+    finally:
+        await nc.close()
+
+
+
+# ---- the topology is the setup identity's (issue 36) ---------------------------------------------------
+RUNTIME = ("gateway", "runner", "executor", "scheduler", "channels")
+
+
+async def _js_refused(nc: nats.NATS, subject: str, body: bytes = b"{}") -> bool:
+    """True when the server refuses `subject` to this identity (a permissions violation, no reply)."""
+    return await _violation(nc, subject, publish=True)
+
+
+@pytest.mark.parametrize("service", RUNTIME)
+async def test_runtime_identities_cannot_change_the_topology(auth_nats: AuthNats, service: str) -> None:
+    topo = auth_nats.topo
+    nc = await auth_nats.client(service)
+    try:
+        for stream in (topo.runs_stream, topo.events_stream, topo.channel_inbound_stream, topo.file_changes_stream,
+                       *(f"KV_{b}" for b in topo.kv_buckets)):
+            for op in ("CREATE", "UPDATE", "DELETE", "PURGE"):
+                assert await _js_refused(nc, f"$JS.API.STREAM.{op}.{stream}"), (service, op, stream)
+        for stream, durable in ((topo.runs_stream, topo.runners_consumer),
+                                (topo.channel_inbound_stream, topo.channels_consumer),
+                                (topo.file_changes_stream, topo.file_changes_consumer)):
+            for subject in (f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
+                            f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.{topo.prefix}.x",
+                            f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
+                            f"$JS.API.CONSUMER.DELETE.{stream}.{durable}"):
+                assert await _js_refused(nc, subject), (service, subject)
+        # What it needs still works: reading a stream's info.
+        info = await nc.jetstream(timeout=3).stream_info(f"KV_{topo.ended_runs_bucket}")
+        assert info.config.deny_delete and info.config.deny_purge
+    finally:
+        await nc.close()
+
+
+async def test_the_runner_cannot_shorten_the_ended_runs_bucket(auth_nats: AuthNats) -> None:
+    """The attack of issue 36: the runner set the bucket's max age to 5 s, which erased every mark."""
+    topo = auth_nats.topo
+    stream = f"KV_{topo.ended_runs_bucket}"
+    nc = await auth_nats.client("runner")
+    try:
+        js = nc.jetstream(timeout=2)
+        await js.publish(f"$KV.{topo.ended_runs_bucket}.run-ended-before", b"1")  # a mark it may write
+        config = (await js.stream_info(stream)).config
+        wanted = config.max_age
+        config.max_age = 5.0
+        errors: list[str] = []
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(str(exc))
+
+        nc._error_cb = on_error  # type: ignore[assignment]
+        with pytest.raises(Exception):  # noqa: B017 - no reply comes: the server drops the request
+            await js.update_stream(config)
+        assert any("permissions violation" in e.lower() for e in errors), errors
+        after = (await js.stream_info(stream)).config
+        assert after.max_age == wanted and after.deny_delete and after.deny_purge and not after.allow_rollup_hdrs
+        entry = await (await js.key_value(topo.ended_runs_bucket)).get("run-ended-before")
+        assert entry.value == b"1"
+    finally:
+        await nc.close()
+
+
+async def test_setup_identity_only_manages_the_topology(auth_nats: AuthNats) -> None:
+    """The setup identity manages the topology only: no run request, no tool call, no KV write."""
+    topo = auth_nats.topo
+    nc = await auth_nats.client("setup")
+    try:
+        for subject in (f"{topo.prefix}.runs.t1", topo.exec_any_subject(), f"$KV.{topo.ended_runs_bucket}.x",
+                        f"$JS.API.STREAM.DELETE.{topo.runs_stream}", f"$JS.API.STREAM.PURGE.{topo.events_stream}"):
+            assert await _js_refused(nc, subject), subject
+        assert await _denied_subscribe(nc, topo.exec_any_subject())
+    finally:
+        await nc.close()
+
+
+async def test_services_refuse_a_weakened_ended_runs_bucket_and_setup_restores_it(auth_nats: AuthNats) -> None:
+    """An operator tool (the admin) shortens the bucket: a service starting with its own identity
+    refuses to (an ended run's grant would be good again once its mark expired), `zcbot bus setup`
+    puts the declared settings back, and the service starts."""
+    from zcbot_core.bus.topology import StreamLimits
+    from zcbot_core.bus.topology_setup import TopologyError, prepare_topology
+
+    topo = auth_nats.topo
+    stream = f"KV_{topo.ended_runs_bucket}"
+    admin = await nats.connect(auth_nats.url, user="admin", password=auth_nats.creds.passwords["admin"])
+    runner = await auth_nats.client("runner")
+    try:
+        config = (await admin.jetstream().stream_info(stream)).config
+        declared = config.max_age
+        config.max_age = config.duplicate_window = 60.0
+        await admin.jetstream().update_stream(config)
+        with pytest.raises(TopologyError, match="lets marks go before their TTL"):
+            await prepare_topology(runner.jetstream(timeout=2), topo, StreamLimits(), identity="runner", wait_seconds=2)
+        setup = Settings(**{"ZCBOT_NATS_URL": auth_nats.url, "ZCBOT_BUS_PREFIX": topo.prefix,  # type: ignore[arg-type]
+                            **auth_nats.creds.service_env("setup")})
+        await setup_topology(setup)
+        assert (await admin.jetstream().stream_info(stream)).config.max_age == declared
+        await prepare_topology(runner.jetstream(timeout=2), topo, StreamLimits(), identity="runner", wait_seconds=2)
+    finally:
+        await admin.close()
+        await runner.close()
+
+
+async def test_a_service_with_an_identity_waits_for_the_setup_then_says_what_to_run(nats_server_url: str) -> None:
+    """Nothing declared for the prefix: the check waits, then names the missing part and the command."""
+    from zcbot_core.bus.topology import StreamLimits
+    from zcbot_core.bus.topology_setup import TopologyError, prepare_topology
+
+    nc = await nats.connect(nats_server_url)
+    try:
+        with pytest.raises(TopologyError, match="zcbot bus setup") as caught:
+            await prepare_topology(nc.jetstream(timeout=1), Topology(f"undeclared{secrets.token_hex(3)}"),
+                                   StreamLimits(), identity="gateway", wait_seconds=1.5)
+        assert "is missing" in str(caught.value)
     finally:
         await nc.close()

@@ -19,6 +19,7 @@ from nats.errors import Error as NatsError
 
 from tests.helpers.executor_stack import ExecutorProcess
 from tests.helpers.tls import make_ca_and_server_cert
+from tests.helpers.bus_setup import declare_topology
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import connect
 from zcbot_core.tools.executor_client import probe_host
@@ -44,6 +45,7 @@ def tls_nats() -> Iterator[TlsNats]:
     config = creds.write_server_config(root / "auth.conf", topo, tls=(cert, key))
     server = EmbeddedNats(root / "nats", extra_args=["-c", str(config)]).start()
     try:
+        declare_topology(server.url.replace("nats://", "tls://"), topo.prefix, creds, ca=ca)
         yield TlsNats(server.url.replace("nats://", "tls://"), ca, topo, creds, root)
     finally:
         server.stop()

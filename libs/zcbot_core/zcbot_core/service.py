@@ -24,7 +24,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import Topology
-from zcbot_core.bus.topology import StreamLimits, connect, ensure_topology
+from zcbot_core.bus.topology import StreamLimits, connect
+from zcbot_core.bus.topology_setup import prepare_topology
 from zcbot_core.config import ConfigError, Settings
 from zcbot_core.db.engine import make_engine, make_sessionmaker
 from zcbot_core.logs import setup_logging
@@ -148,7 +149,8 @@ async def open_runtime(name: str, settings: Settings, use_db: bool = True) -> Ru
                        ca_file=str(settings.zcbot_nats_ca) if settings.zcbot_nats_ca else None)
     js = nc.jetstream()
     topo = Topology(settings.zcbot_bus_prefix)
-    await ensure_topology(js, topo, stream_limits(settings))
+    # With its own identity a service only checks the topology the setup step declared (issue 36).
+    await prepare_topology(js, topo, stream_limits(settings), identity=settings.zcbot_nats_user)
     engine = make_engine(db_url, settings.zcbot_db_pool_size, settings.zcbot_db_max_overflow,
                          settings.zcbot_db_ping_idle_seconds) if use_db else None
     sessions = make_sessionmaker(engine) if engine is not None else None

@@ -1,4 +1,4 @@
-"""The `zcbot` command: `up` (the whole stack), each service alone, `db upgrade`, `user`, `probe`.
+"""The `zcbot` command: `up` (the whole stack), each service alone, `db upgrade`, `bus setup`, `user`, `probe`.
 
 `zcbot user` works on `ZCBOT_DB_URL`, else on the database of the `zcbot up` running with the same
 ZCBOT_HOME (its `stack.json`); the rules (no silent overwrite, never without an admin) are
@@ -72,6 +72,16 @@ def _cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bus(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from zcbot_core.bus.topology_setup import setup_topology
+
+    topo = asyncio.run(setup_topology(get_settings()))
+    print(f"bus topology of prefix {topo.prefix!r} declared")
+    return 0
+
+
 def _password(args: argparse.Namespace) -> str:
     if args.password is not None:
         return str(args.password)
@@ -135,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database maintenance")
     db_sub = db.add_subparsers(dest="db_cmd", required=True)
     db_sub.add_parser("upgrade", help="apply alembic migrations up to head (needs ZCBOT_DB_URL)")
+    bus = sub.add_parser("bus", help="message bus maintenance")
+    bus_sub = bus.add_subparsers(dest="bus_cmd", required=True)
+    bus_sub.add_parser("setup", help="declare the streams, KV buckets and durable consumers (needs ZCBOT_NATS_URL "
+                       "and the setup identity in ZCBOT_NATS_USER/ZCBOT_NATS_PASSWORD); the services may not")
     _add_user_parsers(sub)
     probe = sub.add_parser("probe", help="reconcile a model profile's claims with real calls")
     probe.add_argument("--profile", default=None, help="profile name (default: ZCBOT_DEFAULT_MODEL)")
@@ -176,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
             code = _cmd_up(args)
         elif args.cmd == "db":
             code = _cmd_db(args)
+        elif args.cmd == "bus":
+            code = _cmd_bus(args)
         elif args.cmd == "user":
             code = _cmd_user(args)
         else:

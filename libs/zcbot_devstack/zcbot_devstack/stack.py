@@ -47,6 +47,7 @@ from zcbot_devstack.bootstrap import (
     ensure_database,
     service_env,
 )
+from zcbot_devstack.bus_setup import declare_topology
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServerError
 from zcbot_devstack.embedded.nats_auth import NatsCredentials
 from zcbot_devstack.groups import group_leftovers
@@ -256,6 +257,8 @@ class Stack:
             self.pg.start()
             ensure_database(self.pg.url, DB_NAME)
             db_url = self.pg.url_for(DB_NAME)
+        self.say("declaring the bus topology")  # before the services, which may only check it
+        declare_topology(s, nats_url, self.nats_creds)
         self.say("applying database migrations")
         self.admin_file = prepare_database(db_url, self.home)
         secret_env = ensure_local_secrets(self.home)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from collections.abc import Awaitable, Callable
@@ -48,6 +49,16 @@ KILL_SETTLE_SECONDS = 2.0
 
 def jobs(count: int) -> str:
     return f"{count} background job{'' if count == 1 else 's'}"
+
+
+def record_deadline(record: dict[str, Any]) -> float:
+    """When the executor kills a process of this record. A record without a usable start or a finite
+    limit (NaN compares false with everything: it would never be past) is past its deadline now."""
+    try:
+        deadline = float(record["started_at"]) + float(record["time_limit"]) + LIMIT_GRACE_SECONDS
+    except (KeyError, TypeError, ValueError):
+        return float("-inf")
+    return deadline if math.isfinite(deadline) else float("-inf")
 
 
 class BackgroundWatch:
@@ -153,10 +164,7 @@ class BackgroundWatch:
                     groups.remove(str(record.get("user_id")), proc_id)
                 await self._ended(proc_id, record)
                 continue
-            try:
-                deadline = float(record["started_at"]) + float(record["time_limit"]) + LIMIT_GRACE_SECONDS
-            except (KeyError, TypeError, ValueError):
-                continue
+            deadline = record_deadline(record)
             if now > deadline and await self.kill(proc_id, "time limit", 124):
                 killed.append(proc_id)
         return killed

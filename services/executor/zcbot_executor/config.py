@@ -92,6 +92,15 @@ class ExecutorSettings(Settings):
         "memory of ALL of a user's sandbox processes on a host (per-user cgroup, sandbox/cgroups.py)"))
     zcbot_user_max_procs: int = Field(default=1024, gt=0, alias="ZCBOT_USER_MAX_PROCS",
                                       description="process count of all of a user's sandboxes on a host")
+    zcbot_user_cpu_weight: int = Field(default=100, ge=1, le=10000, alias="ZCBOT_USER_CPU_WEIGHT", description=(
+        "CPU share of each user's sandboxes on a host, relative to the other users' (cgroup v2 `cpu.weight`, "
+        "v1 `cpu.shares` = weight × 1024 / 100): a busy user gets no more than an equal part when others need it"))
+    zcbot_user_cpu_cores: float = Field(default=2.0, ge=0, alias="ZCBOT_USER_CPU_CORES", description=(
+        "hard cap on the CPU of all of a user's sandbox processes on a host, in cores (v2 `cpu.max`, "
+        "v1 `cpu.cfs_quota_us`; 0: no cap, the weight only)"))
+    zcbot_user_max_concurrent_calls: int = Field(default=8, ge=1, alias="ZCBOT_USER_MAX_CONCURRENT_CALLS", description=(
+        "tool calls of one user an executor runs at once; more wait for a slot of their own user, so one user's "
+        "flood never holds ZCBOT_EXECUTOR_MAX_CONCURRENCY's slots"))
     zcbot_sandbox_cgroup: Literal["auto", "v1", "v2", "required", "off"] = Field(
         default="auto", alias="ZCBOT_SANDBOX_CGROUP",
         description="auto (v2, else v1, else warn) | v1 | v2 | required (refuse to start without) | off")
@@ -160,6 +169,9 @@ class ExecutorConfig:
     sweep_interval_seconds: float = 3600.0
     user_memory_mb: int = 4096
     user_max_procs: int = 1024
+    user_cpu_weight: int = 100
+    user_cpu_cores: float = 2.0  # 0: no hard cap
+    user_max_calls: int = 8
     cgroup_mode: str = "auto"
     egress: bool = True
     egress_allow: tuple[str, ...] = tuple(DEFAULT_EGRESS_ALLOW.split(","))
@@ -205,6 +217,9 @@ class ExecutorConfig:
             bg_stop_with_executor=knobs.zcbot_bg_stop_with_executor,
             user_memory_mb=knobs.zcbot_user_memory_mb,
             user_max_procs=knobs.zcbot_user_max_procs,
+            user_cpu_weight=knobs.zcbot_user_cpu_weight,
+            user_cpu_cores=knobs.zcbot_user_cpu_cores,
+            user_max_calls=knobs.zcbot_user_max_concurrent_calls,
             cgroup_mode=knobs.zcbot_sandbox_cgroup,
             egress=knobs.zcbot_egress,
             egress_allow=tuple(e.strip() for e in knobs.zcbot_egress_allow.split(",") if e.strip()),

@@ -35,7 +35,12 @@ def _write_atomic(path: str, text: str) -> None:
 def run(proc_dir: str, ws, shell: str, python: str, env: dict) -> int:
     with open(os.path.join(proc_dir, "proc.json")) as fh:
         spec = json.load(fh)
-    limit = float(spec.get("time_limit", 7200))
+    try:
+        limit = float(spec.get("time_limit", 7200))
+    except (TypeError, ValueError):
+        limit = 7200.0
+    if not limit > 0 or limit == float("inf"):  # NaN, infinity (issue 36): the default, never no limit
+        limit = 7200.0
     log_cap = int(spec.get("log_cap", 10 * 1024 * 1024))
     if spec.get("kind") == "run_python":
         argv = [python, os.path.join(proc_dir, "script.py")]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -165,7 +166,11 @@ class ProcManager:
         if not isinstance(body, str) or not body.strip():
             return ToolResult(False, error=f"argument '{field}' must be a non-empty string")
         limit = args.get("timeout")
-        if not isinstance(limit, (int, float)) or isinstance(limit, bool) or limit <= 0:
+        numeric = isinstance(limit, (int, float)) and not isinstance(limit, bool)
+        if numeric and not math.isfinite(limit):
+            # NaN passed `limit <= 0` and removed the limit (issue 36); service.py refuses it first.
+            return ToolResult(False, error="argument 'timeout' must be a finite number of seconds")
+        if not numeric or limit <= 0:
             limit = self.config.bg_time_limit or DEFAULT_BACKGROUND_LIMIT
         limit = float(min(limit, self.config.bg_time_limit_max or MAX_BACKGROUND_LIMIT))
         async with self._locks.setdefault(user_id, asyncio.Lock()):
@@ -324,18 +329,26 @@ def _rmtree(user_root: Path, rel: str) -> None:
         log.warning("could not remove a proc folder", extra={"path": rel})
 
 
-def sweep_procs(storage_root: Path, retention_seconds: float, private_dir: Path | None = None) -> int:
-    """Remove terminal proc folders whose exit_code is older than the retention; returns how many.
+def sweep_procs(storage_root: Path, retention_seconds: float, watch: BackgroundWatch | None = None) -> int:
+    """Remove ended background processes older than the retention; returns how many.
 
-    Every step resolves beneath the user root's fd and never follows a symlink (safe_fs): a task
+    Processes this host launched are decided only from its private record (`watch.private_dir`) and
+    the process itself, never from a file in the user's tree: a live one (its cgroup leaf or pid) is
+    never touched; a dead one gets `ended_at` in its record the first time the sweep sees it, and its
+    folder and record go once that is older than the retention. A backdated `exit_code` written by
+    the sandbox used to make this sweep delete the record of a live process, and with it every limit
+    on it after a restart (issue 36). Folders with no record here (another host's, or the user's own
+    making) are the user's data only: they go on their `exit_code`'s age, and no record is touched.
+
+    Every step in a user root resolves beneath its fd and never follows a symlink (safe_fs): a task
     folder swapped for a symlink while the sweep runs makes that step fail, nothing else.
     """
-    removed = 0
     cutoff = time.time() - retention_seconds
+    removed, recorded = _sweep_records(watch, cutoff) if watch is not None else (0, set())
     try:
         storage = safe_fs.Root.open(storage_root)
     except safe_fs.SafeFsError:
-        return 0
+        return removed
     with storage:
         users = [name for name, st in storage.listdir() if stat.S_ISDIR(st.st_mode)]
     for name in users:
@@ -344,19 +357,53 @@ def sweep_procs(storage_root: Path, retention_seconds: float, private_dir: Path 
         except safe_fs.SafeFsError:
             continue
         with user:
-            removed += _sweep_user(user, cutoff, private_dir)
+            removed += _sweep_user(user, cutoff, recorded)
     return removed
 
 
-def _sweep_user(user: safe_fs.Root, cutoff: float, private_dir: Path | None) -> int:
+def _sweep_records(watch: BackgroundWatch, cutoff: float) -> tuple[int, set[str]]:
+    """(records removed, ids of every record kept or removed here: the user sweep leaves those alone)."""
+    removed = 0
+    recorded: set[str] = set()
+    if not watch.private_dir.is_dir():
+        return 0, recorded
+    for path in watch.private_dir.glob("p*.json"):  # host state, not a user tree
+        proc_id = path.stem
+        if not _PROC_ID.match(proc_id):
+            continue
+        recorded.add(proc_id)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # unreadable: kept (and its folder), never guessed from the user's files
+        if not isinstance(record, dict):
+            continue
+        if proc_id in watch.entries or record.get("watch") or watch.alive(proc_id, record):
+            continue  # live, or its file changes not reported yet
+        ended = record.get("ended_at")
+        if not isinstance(ended, (int, float)) or isinstance(ended, bool) or not math.isfinite(ended):
+            record["ended_at"] = time.time()  # first seen dead now: the retention starts here
+            _write_json(path, record)
+            continue
+        if ended > cutoff:
+            continue
+        user_root, rel = record.get("user_root"), record.get("dir")
+        if isinstance(user_root, str) and isinstance(rel, str) and rel.startswith(f"{PROCS_DIR}/"):
+            _rmtree(Path(user_root), rel)
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed, recorded
+
+
+def _sweep_user(user: safe_fs.Root, cutoff: float, recorded: set[str]) -> int:
     removed = 0
     for task, st in _listdir(user, PROCS_DIR):
         if not stat.S_ISDIR(st.st_mode):
             continue
         task_rel = f"{PROCS_DIR}/{task}"
         for proc, pst in _listdir(user, task_rel):
-            if not stat.S_ISDIR(pst.st_mode):
-                continue
+            if not stat.S_ISDIR(pst.st_mode) or proc in recorded:
+                continue  # a process of this host's: its record decides (`_sweep_records`)
             try:
                 marker = user.lstat(f"{task_rel}/{proc}/exit_code")
             except safe_fs.SafeFsError:
@@ -367,8 +414,6 @@ def _sweep_user(user: safe_fs.Root, cutoff: float, private_dir: Path | None) -> 
                 user.rmtree(f"{task_rel}/{proc}")
             except safe_fs.SafeFsError:
                 continue
-            if private_dir is not None and _PROC_ID.match(proc):
-                (private_dir / f"{proc}.json").unlink(missing_ok=True)  # host state, not a user tree
             removed += 1
         try:
             user.rmdir(task_rel)  # only when empty

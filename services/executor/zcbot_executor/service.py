@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 
 from zcbot_core import safe_fs
+from zcbot_core.agent.tool_args import non_finite_error
 from zcbot_core.bus import (
     BackgroundStop,
     ProcsReply,
@@ -62,6 +64,7 @@ from zcbot_executor.quota_guard import QuotaGuard
 from zcbot_executor.replies import make_reply, outcome_of
 from zcbot_executor.sandbox import make_backend, policy
 from zcbot_executor.sandbox.base import Sandbox, SandboxBackend, SandboxError, SandboxPool, ToolResult
+from zcbot_executor.user_slots import UserSlots
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +123,7 @@ class ExecutorService:
                                 kernel=kernel_quota)
         self.procs.watch.start()
         self.sem = asyncio.Semaphore(self.config.max_concurrency)
+        self.user_slots = UserSlots(self.config.user_max_calls)  # one user's flood waits on its own slots
         self.control = await self.nc.subscribe(self.topo.exec_cancel_subject(self.host), cb=self._on_control)
         self.bg_stop = await self.nc.subscribe(self.topo.exec_background_stop_subject(), cb=self._on_background_stop)
         self.procs_sub = await self.nc.subscribe(self.topo.exec_procs_subject(), queue=self.topo.executor_queue_group,
@@ -301,6 +305,13 @@ class ExecutorService:
             return ToolResult(False, error=f"unknown sandbox tool {req.tool!r}; available: {', '.join(sorted(SANDBOX_TOOL_NAMES))}")
         if not isinstance(req.args, dict):
             return ToolResult(False, error="bad request: args must be an object")
+        # The runner refuses NaN/Infinity already (tool_args.parse_args); a call straight off the bus
+        # is checked the same way, before any tool reads a number from it.
+        non_finite = non_finite_error(req.args)
+        if non_finite is not None:
+            return ToolResult(False, error=non_finite)
+        if not math.isfinite(req.timeout):
+            return ToolResult(False, error="bad request: the call's timeout must be a finite number")
         try:
             validate_user_id(req.user_id)
             cwd_rel = normalize_rel(req.cwd or "")
@@ -317,7 +328,7 @@ class ExecutorService:
                 self._prepared.clear()
             self._prepared[key] = time.monotonic()
         await self.leases.claim(req.user_id)
-        async with self.sem:
+        async with self.user_slots.hold(req.user_id), self.sem:
             if entry.cancelled:
                 return ToolResult(False)
             if req.tool == "check_process":
@@ -403,7 +414,7 @@ class ExecutorService:
         retention = self.config.proc_retention_days * 86400
         while True:
             try:
-                removed = await asyncio.to_thread(sweep_procs, self.config.storage_root, retention, self.procs.private_dir)
+                removed = await asyncio.to_thread(sweep_procs, self.config.storage_root, retention, self.procs.watch)
                 if removed:
                     log.info("swept background proc folders", extra={"removed": removed})
             except Exception:

@@ -32,6 +32,9 @@ class GatewaySettings(Settings):
     zcbot_soffice: str | None = Field(default=None, alias="ZCBOT_SOFFICE", description=(
         "LibreOffice `soffice` of the file previews (default: found on PATH; `zcbot up`'s check and the "
         "rendering package in a sandbox read it from their environment)"))
+    zcbot_preview_uid: int = Field(default=10002, ge=1, alias="ZCBOT_PREVIEW_UID", description=(
+        "host uid the preview converter (LibreOffice, in bubblewrap) runs as when the gateway runs as root; never 0 "
+        "(a gateway that is not root converts as its own uid)"))
     zcbot_preview_cache_mb: int = Field(default=512, ge=0, alias="ZCBOT_PREVIEW_CACHE_MB", description=(
         "total size of the converted-PDF preview cache (the gateway's temp folder); least recently used "
         "out first (0: nothing kept)"))

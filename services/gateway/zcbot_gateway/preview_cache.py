@@ -52,11 +52,16 @@ class PreviewCache:
             pass
         return fh
 
-    def store(self, digest: str, produced: Path) -> BinaryIO:
-        """Copy a converted PDF in, open it, then evict down to the bound. One larger than the
-        whole bound is not kept (nor does it push the others out): its open file serves the response."""
+    def store(self, digest: str, produced: Path | BinaryIO) -> BinaryIO:
+        """Copy a converted PDF in (a path of ours, or a file the caller opened safely), open it, then
+        evict down to the bound. One larger than the whole bound is not kept (nor does it push the
+        others out): its open file serves the response."""
         part = self.folder / f"{digest}.{os.getpid()}.part"
-        shutil.copyfile(produced, part)  # the converter's private folder -> the gateway's own cache
+        if isinstance(produced, Path):
+            shutil.copyfile(produced, part)
+        else:  # the converter's folder, opened through safe_fs -> the gateway's own cache
+            with open(part, "wb") as fh:
+                shutil.copyfileobj(produced, fh)
         now = time.time_ns()
         os.utime(part, ns=(now, now))
         os.replace(part, self._entry(digest))

@@ -2,12 +2,19 @@
 LibreOffice, PDFs and images served as they are.
 
 The converter never sees the user's tree: the file is read through its safe_fs fd (`files_fs.
-open_download`), its bytes copied into a fresh private folder, and `soffice` runs there — inside
-bubblewrap when it is available (no network: every namespace unshared; the system read-only; only
-that folder writable), with macros off (a profile whose registry sets the macro security to "very
-high" and disables macro execution), a wall-clock limit and file-size / CPU limits. Results are cached
-by the content's SHA-256 in a host folder of the gateway, so the same deck converts once; the cache is
-bounded, least recently used out first (`preview_cache.py`, ZCBOT_PREVIEW_CACHE_MB).
+open_download`), its bytes copied into a fresh private folder, and `soffice` runs there, inside
+bubblewrap (issue 36): as an unprivileged host uid (ZCBOT_PREVIEW_UID when the gateway is root, else
+the gateway's own), in a user namespace of its own with no capabilities and no nested namespaces,
+every namespace unshared (no network), `/usr` read-only, and of `/etc` only what LibreOffice needs
+(`ETC_KEEP`: fonts, the dynamic linker's cache, LibreOffice's own registry; a passwd/group stub
+naming the converter) — no host secret, no `/etc/shadow`, nothing of the storage; only that folder
+writable. Before, it ran as host uid 0 with every capability and the host's `/etc`: any LibreOffice
+file-inclusion bug was a root read. Macros are off (a profile whose registry sets the macro security
+to "very high" and disables macro execution), with a wall-clock limit and file-size / CPU limits.
+The PDF is read back through safe_fs (a regular file, no symlink: the converter's folder is
+untrusted). Without bubblewrap office previews are refused. Results are cached by the content's
+SHA-256 in a host folder of the gateway, so the same deck converts once; the cache is bounded, least
+recently used out first (`preview_cache.py`, ZCBOT_PREVIEW_CACHE_MB).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
+from zcbot_core import safe_fs
 from zcbot_core.errors import PreviewError, PreviewTooLarge, PreviewUnavailable, PreviewUnsupported
 
 from zcbot_gateway import lang as lang_mod
@@ -36,6 +44,12 @@ TIMEOUT_SECONDS = 90.0
 CPU_SECONDS = 120
 CACHE_DIR = Path(tempfile.gettempdir()) / f"zcbot-previews-{os.getuid()}"
 CACHE_MB = 512  # the default of ZCBOT_PREVIEW_CACHE_MB
+PREVIEW_UID = 10002  # the default of ZCBOT_PREVIEW_UID
+# What of the host's /etc the converter sees (read-only; whichever exist): fontconfig, the dynamic
+# linker's cache (multiarch library folders), LibreOffice's registry (/usr/lib/libreoffice/share/
+# registry links there on Debian). Plus the stubs `_etc_stubs` writes.
+ETC_KEEP = ("fonts", "ld.so.cache", "libreoffice")
+READ_ONLY_EXTRA = ("/var/cache/fontconfig",)  # fontconfig's cache: no font scan per conversion
 # Macro security "very high" (only trusted locations, and there are none) and macros disabled.
 _REGISTRY = """<?xml version="1.0" encoding="UTF-8"?>
 <oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema">
@@ -51,6 +65,9 @@ TEXTS = {
                     "en": "This kind of file cannot be previewed (PDF, images and office files can)."},
     "too_large": {"zh": "文件太大，无法预览（上限 {mb} MB）。", "en": "The file is too large to preview (limit {mb} MB)."},
     "failed": {"zh": "转换为 PDF 失败：{why}", "en": "Converting to PDF failed: {why}"},
+    "no_sandbox": {"zh": "此服务器没有 bubblewrap，无法在沙箱中转换 Office 文件，已停用预览；请下载后查看。",
+                   "en": "bubblewrap is not available on this server, so office files cannot be converted in a "
+                         "sandbox: previews are off; download the file instead."},
     "cache_unsafe": {"zh": "预览缓存目录 {path} 不属于本服务或可被他人写入，已停用 Office 文件预览；请联系管理员。",
                      "en": "The preview cache folder {path} is not the gateway's own or others can write it: "
                            "office previews are off; ask the operator."},
@@ -95,22 +112,56 @@ def _limits() -> None:  # in the child, before exec: no file over the PDF cap, b
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
 
 
+def _as_user(uid: int | None):  # noqa: ANN202 - a preexec_fn
+    """The child's start: limits, then (a root gateway) every privilege of the host dropped for `uid`."""
+
+    def start() -> None:
+        _limits()
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+
+    return start
+
+
 def _soffice_args(soffice: str, base: str, source: str) -> list[str]:
     return [soffice, f"-env:UserInstallation={Path(base, 'profile').as_uri()}", "--headless", "--invisible",
             "--norestore", "--nologo", "--nodefault", "--nolockcheck", "--convert-to", "pdf",
             "--outdir", f"{base}/out", f"{base}/{source}"]
 
 
-def sandbox_prefix(work: Path) -> list[str]:
-    """bubblewrap around the converter: every namespace unshared (no network), the system
-    read-only, only `work` (as /work) writable; [] when bubblewrap is not on this host."""
+def converter_uid(preview_uid: int = PREVIEW_UID) -> int | None:
+    """The host uid to drop to before the converter starts: `preview_uid` for a root gateway, None
+    (stay) for any other (it is not 0, and cannot change its uid)."""
+    if os.geteuid() != 0:
+        return None
+    if preview_uid == 0:
+        raise PreviewUnavailable("ZCBOT_PREVIEW_UID must not be 0")
+    return preview_uid
+
+
+def sandbox_prefix(work: Path, etc: Path) -> list[str]:
+    """bubblewrap around the converter: a user namespace of its own (the caller has dropped to an
+    unprivileged uid first) with no capabilities and no nested namespace, every other namespace
+    unshared (no network), `/usr` read-only, an `/etc` of `ETC_KEEP` and the stubs in `etc`, only
+    `work` (as /work) writable. PreviewUnavailable when bubblewrap is not on this host."""
     bwrap = _bwrap()
     if bwrap is None:
-        return []
-    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr",
-           "--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        raise PreviewUnavailable(say("no_sandbox", "zh"))
+    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+           "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr", "--dir", "/etc",
+           "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
            "--bind", str(work), "/work", "--chdir", "/work", "--clearenv",
            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8"]
+    for name in ETC_KEEP:
+        if os.path.exists(f"/etc/{name}"):
+            cmd += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    for stub in sorted(os.listdir(etc)):
+        cmd += ["--ro-bind", str(etc / stub), f"/etc/{stub}"]
+    for extra in READ_ONLY_EXTRA:
+        if os.path.isdir(extra):
+            cmd += ["--ro-bind", extra, extra]
     for link in ("bin", "lib", "lib64", "sbin"):
         if os.path.islink(f"/{link}"):
             cmd += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
@@ -119,20 +170,47 @@ def sandbox_prefix(work: Path) -> list[str]:
     return cmd
 
 
-def _command(soffice: str, work: Path, source: str) -> list[str]:
-    prefix = sandbox_prefix(work)
-    # Without bubblewrap: the same folder, limits and profile, without the namespaces.
-    return [*prefix, *_soffice_args(soffice, "/work" if prefix else str(work), source)]
+def _etc_stubs(etc: Path, uid: int) -> None:
+    """passwd/group naming only root and the converter (LibreOffice looks its user up)."""
+    etc.mkdir(mode=0o755)
+    (etc / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                                f"converter:x:{uid}:{uid}:preview converter:/work:/usr/sbin/nologin\n")
+    (etc / "group").write_text(f"root:x:0:\nconverter:x:{uid}:\n")
+    for stub in etc.iterdir():
+        stub.chmod(0o644)
+
+
+def _command(soffice: str, work: Path, etc: Path, source: str) -> list[str]:
+    return [*sandbox_prefix(work, etc), *_soffice_args(soffice, "/work", source)]
+
+
+def _prepare(tmp: Path, data: bytes, source: str, uid: int | None) -> tuple[Path, Path]:
+    """(work, etc) under `tmp`: the converter's folder (its own when it runs as `uid`) and the stubs
+    (the gateway's, read-only to it)."""
+    os.chmod(tmp, 0o711)  # the converter (another uid) passes through to its folder, lists nothing
+    work, etc = tmp / "work", tmp / "etc"
+    (work / "profile" / "user").mkdir(parents=True)
+    (work / "profile" / "user" / "registrymodifications.xcu").write_text(_REGISTRY, encoding="utf-8")
+    (work / "out").mkdir()
+    (work / source).write_bytes(data)
+    _etc_stubs(etc, uid if uid is not None else os.getuid())
+    if uid is not None:  # the converter's own: everything just made, by us, in our private folder
+        for made in (work, work / "profile", work / "profile" / "user",
+                     work / "profile" / "user" / "registrymodifications.xcu", work / "out", work / source):
+            os.chown(made, uid, uid)
+    return work, etc
 
 
 def convert(data: bytes, ext: str, lang: str, soffice_setting: str | None = None,
-            cache: PreviewCache | None = None) -> BinaryIO:
+            cache: PreviewCache | None = None, preview_uid: int = PREVIEW_UID) -> BinaryIO:
     """The PDF of office bytes `data` (extension `ext`), open for reading: from the cache, else
-    converted and stored there. `soffice_setting`: the gateway's `ZCBOT_SOFFICE`; `cache`: the
-    gateway's (default: CACHE_DIR bounded at CACHE_MB)."""
+    converted in the sandbox and stored there. `soffice_setting`: the gateway's `ZCBOT_SOFFICE`;
+    `cache`: the gateway's (default: CACHE_DIR bounded at CACHE_MB); `preview_uid`: ZCBOT_PREVIEW_UID."""
     soffice = find_soffice(soffice_setting)
     if soffice is None:
         raise PreviewUnavailable(say("unavailable", lang))
+    if _bwrap() is None:
+        raise PreviewUnavailable(say("no_sandbox", lang))
     cache = cache or PreviewCache(CACHE_DIR, CACHE_MB * 2**20)
     if not cache.ready():
         raise PreviewUnavailable(say("cache_unsafe", lang, path=cache.folder))
@@ -140,26 +218,27 @@ def convert(data: bytes, ext: str, lang: str, soffice_setting: str | None = None
     cached = cache.open(digest)
     if cached is not None:
         return cached
+    uid = converter_uid(preview_uid)
     with tempfile.TemporaryDirectory(prefix="zcbot-preview-") as tmp:
-        work = Path(tmp)
-        (work / "profile" / "user").mkdir(parents=True)
-        (work / "profile" / "user" / "registrymodifications.xcu").write_text(_REGISTRY, encoding="utf-8")
-        (work / "out").mkdir()
         source = f"document{ext}"
-        (work / source).write_bytes(data)
-        proc = subprocess.Popen(_command(soffice, work, source), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                cwd=str(work), env={"PATH": "/usr/bin:/bin", "HOME": str(work), "LANG": "C.UTF-8"},
-                                start_new_session=True, preexec_fn=_limits)
+        work, etc = _prepare(Path(tmp), data, source, uid)
+        proc = subprocess.Popen(_command(soffice, work, etc, source), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                cwd="/", env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                                start_new_session=True, preexec_fn=_as_user(uid))
         try:
             output, _ = proc.communicate(timeout=TIMEOUT_SECONDS)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             raise PreviewError(say("failed", lang, why=f"> {int(TIMEOUT_SECONDS)} s")) from None
-        produced = work / "out" / "document.pdf"
-        if not produced.is_file() or produced.stat().st_size == 0:
+        try:  # the converter's folder is untrusted: a regular file, no symlink followed
+            with safe_fs.Root.open(work / "out") as out, out.open_read("document.pdf") as pdf:
+                size = os.fstat(pdf.fileno()).st_size
+                if size == 0:
+                    raise safe_fs.SafeFsError("empty", "document.pdf")
+                if size > MAX_PDF_BYTES:
+                    raise PreviewTooLarge(say("too_large", lang, mb=MAX_PDF_BYTES // 2**20))
+                return cache.store(digest, pdf)
+        except safe_fs.SafeFsError:
             why = output.decode("utf-8", "replace").strip()[-200:] or f"exit {proc.returncode}"
-            raise PreviewError(say("failed", lang, why=why))
-        if produced.stat().st_size > MAX_PDF_BYTES:
-            raise PreviewTooLarge(say("too_large", lang, mb=MAX_PDF_BYTES // 2**20))
-        return cache.store(digest, produced)
+            raise PreviewError(say("failed", lang, why=why)) from None

@@ -5,11 +5,17 @@ not a `ValueError` and used to end the run. Arguments are checked before parsing
 `MAX_ARGS_CHARS` characters and `MAX_ARGS_DEPTH` levels of nesting. No tool takes arguments nested
 deeper than a few levels, and a file body larger than the bound belongs in several calls (the bus
 carries ~1 MB per call anyway). A violation is a tool error the model reads; the run goes on.
+
+Numbers must be finite: Python's JSON accepts `NaN`, `Infinity` and overflows `1e309` to infinity,
+and every comparison with NaN is false, so `timeout: NaN` used to pass a `limit <= 0` check and
+remove a background process's time limit (issue 36). `non_finite_error` is the one check, used
+here for every tool call the model makes and again by the executor for every call it receives.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -39,6 +45,31 @@ def nesting_depth(raw: str, limit: int = MAX_ARGS_DEPTH) -> int:
     return deepest
 
 
+def non_finite_path(value: Any) -> str | None:
+    """The path (`timeout`, `edits[2].line`) of the first NaN or infinite number in `value`, else None.
+    Iterative: the executor runs it on arguments that did not come through `parse_args`'s depth check."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return path or "(the value)"
+        elif isinstance(item, dict):
+            stack.extend((f"{path}.{key}" if path else str(key), sub) for key, sub in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{path}[{i}]", sub) for i, sub in enumerate(item))
+    return None
+
+
+def non_finite_error(args: Any) -> str | None:
+    """The tool error for arguments holding NaN or Infinity (None: every number is finite)."""
+    path = non_finite_path(args)
+    if path is None:
+        return None
+    return (f"argument '{path}' must be a finite number (NaN and Infinity are not accepted); "
+            "send an ordinary number, or leave the argument out to get its default")
+
+
 def parse_args(raw: str) -> tuple[dict[str, Any] | None, str | None]:
     """(arguments, None) or (None, the error the model is told)."""
     raw = raw or "{}"
@@ -56,4 +87,7 @@ def parse_args(raw: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, "the tool arguments are nested too deeply; send a flat JSON object"
     if not isinstance(value, dict):
         return None, "the tool arguments must be a JSON object"
+    error = non_finite_error(value)
+    if error is not None:
+        return None, error
     return value, None

@@ -6,8 +6,11 @@ server holds only bcrypt hashes; each service gets its password through `ZCBOT_N
 subscription on `_INBOX.>` (which any requester needs) cannot read another service's replies -
 tool results above all.
 
-Subjects are built from a known bus prefix. JetStream management (`ensure_topology` runs in every
-service) is allowed only on this prefix's streams and buckets.
+Subjects are built from a known bus prefix. The topology (streams, KV buckets and their settings,
+durable consumers) is declared by the `setup` identity alone (`zcbot bus setup`, run by `zcbot up`
+and by the bus-setup job in deploy/); the runtime identities may read it, use it and make ephemeral
+consumers, but not create, change or delete a stream, a bucket or a durable consumer (issue 36: the
+runner had set the ended-runs bucket's max age to 5 s, which erased every mark).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from dataclasses import dataclass
 from zcbot_core.bus.subjects import Topology
 
 SERVICES = ("gateway", "runner", "executor", "scheduler", "channels")
+SETUP = "setup"  # declares the topology; no service runs with it
+IDENTITIES = (*SERVICES, SETUP)
 
 
 def inbox_prefix(service: str) -> str:
@@ -31,10 +36,15 @@ class Permissions:
     subscribe: tuple[str, ...]
     # Serving requests (executor calls, probes, pushes): may answer on the requester's reply subject.
     responds: bool = False
+    # Carved out of `publish` (a deny wins over an allow): the durable consumers' management.
+    deny_publish: tuple[str, ...] = ()
 
     def as_config(self) -> dict[str, object]:
+        publish: dict[str, object] = {"allow": list(self.publish)}
+        if self.deny_publish:
+            publish["deny"] = list(self.deny_publish)
         out: dict[str, object] = {
-            "publish": {"allow": list(self.publish)},
+            "publish": publish,
             "subscribe": {"allow": list(self.subscribe)},
         }
         if self.responds:
@@ -48,17 +58,41 @@ def _streams(topo: Topology) -> list[str]:
 
 
 def _jetstream(topo: Topology) -> list[str]:
-    """The JetStream API on this prefix's streams: every service declares the topology at start."""
+    """The JetStream API a runtime identity uses on this prefix's streams: stream info, message reads,
+    deletes of a handled message, consumers (ephemeral ones made, durable ones bound; see
+    `_durables_denied`), acks. No STREAM.CREATE / UPDATE / DELETE / PURGE: the topology is the setup
+    identity's."""
     out = ["$JS.API.INFO"]
     for s in _streams(topo):
         # No identity may delete a message of the ended-runs bucket: that would make an ended run's
         # grant good again (a KV delete or purge leaves a marker, which still counts as ended).
         delete = [] if s == f"KV_{topo.ended_runs_bucket}" else [f"$JS.API.STREAM.MSG.DELETE.{s}"]
-        out += [f"$JS.API.STREAM.INFO.{s}", f"$JS.API.STREAM.CREATE.{s}", f"$JS.API.STREAM.UPDATE.{s}",
+        out += [f"$JS.API.STREAM.INFO.{s}",
                 f"$JS.API.STREAM.MSG.GET.{s}", *delete,
                 f"$JS.API.DIRECT.GET.{s}", f"$JS.API.DIRECT.GET.{s}.>",
                 f"$JS.API.CONSUMER.*.{s}", f"$JS.API.CONSUMER.*.{s}.>", f"$JS.API.CONSUMER.*.*.{s}.>",
                 f"$JS.ACK.{s}.>"]
+    return out
+
+
+def _durables_denied(topo: Topology) -> list[str]:
+    """A runtime identity binds to the durable consumers; creating, changing or deleting one (its
+    ack wait, max deliveries, filter) is the setup identity's."""
+    out = []
+    for stream, durable in ((topo.runs_stream, topo.runners_consumer),
+                            (topo.channel_inbound_stream, topo.channels_consumer),
+                            (topo.file_changes_stream, topo.file_changes_consumer)):
+        out += [f"$JS.API.CONSUMER.CREATE.{stream}.{durable}", f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.>",
+                f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}", f"$JS.API.CONSUMER.DELETE.{stream}.{durable}"]
+    return out
+
+
+def _setup_api(topo: Topology) -> list[str]:
+    """The setup identity: declare and repair this prefix's streams, buckets and durable consumers."""
+    out = ["$JS.API.INFO"]
+    for s in _streams(topo):
+        out += [f"$JS.API.STREAM.INFO.{s}", f"$JS.API.STREAM.CREATE.{s}", f"$JS.API.STREAM.UPDATE.{s}",
+                f"$JS.API.CONSUMER.*.{s}", f"$JS.API.CONSUMER.*.{s}.>", f"$JS.API.CONSUMER.*.*.{s}.>"]
     return out
 
 
@@ -67,9 +101,20 @@ def _kv(bucket: str) -> str:
 
 
 def service_permissions(service: str, topo: Topology) -> Permissions:
+    """What `service` (one of IDENTITIES) may publish and subscribe to."""
+    permissions = _permissions(service, topo)
+    if service == SETUP:
+        return permissions
+    return Permissions(permissions.publish, permissions.subscribe, permissions.responds,
+                       deny_publish=tuple(_durables_denied(topo)))
+
+
+def _permissions(service: str, topo: Topology) -> Permissions:
     p = topo.prefix
     own_inbox = f"{inbox_prefix(service)}.>"
     js = _jetstream(topo)
+    if service == SETUP:  # nothing but the JetStream API of this prefix's topology
+        return Permissions(publish=tuple(_setup_api(topo)), subscribe=(own_inbox,))
     leases = _kv(topo.leases_bucket)
     # runstate.submit / transitions.cancel; and the ended-runs marks of the transitions that end runs
     # (end, reap, a waiting run's cancel). The executor only reads them.
@@ -131,13 +176,13 @@ def password_env(service: str) -> str:
 def deploy_config(topo: Topology | None = None) -> str:
     """nats-server's configuration for deploy/: the permissions of `bus_prefix` (default `zcbot`),
     each password a reference to the server's environment (NATS config variables), no admin."""
-    text = server_auth_config(topo or Topology(), {s: f"@@{password_env(s)}@@" for s in SERVICES})
-    for service in SERVICES:  # a variable is written bare: quoted, it would be a literal string
+    text = server_auth_config(topo or Topology(), {s: f"@@{password_env(s)}@@" for s in IDENTITIES})
+    for service in IDENTITIES:  # a variable is written bare: quoted, it would be a literal string
         text = text.replace(f'"@@{password_env(service)}@@"', f"${password_env(service)}")
     header = ("# Generated by `python -m zcbot_core.bus.access` from zcbot_core/bus/access.py; do not edit.\n"
               "# The permissions are for ZCBOT_BUS_PREFIX=zcbot; another prefix needs this file regenerated\n"
               "# (`python -m zcbot_core.bus.access --prefix NAME --out FILE`). Passwords come from the server's\n"
-              "# environment: " + ", ".join(password_env(s) for s in SERVICES) + ".\n")
+              "# environment: " + ", ".join(password_env(s) for s in IDENTITIES) + ".\n")
     return header + text + "\n"
 
 

@@ -1,4 +1,8 @@
-"""Connecting to NATS and declaring (idempotently) every stream, consumer and KV bucket."""
+"""Connecting to NATS and declaring (idempotently) every stream, consumer and KV bucket.
+
+Only the setup identity declares (`zcbot bus setup`, the bus-setup job in deploy/, `zcbot up` before
+its services): the runtime identities may not create or change a stream, a bucket or a durable
+consumer (bus/access.py); they verify the topology at start (bus/topology_setup.py)."""
 
 from __future__ import annotations
 
@@ -188,9 +192,36 @@ async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerCo
         log.info("consumer %s exists (%s); keeping it", config.durable_name, exc.description)
 
 
+def kv_specs(topo: Topology) -> list[tuple[str, float, bool]]:
+    """(bucket, TTL, append-only) of every KV bucket the topology declares."""
+    return [(topo.cancel_bucket, CANCEL_TTL_SECONDS, False),
+            (topo.sandbox_leases_bucket, SANDBOX_LEASE_TTL_SECONDS, False),
+            (topo.leases_bucket, LEADER_LEASE_TTL_SECONDS, False),
+            (topo.ended_runs_bucket, ENDED_RUNS_TTL_SECONDS, True)]
+
+
+def append_only_weakened(config: StreamConfig, ttl: float) -> list[str]:
+    """How an append-only bucket's stream differs from its declaration (empty: as declared). Any
+    difference lets a mark go before its TTL: a shorter max age, deletes, purges, rollups."""
+    problems = []
+    if config.max_age is None or abs(float(config.max_age) - ttl) > 1.0:
+        problems.append(f"max age {config.max_age} s instead of {ttl:g} s")
+    if not config.deny_delete:
+        problems.append("message deletes allowed")
+    if not config.deny_purge:
+        problems.append("purges allowed")
+    if config.allow_rollup_hdrs:
+        problems.append("rollup headers allowed")
+    if config.max_msgs_per_subject not in (1,):
+        problems.append(f"{config.max_msgs_per_subject} messages per key instead of 1")
+    return problems
+
+
 async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float, replicas: int, *, append_only: bool = False) -> None:
     """`append_only`: a bucket whose entries no client may remove before their TTL (the ended runs): its
-    stream refuses message deletes, purges and rollup headers (a `Nats-Rollup: all` put would wipe it)."""
+    stream refuses message deletes, purges and rollup headers (a `Nats-Rollup: all` put would wipe it).
+    An existing append-only bucket whose TTL or protections were changed is put back (only the setup
+    identity may change a bucket: bus/access.py)."""
     stream = f"KV_{bucket}"
     try:
         info = await js.stream_info(stream)
@@ -204,9 +235,18 @@ async def _ensure_kv(js: JetStreamContext, bucket: str, ttl: float, replicas: in
             await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl, history=1, storage=StorageType.FILE,
                                                      replicas=replicas))
         return
-    count = _replicas("KV bucket", bucket, info.config.num_replicas, replicas)
-    if count != int(info.config.num_replicas or 1):  # only the count changes: the bucket keeps its settings
-        config = info.config
+    config = info.config
+    count = _replicas("KV bucket", bucket, config.num_replicas, replicas)
+    changed = count != int(config.num_replicas or 1)
+    if append_only and append_only_weakened(config, ttl):
+        log.warning("KV bucket %s was weakened (%s); restoring it", bucket, "; ".join(append_only_weakened(config, ttl)))
+        config.max_age = ttl
+        config.duplicate_window = min(float(config.duplicate_window or ttl), ttl)
+        config.deny_delete = config.deny_purge = True
+        config.allow_rollup_hdrs = False
+        config.max_msgs_per_subject = 1
+        changed = True
+    if changed:  # otherwise the bucket keeps its settings (an operator's TTL of another bucket too)
         config.num_replicas = count
         await js.update_stream(config)
 
@@ -232,37 +272,45 @@ _NOT_ANSWERING = (NatsTimeoutError, NoRespondersError, ServiceUnavailableError, 
 
 async def ensure_topology(js: JetStreamContext, topo: Topology, limits: StreamLimits | None = None,
                           retry_seconds: float = TOPOLOGY_RETRY_SECONDS) -> None:
-    """Declare everything DESIGN §3 names; safe to call from every service at every start.
-    Every step is idempotent, so a step that times out is retried from the start."""
+    """Declare everything DESIGN §3 names (the setup step; a service connected without an identity
+    too). Every step is idempotent, so a step that times out is retried from the start."""
     await retry_until(lambda _remaining: _declare(js, topo, limits or StreamLimits()),
                       retryable=_NOT_ANSWERING, deadline_seconds=retry_seconds, first_delay=0.25, max_delay=4.0,
                       what="declaring the topology", logger=log)
 
 
-async def _declare(js: JetStreamContext, topo: Topology, limits: StreamLimits) -> None:
-    await _ensure_stream(js, _work_queue(topo.runs_stream, topo.runs_wildcard(), limits), limits.replicas)
-    await _ensure_stream(
-        js,
-        StreamConfig(
-            name=topo.events_stream,
-            subjects=[topo.events_wildcard()],
-            retention=RetentionPolicy.LIMITS,
-            storage=StorageType.FILE,
-            max_age=limits.events_max_age_seconds,
-            max_bytes=limits.events_max_bytes,
-            discard=DiscardPolicy.OLD,
-            duplicate_window=min(limits.duplicate_window_seconds, limits.events_max_age_seconds),
-        ),
-        limits.replicas,
+def events_stream_config(topo: Topology, limits: StreamLimits) -> StreamConfig:
+    return StreamConfig(
+        name=topo.events_stream,
+        subjects=[topo.events_wildcard()],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=limits.events_max_age_seconds,
+        max_bytes=limits.events_max_bytes,
+        discard=DiscardPolicy.OLD,
+        duplicate_window=min(limits.duplicate_window_seconds, limits.events_max_age_seconds),
     )
-    await _ensure_consumer(js, topo.runs_stream, runs_consumer_config(topo, limits))
-    await _ensure_stream(js, _work_queue(topo.channel_inbound_stream, topo.channel_inbound_wildcard(), limits),
-                         limits.replicas)
-    await _ensure_consumer(js, topo.channel_inbound_stream, channels_consumer_config(topo, limits))
+
+
+def declared_streams(topo: Topology, limits: StreamLimits) -> list[StreamConfig]:
+    """Every stream but the KV buckets' (`kv_specs`)."""
     # Background processes' file changes (issue 29); Nats-Msg-Id = user and proc id.
-    await _ensure_stream(js, _work_queue(topo.file_changes_stream, topo.file_changes_subject(), limits), limits.replicas)
-    await _ensure_consumer(js, topo.file_changes_stream, file_changes_consumer_config(topo, limits))
-    await _ensure_kv(js, topo.cancel_bucket, CANCEL_TTL_SECONDS, limits.replicas)
-    await _ensure_kv(js, topo.sandbox_leases_bucket, SANDBOX_LEASE_TTL_SECONDS, limits.replicas)
-    await _ensure_kv(js, topo.leases_bucket, LEADER_LEASE_TTL_SECONDS, limits.replicas)
-    await _ensure_kv(js, topo.ended_runs_bucket, ENDED_RUNS_TTL_SECONDS, limits.replicas, append_only=True)
+    return [_work_queue(topo.runs_stream, topo.runs_wildcard(), limits), events_stream_config(topo, limits),
+            _work_queue(topo.channel_inbound_stream, topo.channel_inbound_wildcard(), limits),
+            _work_queue(topo.file_changes_stream, topo.file_changes_subject(), limits)]
+
+
+def declared_consumers(topo: Topology, limits: StreamLimits) -> list[tuple[str, ConsumerConfig]]:
+    """The durable consumers (stream, config): the services bind to them, never create them."""
+    return [(topo.runs_stream, runs_consumer_config(topo, limits)),
+            (topo.channel_inbound_stream, channels_consumer_config(topo, limits)),
+            (topo.file_changes_stream, file_changes_consumer_config(topo, limits))]
+
+
+async def _declare(js: JetStreamContext, topo: Topology, limits: StreamLimits) -> None:
+    for config in declared_streams(topo, limits):
+        await _ensure_stream(js, config, limits.replicas)
+    for stream, consumer in declared_consumers(topo, limits):
+        await _ensure_consumer(js, stream, consumer)
+    for bucket, ttl, append_only in kv_specs(topo):
+        await _ensure_kv(js, bucket, ttl, limits.replicas, append_only=append_only)

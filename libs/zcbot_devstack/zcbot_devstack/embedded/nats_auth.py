@@ -1,4 +1,5 @@
-"""Credentials for an embedded NATS: one generated password per service (and an admin for the
+"""Credentials for an embedded NATS: one generated password per service and for the topology's setup
+step (`zcbot_core.bus.access.IDENTITIES`; and an admin for the
 operator's tools and the tests), the server's configuration with only their bcrypt hashes and each
 identity's subject permissions (`zcbot_core.bus.access`).
 
@@ -16,7 +17,7 @@ from urllib.parse import quote
 
 import bcrypt
 
-from zcbot_core.bus.access import SERVICES, server_auth_config
+from zcbot_core.bus.access import IDENTITIES, server_auth_config
 from zcbot_core.bus.subjects import Topology
 from zcbot_devstack.bootstrap import _write_private  # the one 0600 writer of the dev stack
 
@@ -40,7 +41,7 @@ class NatsCredentials:
 
     @classmethod
     def generate(cls) -> NatsCredentials:
-        return cls({name: secrets.token_urlsafe(32) for name in (*SERVICES, ADMIN_USER)})
+        return cls({name: secrets.token_urlsafe(32) for name in (*IDENTITIES, ADMIN_USER)})
 
     @classmethod
     def ensure(cls, home: Path) -> NatsCredentials:
@@ -48,7 +49,7 @@ class NatsCredentials:
         path = home / CREDENTIALS_FILE
         try:
             stored = json.loads(path.read_text())
-            if isinstance(stored, dict) and all(isinstance(stored.get(n), str) for n in (*SERVICES, ADMIN_USER)):
+            if isinstance(stored, dict) and all(isinstance(stored.get(n), str) for n in (*IDENTITIES, ADMIN_USER)):
                 return cls(stored)
         except (OSError, ValueError):
             pass
@@ -62,7 +63,7 @@ class NatsCredentials:
         """The server's configuration; without `topo` (a server shared by stacks of many prefixes,
         as the tests' session server) only the admin may connect. `tls` (certificate, key): clients
         must connect with TLS (`tls://` URLs and `ZCBOT_NATS_CA`)."""
-        hashes = {name: _hash(self.passwords[name]) for name in SERVICES} if topo is not None else {}
+        hashes = {name: _hash(self.passwords[name]) for name in IDENTITIES} if topo is not None else {}
         topo = topo or Topology()
         config = json.loads(server_auth_config(topo, hashes, admin=(ADMIN_USER, _hash(self.passwords[ADMIN_USER]))))
         if tls is not None:
@@ -71,7 +72,8 @@ class NatsCredentials:
         return path
 
     def service_env(self, service: str) -> dict[str, str]:
-        """A service's own identity (its environment under `zcbot up` and in the tests)."""
+        """A service's own identity (its environment under `zcbot up` and in the tests); `setup` is the
+        identity of `zcbot bus setup`."""
         return {"ZCBOT_NATS_USER": service, "ZCBOT_NATS_PASSWORD": self.passwords[service]}
 
     def admin_url(self, url: str) -> str:

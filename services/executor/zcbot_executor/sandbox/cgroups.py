@@ -5,7 +5,11 @@ rlimits are per process (RLIMIT_DATA 2 GB, RLIMIT_NPROC per user namespace): thr
 processes fit them all. The user's cgroup caps the total memory (`memory.max` / v1
 `memory.limit_in_bytes`, swap included where the kernel accounts it) and the process count
 (`pids.max`) across all of them; the kernel OOM-kills inside that group only, and the executor
-reports it to the model as a clear tool error (`oom_kills` before/after the call).
+reports it to the model as a clear tool error (`oom_kills` before/after the call). CPU (issue 36):
+each user folder gets a weight (`cpu.weight` / v1 `cpu.shares`), so a user's busy loops share the
+CPU equally with the other users' work instead of one process at a time against it, and a hard cap
+in cores (`cpu.max` / v1 `cpu.cfs_quota_us`). The CPU controller is optional: where it cannot be
+used (not delegated, not mounted), memory and pids still apply and a warning says CPU is not.
 
 Layout, under the executor's own cgroup (so the host's or the pod's limits still apply on top):
 
@@ -49,6 +53,30 @@ WARNING = ("no writable cgroup (v2, or v1 memory+pids) for sandboxes: a user's p
 class CgroupError(ZcbotError, RuntimeError):
     code = "cgroup_error"
     pass
+
+
+@dataclass(frozen=True)
+class CpuLimits:
+    """A user's CPU on a host: `weight` relative to the other users (1..10000, 100 = the default
+    weight), `cores` a hard cap (0: none)."""
+
+    weight: int = 100
+    cores: float = 0.0
+    period_us: int = 100_000
+
+    @property
+    def quota_us(self) -> int | None:
+        return max(1000, int(self.cores * self.period_us)) if self.cores > 0 else None
+
+    def v2_files(self) -> tuple[tuple[str, str], ...]:
+        quota = self.quota_us
+        return (("cpu.weight", str(self.weight)), ("cpu.max", f"{quota if quota else 'max'} {self.period_us}"))
+
+    def v1_files(self) -> tuple[tuple[str, str], ...]:
+        shares = max(2, min(262_144, self.weight * 1024 // 100))
+        quota = self.quota_us
+        return (("cpu.shares", str(shares)), ("cpu.cfs_period_us", str(self.period_us)),
+                ("cpu.cfs_quota_us", str(quota if quota else -1)))
 
 
 @dataclass(frozen=True)
@@ -163,6 +191,10 @@ class UserCgroups:
                 return int(value) // (1024 * 1024)
         return None
 
+    @property
+    def cpu_limited(self) -> bool:
+        return any(name.startswith("cpu.") for tree in self.trees for name, _ in tree.limits)
+
 
 def _write(path: Path, text: str, optional: bool = False) -> None:
     try:
@@ -211,14 +243,22 @@ def _limit_files(memory_mb: int, max_pids: int, v2: bool) -> tuple[tuple[str, st
     return (("memory.limit_in_bytes", mem), ("memory.memsw.limit_in_bytes", mem), ("pids.max", str(max_pids)))
 
 
-def _v2_trees(root: Path, own: str, memory_mb: int, max_pids: int) -> list[_Tree]:
+def _v2_trees(root: Path, own: str, memory_mb: int, max_pids: int, cpu: CpuLimits | None = None) -> list[_Tree]:
     parent = root / own.lstrip("/")
     controllers = (root / "cgroup.controllers").read_text().split() if (root / "cgroup.controllers").exists() else []
-    if not {"memory", "pids"} <= set((parent / "cgroup.controllers").read_text().split()):
+    available = set((parent / "cgroup.controllers").read_text().split())
+    if not {"memory", "pids"} <= available:
         raise CgroupError(f"cgroup v2 at {root}: memory/pids not available (root has {controllers})")
+    limits = _limit_files(memory_mb, max_pids, True)
+    if cpu is not None and "cpu" in available:
+        limits += cpu.v2_files()
+    elif cpu is not None:
+        log.warning("cgroup v2: the cpu controller is not delegated here; users' sandboxes share the CPU unweighted",
+                    extra={"available": sorted(available)})
+    delegate = " ".join(f"+{c}" for c in sorted({name.split(".")[0] for name, _ in limits}))
     base = parent / GROUP_DIR
     try:
-        _write(parent / "cgroup.subtree_control", "+memory +pids")
+        _write(parent / "cgroup.subtree_control", delegate)
     except CgroupError:
         # "no internal processes": the executor sits in its cgroup (a container's root); move it into
         # a leaf of its own so the controllers can be delegated to the zcbot folder beside it.
@@ -226,13 +266,13 @@ def _v2_trees(root: Path, own: str, memory_mb: int, max_pids: int) -> list[_Tree
         (parent / "executor").mkdir(exist_ok=True)
         for pid in sorted(_read_pids(parent / "cgroup.procs")):
             _write(parent / "executor" / "cgroup.procs", str(pid), optional=True)
-        _write(parent / "cgroup.subtree_control", "+memory +pids")
+        _write(parent / "cgroup.subtree_control", delegate)
     base.mkdir(exist_ok=True)
-    _write(base / "cgroup.subtree_control", "+memory +pids")
-    return [_Tree(base, _limit_files(memory_mb, max_pids, True), "memory.events", True)]
+    _write(base / "cgroup.subtree_control", delegate)
+    return [_Tree(base, limits, "memory.events", True)]
 
 
-def _v1_trees(root: Path, proc_cgroup: str, memory_mb: int, max_pids: int) -> list[_Tree]:
+def _v1_trees(root: Path, proc_cgroup: str, memory_mb: int, max_pids: int, cpu: CpuLimits | None = None) -> list[_Tree]:
     limits = dict(_limit_files(memory_mb, max_pids, False))
     trees = []
     for controller, files in (("memory", ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")), ("pids", ("pids.max",))):
@@ -244,13 +284,31 @@ def _v1_trees(root: Path, proc_cgroup: str, memory_mb: int, max_pids: int) -> li
         if controller == "memory":
             _write(base / "memory.use_hierarchy", "1", optional=True)  # leaves count toward the user folder
         trees.append(_Tree(base, tuple((f, limits[f]) for f in files), "memory.oom_control", False))
+    if cpu is not None:
+        try:
+            trees.append(_v1_cpu_tree(root, proc_cgroup, cpu))
+        except (OSError, CgroupError) as exc:
+            log.warning("cgroup v1: cpu not usable (%s); users' sandboxes share the CPU unweighted", exc)
     return trees
 
 
+def _v1_cpu_tree(root: Path, proc_cgroup: str, cpu: CpuLimits) -> _Tree:
+    mount = root / "cpu"  # also `cpu,cpuacct` mounted together (a `cpu` symlink points at it)
+    if not (mount / "cgroup.procs").exists():
+        raise CgroupError(f"cgroup v1 cpu not mounted at {mount}")
+    base = mount / _own_path("cpu", proc_cgroup).lstrip("/") / GROUP_DIR
+    base.mkdir(exist_ok=True)
+    files = cpu.v1_files()
+    if not (base / "cpu.cfs_quota_us").exists():  # a kernel without CFS bandwidth control: the weight only
+        files = tuple(f for f in files if f[0] == "cpu.shares")
+    return _Tree(base, files, "", False)
+
+
 def detect(storage_root: Path, memory_mb: int, max_pids: int, mode: str = "auto",
-           root: Path = CGROUP_FS, proc_cgroup: str | None = None) -> UserCgroups | None:
+           root: Path = CGROUP_FS, proc_cgroup: str | None = None, cpu: CpuLimits | None = None) -> UserCgroups | None:
     """The per-user cgroups of this host, or None (mode "off", or "auto" with nothing writable:
-    logged loudly). Mode "required" raises instead; "v1"/"v2" force one version."""
+    logged loudly). Mode "required" raises instead; "v1"/"v2" force one version. `cpu`: the users'
+    CPU weight and cap, where the cpu controller can be used (None: not asked for)."""
     if mode == "off":
         return None
     proc_cgroup = proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text()
@@ -261,9 +319,9 @@ def detect(storage_root: Path, memory_mb: int, max_pids: int, mode: str = "auto"
         try:
             if version == "v2":
                 v2_root = root if (root / "cgroup.controllers").exists() else root / "unified"
-                trees = _v2_trees(v2_root, _own_path(None, proc_cgroup), memory_mb, max_pids)
+                trees = _v2_trees(v2_root, _own_path(None, proc_cgroup), memory_mb, max_pids, cpu)
             else:
-                trees = _v1_trees(root, proc_cgroup, memory_mb, max_pids)
+                trees = _v1_trees(root, proc_cgroup, memory_mb, max_pids, cpu)
             return UserCgroups(trees, storage_root)
         except (OSError, CgroupError) as exc:
             errors.append(f"{version}: {exc}")
@@ -287,9 +345,13 @@ def join_argv(procs_files: list[str], argv: list[str]) -> list[str]:
 
 
 def for_config(config) -> UserCgroups | None:  # noqa: ANN001 (ExecutorConfig: no import cycle)
-    """The executor's per-user cgroups from its settings (ZCBOT_USER_MEMORY_MB/_MAX_PROCS, ZCBOT_SANDBOX_CGROUP)."""
-    found = detect(config.storage_root, config.user_memory_mb, config.user_max_procs, config.cgroup_mode)
+    """The executor's per-user cgroups from its settings (ZCBOT_USER_MEMORY_MB/_MAX_PROCS/_CPU_WEIGHT/
+    _CPU_CORES, ZCBOT_SANDBOX_CGROUP)."""
+    cpu = CpuLimits(weight=config.user_cpu_weight, cores=config.user_cpu_cores)
+    found = detect(config.storage_root, config.user_memory_mb, config.user_max_procs, config.cgroup_mode, cpu=cpu)
     if found is not None:
         log.info("per-user sandbox cgroups", extra={"version": found.version, "memory_mb": config.user_memory_mb,
-                                                    "max_procs": config.user_max_procs})
+                                                    "max_procs": config.user_max_procs,
+                                                    "cpu_weight": config.user_cpu_weight if found.cpu_limited else None,
+                                                    "cpu_cores": config.user_cpu_cores if found.cpu_limited else None})
     return found

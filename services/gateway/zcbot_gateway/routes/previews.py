@@ -63,7 +63,7 @@ async def preview_file(user: CurrentUser, settings: SettingsDep,
         return Response(data, media_type=media, headers={**PREVIEW_HEADERS, "Content-Disposition": disposition})
     cache = PreviewCache(previews.CACHE_DIR, settings.zcbot_preview_cache_mb * 2**20)
     pdf = await asyncio.to_thread(previews.convert, data, posixpath.splitext(name)[1].lower(), lang,
-                                  settings.zcbot_soffice, cache)
+                                  settings.zcbot_soffice, cache, settings.zcbot_preview_uid)
     stem = posixpath.splitext(name)[0] + ".pdf"
     # Served from the fd convert opened (/proc/self/fd/N is our own descriptor): an entry evicted
     # meanwhile by another request is still sent whole.
