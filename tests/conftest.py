@@ -49,6 +49,12 @@ from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port  #
 from zcbot_devstack.embedded.nats_auth import NatsCredentials  # noqa: E402
 from zcbot_core.service import Runtime  # noqa: E402
 from zcbot_devstack.services import SERVICE_PORT_ENV  # noqa: E402
+from zcbot_gateway import prebuild as route_prebuild  # noqa: E402
+
+# In-process gateway apps build each router's routes on its first request, as FastAPI does by itself:
+# the suite creates hundreds of apps, and building every route of each at creation cost ~200 ms an
+# app (a minute or two of the run). The production path is tested in tests/gateway/test_route_prebuild.py.
+route_prebuild.AT_CREATION = False
 
 
 def _os_tmp(prefix: str) -> Path:
