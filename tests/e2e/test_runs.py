@@ -1,12 +1,9 @@
 """Runs end to end: gateway -> JetStream -> runner loop -> executor -> SSE (issue 3).
-
-One stack per module (`shared_stack`: each test its own users and tasks); the wall-clock test
-starts a runner with its own settings on a `bare_stack` of its own."""
+One stack per module (`shared_stack`: each test its own users and tasks); the wall-clock test has its own."""
 
 from __future__ import annotations
 
 import asyncio
-
 
 import pytest
 
