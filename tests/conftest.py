@@ -7,7 +7,8 @@ Session scope
 - `template_db`: name of a database migrated to head once; per-test databases are copies of it.
 
 Function scope
-- `db_url`: a fresh database (`CREATE DATABASE ... TEMPLATE template_db`), dropped afterwards.
+- `db_url`: a fresh database (`CREATE DATABASE ... TEMPLATE template_db`, made ahead by a background
+  thread: `database_pool`, session scope), dropped afterwards.
 - `bus_prefix`: a unique bus prefix (`t` + 8 hex) so tests sharing the NATS server never see each
   other's subjects/streams; its streams and KV buckets are deleted afterwards.
 - `settings_env`: env vars for a service or `Settings` under test (URLs, prefix, dirs, secrets,
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import contextmanager
 import os
+import queue
 import secrets
 import shutil
 import sys
@@ -49,6 +51,19 @@ from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port  #
 from zcbot_devstack.embedded.nats_auth import NatsCredentials  # noqa: E402
 from zcbot_core.service import Runtime  # noqa: E402
 from zcbot_devstack.services import SERVICE_PORT_ENV  # noqa: E402
+from zcbot_gateway import prebuild as route_prebuild  # noqa: E402
+
+# In-process gateway apps build each router's routes on its first request, as FastAPI does by itself:
+# the suite creates hundreds of apps, and building every route of each at creation cost ~200 ms an
+# app (a minute or two of the run). The production path is tested in tests/gateway/test_route_prebuild.py.
+route_prebuild.AT_CREATION = False
+
+# An in-process runner's drain waits out its pending pull requests (one poll each: the run requests'
+# and the file reports'), by design (a message the server sends meanwhile is naked, not stranded).
+# A quarter of production's 1 s poll: ~1.5 s off each of the suite's many in-process stack teardowns.
+from zcbot_runner import service as runner_service  # noqa: E402
+
+runner_service.PULL_POLL_SECONDS = 0.25
 
 
 def _os_tmp(prefix: str) -> Path:
@@ -141,23 +156,82 @@ def template_db(pg_admin_url: str) -> Iterator[str]:
 # ---- per test ------------------------------------------------------------------------------
 
 
-@contextmanager
-def _fresh_database(pg_admin_url: str, template_db: str) -> Iterator[str]:
-    name = f"zcbot_t_{secrets.token_hex(5)}"
-    _admin_exec(
-        pg_admin_url,
-        sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template_db)),
-    )
+class _DatabasePool:
+    """Per-test databases copied from the template ahead of time by a background thread: a copy
+    costs ~0.15 s of PostgreSQL's time (on its own core while the test process runs a test), paid by
+    every test that asks for a database. Each is dropped as soon as its test ends (~0.05 s)."""
+
+    def __init__(self, admin_url: str, template: str, ahead: int = 2) -> None:
+        self.admin_url, self.template = admin_url, template
+        self._ready: queue.Queue[str | BaseException] = queue.Queue()
+        self._room = threading.Semaphore(ahead)  # ready databases not taken yet, at most `ahead`
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="test-db-pool", daemon=True)
+        self._thread.start()
+
+    def _drop(self, name: str) -> None:
+        _admin_exec(self.admin_url, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            if not self._room.acquire(timeout=0.05):
+                continue
+            name = f"zcbot_t_{secrets.token_hex(5)}"
+            try:
+                _admin_exec(self.admin_url, sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(self.template)))
+            except BaseException as exc:  # handed to the test that takes it
+                self._ready.put(exc)
+            else:
+                self._ready.put(name)
+
+    def take(self, timeout: float = 120.0) -> str:
+        try:
+            item = self._ready.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no test database was made within {timeout:g} s") from None
+        self._room.release()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def give_back(self, name: str) -> None:
+        self._drop(name)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        while True:
+            try:
+                item = self._ready.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, str):
+                self._drop(item)
+
+
+@pytest.fixture(scope="session")
+def database_pool(pg_admin_url: str, template_db: str) -> Iterator[_DatabasePool]:
+    pool = _DatabasePool(pg_admin_url, template_db)
     try:
-        yield _with_database(pg_admin_url, name)
+        yield pool
     finally:
-        _admin_exec(pg_admin_url, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        pool.close()
+
+
+@contextmanager
+def _fresh_database(pool: _DatabasePool) -> Iterator[str]:
+    name = pool.take()
+    try:
+        yield _with_database(pool.admin_url, name)
+    finally:
+        pool.give_back(name)
 
 
 @pytest.fixture
-def db_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+def db_url(database_pool: _DatabasePool) -> Iterator[str]:
     """URL of a fresh, migrated database of this test's own (dropped afterwards)."""
-    with _fresh_database(pg_admin_url, template_db) as url:
+    with _fresh_database(database_pool) as url:
         yield url
 
 
@@ -232,11 +306,11 @@ def settings_env(nats_server_url: str, db_url: str, bus_prefix: str, tmp_path: P
 
 
 @pytest.fixture(scope="module")
-def module_settings_env(nats_server_url: str, pg_admin_url: str, template_db: str,
+def module_settings_env(nats_server_url: str, database_pool: _DatabasePool,
                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """`settings_env` shared by a whole module (own database, bus prefix and dirs): for suites that
     start one stack per module because a stack costs seconds (the browser tests)."""
-    with _fresh_database(pg_admin_url, template_db) as url, _fresh_bus_prefix(nats_server_url) as prefix:
+    with _fresh_database(database_pool) as url, _fresh_bus_prefix(nats_server_url) as prefix:
         yield _service_env(nats_server_url, url, prefix, tmp_path_factory.mktemp("module"))
 
 

@@ -1,4 +1,5 @@
 """Faithful fakes of the WeCom app API and the iLink (ClawBot) bot API + CDN, for tests.
+Over 400 lines on purpose: both channels' fakes share one HTTP fake server and its crypto (not a test module).
 
 Built from /work/shared/CHANNELS_PROTOCOLS.md (and the public sources it cites), and strict
 about what the real servers check: tokens, signatures, field shapes, sizes, unique client ids,

@@ -1,4 +1,5 @@
 """Rendering and validating deploy/k8s for the tests.
+Over 400 lines on purpose: the renderer and the checks that read its output, one concept (not a test module).
 
 - `render(directory)`: `kubectl kustomize` or `kustomize build` when installed, else
   `kustomize_lite.build` (which test_manifests.py checks against the real tool where it exists).

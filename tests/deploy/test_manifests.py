@@ -1,4 +1,5 @@
 """deploy/k8s: renders, validates against the Kubernetes schemas, and says what it promises.
+Over 400 lines on purpose: one promise per test, all about the same rendered deploy/k8s set.
 
 Rendering uses the real kustomize (`kubectl kustomize`) where installed, else `kustomize_lite`;
 where both exist they must agree exactly. Every core object is checked against the strict

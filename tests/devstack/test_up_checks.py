@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.devstack.test_stack import UpProcess, _env_seen, _stack_env
 from zcbot_devstack.embedded import free_port
@@ -42,6 +43,7 @@ def test_a_busy_port_stops_up_before_anything_starts(os_tmp_dir: Path) -> None:
     assert not (state / "gateway.env.json").exists()  # no service was started
 
 
+@pytest.mark.heavy  # `zcbot up` with stand-ins as processes, ~9 s: the full run (`pytest -m heavy`)
 def test_another_programs_answer_is_not_taken_for_ours(os_tmp_dir: Path) -> None:
     home, state = os_tmp_dir / "home", os_tmp_dir / "state"
     state.mkdir()
@@ -54,6 +56,7 @@ def test_another_programs_answer_is_not_taken_for_ours(os_tmp_dir: Path) -> None
     assert "not healthy after" in text
 
 
+@pytest.mark.heavy  # `zcbot up` with stand-ins as processes, ~8 s: the full run (`pytest -m heavy`)
 def test_a_service_that_gives_up_after_up_stops_the_stack(os_tmp_dir: Path) -> None:
     home, state = os_tmp_dir / "home", os_tmp_dir / "state"
     state.mkdir()
@@ -65,6 +68,7 @@ def test_a_service_that_gives_up_after_up_stops_the_stack(os_tmp_dir: Path) -> N
     assert "a service gave up; stopping the stack" in text and text.rstrip().endswith("stopped")
 
 
+@pytest.mark.heavy  # `zcbot up` plus five `zcbot user` processes, ~11 s: the full run (`pytest -m heavy`)
 def test_user_commands_reach_the_running_stack_and_keep_an_admin(os_tmp_dir: Path) -> None:
     home, state = os_tmp_dir / "home", os_tmp_dir / "state"
     state.mkdir()

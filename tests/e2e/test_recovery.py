@@ -1,12 +1,18 @@
-"""Crash recovery and horizontal scale: runner kill -9, SIGTERM hand-back, two gateways (issue 3, 10)."""
+"""Crash recovery and horizontal scale: runner kill -9, SIGTERM hand-back, two gateways (issue 3, 10).
+
+The two runner faults start runners as processes (~20 s each on 2 cores): marked `heavy`, they run in
+the full run (`pytest -m heavy`, .ci/run)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.helpers.stack import Stack, start_gateway
 from tests.helpers.db import db_rows
 from tests.helpers.procs import ServiceProcess
+from tests.helpers.wait import wait_for
 
 SLOW_TWO_STEPS = [
     {"text": "step one", "tool_calls": [{"name": "write", "arguments": {"path": "a.txt", "content": "A"}}]},
@@ -14,20 +20,11 @@ SLOW_TWO_STEPS = [
 ]
 
 
-async def _wait_for(predicate, timeout: float = 20.0, interval: float = 0.1) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(interval)
-    raise AssertionError("condition not reached in time")
-
-
 def _runner(start_service, stack: Stack) -> ServiceProcess:
     return start_service("runner", stack.env, wait=False)
 
 
+@pytest.mark.heavy
 async def test_runner_killed_mid_run_is_recovered_by_another(bare_stack: Stack, start_service) -> None:
     stack = bare_stack
     stack.fake.script("KEY-crash", SLOW_TWO_STEPS)
@@ -44,7 +41,7 @@ async def test_runner_killed_mid_run_is_recovered_by_another(bare_stack: Stack, 
         rows = db_rows(url_db, "select count(*) from messages where task_id=:t", t=task["task_id"])
         return rows[0][0] >= 3  # user, assistant(tool call), tool result persisted
 
-    await _wait_for(streaming_second_step)
+    await wait_for(streaming_second_step, what="the first step's tool result stored")
     await asyncio.sleep(0.5)  # the second LLM call is streaming now
     first.kill9()
     second = _runner(start_service, stack)
@@ -60,6 +57,7 @@ async def test_runner_killed_mid_run_is_recovered_by_another(bare_stack: Stack, 
     assert status[0] == ("idle", None)
 
 
+@pytest.mark.heavy
 async def test_sigterm_hands_the_run_back_to_another_runner(bare_stack: Stack, start_service) -> None:
     stack = bare_stack
     stack.fake.script("KEY-drain", [{"chunks": [f"d{i} " for i in range(60)], "chunk_delay": 0.1}])
@@ -72,8 +70,8 @@ async def test_sigterm_hands_the_run_back_to_another_runner(bare_stack: Stack, s
     r = await stack.post(token, task["task_id"], "KEY-drain go")
     reader = asyncio.create_task(stack.events(token, r.json()["events_url"], timeout=60))
     url_db = stack.settings.zcbot_db_url
-    await _wait_for(lambda: db_rows(url_db, "select run_status from tasks where task_id=:t",
-                                    t=task["task_id"])[0][0] == "running")
+    await wait_for(lambda: db_rows(url_db, "select run_status from tasks where task_id=:t",
+                                   t=task["task_id"])[0][0] == "running", what="the run claimed by a runner")
     await asyncio.sleep(0.5)
     owner = db_rows(url_db, "select run_owner from tasks where task_id=:t", t=task["task_id"])[0][0]
     victim = first if str(first.pid) in owner else second

@@ -1,15 +1,22 @@
-"""Runs end to end: gateway -> JetStream -> runner loop -> executor -> SSE (issue 3)."""
+"""Runs end to end: gateway -> JetStream -> runner loop -> executor -> SSE (issue 3).
+One stack per module (`shared_stack`: each test its own users and tasks); the wall-clock test has its own."""
 
 from __future__ import annotations
 
 import asyncio
-
 
 import pytest
 
 from tests.helpers.stack import Stack
 from tests.helpers.wait import wait_for
 from tests.helpers.db import db_exec, db_rows
+
+
+
+@pytest.fixture
+def stack(shared_stack: Stack) -> Stack:
+    return shared_stack
+
 
 WRITE_THEN_READ = [
     {"reasoning": "I will write the file first.", "tool_calls": [
@@ -223,7 +230,7 @@ async def test_duplicate_delivery_of_a_finished_run_is_dropped(stack: Stack) -> 
     nc = await connect(stack.settings.zcbot_nats_url, "dup-test")
     try:
         topo = stack.runners[0][1].topo
-        req = RunRequest(run_id=r.json()["run_id"], task_id=task["task_id"], user_id="nina", enqueued_at=_time.time())
+        req = RunRequest(run_id=r.json()["run_id"], task_id=task["task_id"], user_id=stack.user_id("nina"), enqueued_at=_time.time())
         # A different Nats-Msg-Id gets past JetStream's dedupe window: the runner itself must drop it.
         await nc.jetstream().publish(topo.run_subject(task["task_id"]), encode(req), headers={"Nats-Msg-Id": "again"})
         for _ in range(50):

@@ -57,24 +57,27 @@ async def _rows(rt: Runtime, user_id: str) -> list[tuple[str, str]]:
 async def test_a_redelivered_report_is_recorded_once(rt: Runtime) -> None:
     sub = await rt.js.pull_subscribe_bind(durable=file_changes_consumer_config(rt.topo).durable_name,
                                           stream=rt.topo.file_changes_stream)
-    await _publish(rt, "ann", "p0123456789ab")
-    first = (await sub.fetch(1, timeout=5))[0]
-    await file_events.on_report(rt.sessions, _DiedBeforeAck(first))
-    assert await _rows(rt, "ann") == [(c["path"], c["kind"]) for c in CHANGES]
+    try:
+        await _publish(rt, "ann", "p0123456789ab")
+        first = (await sub.fetch(1, timeout=5))[0]
+        await file_events.on_report(rt.sessions, _DiedBeforeAck(first))
+        assert await _rows(rt, "ann") == [(c["path"], c["kind"]) for c in CHANGES]
 
-    again = (await sub.fetch(1, timeout=5))[0]
-    assert again.metadata.num_delivered == 2 and again.data == first.data
-    await file_events.on_report(rt.sessions, again)  # the next runner: finds the key, writes nothing, acks
-    assert await _rows(rt, "ann") == [(c["path"], c["kind"]) for c in CHANGES]
-    with pytest.raises(TimeoutError):  # acked this time: nothing left to deliver
-        await sub.fetch(1, timeout=1)
+        again = (await sub.fetch(1, timeout=5))[0]
+        assert again.metadata.num_delivered == 2 and again.data == first.data
+        await file_events.on_report(rt.sessions, again)  # the next runner: finds the key, writes nothing, acks
+        assert await _rows(rt, "ann") == [(c["path"], c["kind"]) for c in CHANGES]
+        with pytest.raises(TimeoutError):  # acked this time: nothing left to deliver
+            await sub.fetch(1, timeout=1)
 
-    # another user's report that happens to carry the same proc id is recorded in full
-    await _publish(rt, "bob", "p0123456789ab")
-    other = (await sub.fetch(1, timeout=5))[0]
-    await file_events.on_report(rt.sessions, other)
-    assert await _rows(rt, "bob") == [(c["path"], c["kind"]) for c in CHANGES]
-    assert await _rows(rt, "ann") == [(c["path"], c["kind"]) for c in CHANGES]
+        # another user's report that happens to carry the same proc id is recorded in full
+        await _publish(rt, "bob", "p0123456789ab")
+        other = (await sub.fetch(1, timeout=5))[0]
+        await file_events.on_report(rt.sessions, other)
+        assert await _rows(rt, "bob") == [(c["path"], c["kind"]) for c in CHANGES]
+        assert await _rows(rt, "ann") == [(c["path"], c["kind"]) for c in CHANGES]
+    finally:  # a pull subscription left open holds the runtime's drain for its whole 5 s timeout
+        await sub.unsubscribe()
 
 
 def test_migration_0010_down_and_up(db_url: str) -> None:

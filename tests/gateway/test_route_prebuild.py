@@ -14,6 +14,14 @@ from zcbot_gateway.app import create_app
 from zcbot_gateway.prebuild import build_included_routes
 
 
+@pytest.fixture(autouse=True)
+def _prebuild_at_creation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The production path (tests/conftest.py turns the prebuild off for the other suites)."""
+    from zcbot_gateway import prebuild
+
+    monkeypatch.setattr(prebuild, "AT_CREATION", True)
+
+
 async def test_the_first_requests_build_no_route(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[str] = []
     original = routing._EffectiveRouteContext.from_api_route

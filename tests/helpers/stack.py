@@ -7,12 +7,26 @@ The fixtures here (`fake_llm`, `strict_fake_llm`, `bare_stack`, `stack`) are mad
 them into its conftest (e2e, agent, channels, providers, security do); the helpers are
 imported by the tests that use them. `open_stack` is the stack itself, for a suite that keeps one
 per module (the browser tests).
+
+One stack per module (a stack costs seconds to start and to drain): `module_stack` is the full stack
+(one runner) shared by a module's tests; `shared_stack` is one test's view of it, isolated by its
+own users (`login("alice")` logs in a user unique to the test: `stack.user_id("alice")` names it)
+and tasks, with a fake model wiped of scripts and recorded requests; at the test's end its runs
+are cancelled and the stack waits until no run is active. A module opts in with
+
+    @pytest.fixture
+    def stack(shared_stack: Stack) -> Stack:
+        return shared_stack
+
+and its tests that change the stack itself (settings, runners) keep `bare_stack`, their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,7 +36,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers.db import db_rows_async
 from tests.helpers.sse import sse_events
+from tests.helpers.wait import wait_for
 from zcbot_core.config import Settings, get_settings
 from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http
 from zcbot_fakellm import FakeLLM
@@ -67,6 +83,14 @@ class Stack:
     runners: list[Any] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     closers: list[Any] = field(default_factory=list)
+    user_suffix: str = ""
+    """Appended to every user id `login` is given: a test's own users on a shared stack."""
+    tokens: list[str] = field(default_factory=list)
+    """The tokens `login` handed out (a shared stack's view cancels their runs at the test's end)."""
+
+    def user_id(self, name: str) -> str:
+        """The user id `login(name)` logs in (`name` itself on a stack of the test's own)."""
+        return f"{name}{self.user_suffix}"
 
     def client(self, token: str | None = None) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -74,9 +98,12 @@ class Stack:
 
     async def login(self, user_id: str) -> str:
         async with self.client() as c:
-            r = await c.post("/v1/auth/login", json={"user_id": user_id, "platform_key": self.settings.platform_key})
+            r = await c.post("/v1/auth/login", json={"user_id": self.user_id(user_id),
+                                                     "platform_key": self.settings.platform_key})
             r.raise_for_status()
-            return r.json()["token"]
+            token: str = r.json()["token"]
+            self.tokens.append(token)
+            return token
 
     async def create_task(self, token: str, name: str, **extra: Any) -> dict[str, Any]:
         async with self.client(token) as c:
@@ -134,6 +161,24 @@ class Stack:
                 self.runners.pop(i)
                 return
 
+    async def settle(self, timeout: float = 30.0) -> None:
+        """Cancel the active runs of the users this view logged in, then wait until no run of the
+        stack's database is active (a shared stack hands the next test an idle runner)."""
+        from zcbot_core.runstate import ACTIVE
+
+        for token in self.tokens:
+            async with self.client(token) as c:
+                r = await c.get("/v1/tasks", params={"run_status": ",".join(ACTIVE), "page_size": 100})
+                for task in r.json().get("items", []) if r.status_code == 200 else []:
+                    await c.post(f"/v1/tasks/{task['task_id']}/cancel")
+
+        async def idle() -> bool:
+            rows = await db_rows_async(self.settings.zcbot_db_url,
+                                       "select count(*) from tasks where run_status = any(%s)", list(ACTIVE))
+            return rows[0][0] == 0
+
+        await wait_for(idle, timeout, interval=0.05, what="every run of the shared stack ended")
+
 
 async def start_gateway(settings: Settings, port: int) -> tuple[Any, Any]:
     from zcbot_gateway.app import create_app
@@ -179,6 +224,7 @@ async def open_stack(settings_env: dict[str, str], setenv: Callable[[str, str], 
             await close_runtime(rt)
         await executor.drain()
         await close_runtime(ex_rt)
+        get_settings.cache_clear()  # the next reader gets the environment restored after this stack
 
 
 @pytest.fixture
@@ -194,3 +240,35 @@ async def stack(bare_stack: Stack) -> AsyncIterator[Stack]:
     """The full in-process stack with one runner."""
     await bare_stack.add_runner()
     yield bare_stack
+
+
+@pytest.fixture(scope="module")
+async def module_stack(module_settings_env: dict[str, str],
+                       tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    """The full in-process stack (one runner) shared by a module's tests; its own database, bus
+    prefix and fake model. Tests use it through `shared_stack`."""
+    fake = FakeLLM(strict=True)
+    await fake.start()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            async with open_stack(module_settings_env, mp.setenv, tmp_path_factory.mktemp("stack"), fake) as shared:
+                await shared.add_runner()
+                yield shared
+    finally:
+        await fake.stop()
+        get_settings.cache_clear()
+
+
+@pytest.fixture
+async def shared_stack(module_stack: Stack) -> AsyncIterator[Stack]:
+    """This test's view of the module's stack: its own users (see `Stack.user_id`), a fake model
+    without earlier tests' scripts and requests; its runs are ended before the next test."""
+    await module_stack.settle()
+    module_stack.fake.clear_scripts()
+    module_stack.fake.clear_requests()
+    module_stack.fake.rejected.clear()
+    view = dataclasses.replace(module_stack, user_suffix=f"-{secrets.token_hex(3)}", tokens=[])
+    try:
+        yield view
+    finally:
+        await view.settle()

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.stack import FAKE_KEY_ENV, bare_stack, fake_llm, stack, strict_fake_llm as replay  # noqa: F401  (fixtures)
+from tests.helpers.stack import (  # noqa: F401  (fixtures)
+    FAKE_KEY_ENV, bare_stack, fake_llm, module_stack, shared_stack, stack, strict_fake_llm as replay)
 
 STREAMS = Path(__file__).parent / "streams"
 

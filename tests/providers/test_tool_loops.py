@@ -1,12 +1,22 @@
 """Provider behaviours that only show in a tool loop, driven through real runs (gateway -> runner ->
-executor -> fake LLM in strict mode, which refuses what the real provider refuses)."""
+executor -> fake LLM in strict mode, which refuses what the real provider refuses). One stack per
+module (`shared_stack`: each test its own users and tasks, a wiped fake model)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.helpers.stack import Stack
 from tests.providers.conftest import add_profile, of, recorded, run_events
+
+
+
+@pytest.fixture
+def stack(shared_stack: Stack) -> Stack:
+    return shared_stack
+
 
 DEEPSEEK = {"model": "deepseek/deepseek-v4-flash", "thinking": True}
 

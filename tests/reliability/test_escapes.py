@@ -143,6 +143,7 @@ async def direct_call(stack: Stack, tool: str, args: dict[str, Any], *, user: st
 # ---- other users' roots, the service's files and secrets --------------------------------------------
 
 
+@pytest.mark.heavy  # walks the sandbox's whole filesystem (find, grep -r, glob /**): ~20 s, the full run
 async def test_model_cannot_reach_other_roots_service_files_or_secrets(stack: Stack,
                                                                        caplog: pytest.LogCaptureFixture) -> None:
     planted = await plant(stack)

@@ -48,6 +48,9 @@ from zcbot_core.bus import CancelRequest, RunRequest, ToolCallRequest, ToolCance
 from zcbot_devstack.embedded import free_port
 from zcbot_executor.config import ExecutorSettings
 
+# Fuzzing runs in the full run (`pytest -m heavy`, .ci/run's second step): a minute of schemathesis.
+pytestmark = pytest.mark.heavy
+
 _CLOSED = f"http://127.0.0.1:{free_port()}"  # nothing listens here: WeChat is "unreachable"
 EXTRA_ENV = {
     "ZCBOT_ILINK_BASE_URL": _CLOSED,

@@ -3,6 +3,8 @@ first after a quiet spell goes out at once, other events keep their order."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import contextlib
 
@@ -96,14 +98,28 @@ async def test_refused_publishes_are_retried_in_order_before_flush_returns(nats_
 
 async def test_a_lost_ack_is_republished_and_deduplicated(nats_server_url: str, bus_prefix: str,
                                                           monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Acks that come too late for the publisher (a first wait of 0.2 ms): every event is sent again
-    under its Nats-Msg-Id and JetStream keeps one copy; the order is the emission order."""
-    monkeypatch.setattr(sink_module, "ACK_TIMEOUT_SECONDS", 0.0002)
+    """Acks lost on the way back (each event stored, its first ack never seen by the publisher):
+    every event is sent again under its Nats-Msg-Id and JetStream keeps one copy; the order is the
+    emission order. (The ack is dropped after the real publish, not raced against a 0.2 ms wait,
+    which a quiet machine's acks beat.)"""
+    from nats.errors import TimeoutError as NatsTimeoutError
+
     topo = Topology(bus_prefix)
     nc = await connect(nats_server_url, "sink-dedupe")
     try:
         js = nc.jetstream()
         await ensure_topology(js, topo)
+        real_publish, acked_once = js.publish, set()
+
+        async def ack_lost_the_first_time(subject: str, payload: bytes = b"", **kwargs: Any) -> Any:
+            ack = await real_publish(subject, payload, **kwargs)
+            msg_id = (kwargs.get("headers") or {}).get("Nats-Msg-Id")
+            if msg_id not in acked_once:
+                acked_once.add(msg_id)
+                raise NatsTimeoutError
+            return ack
+
+        monkeypatch.setattr(js, "publish", ack_lost_the_first_time)
         sink = BusEventSink(js, topo, "task3", "run3", attempt=2)
         for i in range(15):
             await sink.emit(ev.Warn(run_id="run3", msg=f"w{i}"))

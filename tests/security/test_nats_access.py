@@ -207,6 +207,7 @@ async def test_runner_cannot_serve_the_executor_subjects(auth_nats: AuthNats) ->
         await nc.close()
 
 
+@pytest.mark.heavy  # all five services as processes (~30 s on 2 cores): the full run (`pytest -m heavy`)
 async def test_the_services_run_a_tool_call_with_their_own_identities(
         auth_nats: AuthNats, start_service, settings_env: dict[str, str], fake_llm, tmp_path: Path) -> None:
     models = tmp_path / "models"

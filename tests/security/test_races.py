@@ -206,6 +206,7 @@ def _safe(fn, *args):  # type: ignore[no-untyped-def]
         return []
 
 
+@pytest.mark.heavy  # a stress loop of the whole files API against flipping links (~7 s): the full run
 async def test_gateway_files_api_under_flipping(bare_stack: Stack, host: Path) -> None:
     """list, upload (creating folders: issue item 4), download, mkdir, rename and delete through the
     real HTTP API while `docs` flips: nothing outside the root, never a 5xx. Export (the conversation

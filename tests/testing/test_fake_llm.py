@@ -1,4 +1,5 @@
 """The fake LLM server, driven through the real LiteLLM client (no mocks).
+Over 400 lines on purpose: one contract (the fake model's, through the real LiteLLM), behaviour by behaviour.
 
 These tests pin both the fake's contract (others script it) and what LiteLLM actually does
 with each behaviour, so a LiteLLM upgrade that changes e.g. error mapping shows up here.

@@ -25,6 +25,7 @@ from zcbot_gateway.apidocs import install_docs
 from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.errors import install_error_handlers
 from zcbot_gateway.openapi_docs import install_openapi
+from zcbot_gateway import prebuild
 from zcbot_gateway.prebuild import build_included_routes
 from zcbot_gateway.hooks import init_hooks, run_shutdown_hooks, run_startup_hooks
 from zcbot_gateway.routes import auth as auth_routes
@@ -105,5 +106,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(auth_routes.router)
     app.include_router(task_routes.router)
     _include_routers(app)
-    build_included_routes(app)  # not on each router's first request (prebuild.py)
+    if prebuild.AT_CREATION:
+        build_included_routes(app)  # not on each router's first request (prebuild.py)
     return app

@@ -14,6 +14,11 @@ from __future__ import annotations
 import fastapi.routing
 from fastapi import FastAPI
 
+AT_CREATION = True
+"""`create_app` builds the routes at once (production). A test hook: the test suites turn it off
+(tests/conftest.py), where hundreds of apps are created in one process, ~200 ms of routes each,
+most of them serving a handful of requests; tests/gateway/test_route_prebuild.py turns it back on."""
+
 
 def build_included_routes(app: FastAPI) -> int:
     """Build the routes of every router included in `app`; the number of routes built."""
