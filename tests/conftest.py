@@ -22,7 +22,6 @@ Function scope
 from __future__ import annotations
 
 import asyncio
-from contextlib import contextmanager
 import os
 import secrets
 import shutil
@@ -30,6 +29,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,9 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from helpers.procs import ServiceProcess  # noqa: E402
 from zcbot_core.bus import Topology  # noqa: E402
 from zcbot_core.config import Settings, get_settings  # noqa: E402
+from zcbot_core.service import Runtime  # noqa: E402
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port  # noqa: E402
 from zcbot_devstack.embedded.nats_auth import NatsCredentials  # noqa: E402
-from zcbot_core.service import Runtime  # noqa: E402
 from zcbot_devstack.services import SERVICE_PORT_ENV  # noqa: E402
 
 

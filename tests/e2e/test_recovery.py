@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.helpers.stack import Stack, start_gateway
 from tests.helpers.db import db_rows
 from tests.helpers.procs import ServiceProcess
+from tests.helpers.stack import Stack, start_gateway
 
 SLOW_TWO_STEPS = [
     {"text": "step one", "tool_calls": [{"name": "write", "arguments": {"path": "a.txt", "content": "A"}}]},

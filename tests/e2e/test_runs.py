@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-
 import pytest
 
+from tests.helpers.db import db_exec, db_rows
 from tests.helpers.stack import Stack
 from tests.helpers.wait import wait_for
-from tests.helpers.db import db_exec, db_rows
 
 WRITE_THEN_READ = [
     {"reasoning": "I will write the file first.", "tool_calls": [

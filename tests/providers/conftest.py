@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.stack import FAKE_KEY_ENV, bare_stack, fake_llm, stack, strict_fake_llm as replay  # noqa: F401  (fixtures)
+from tests.helpers.stack import FAKE_KEY_ENV, bare_stack, fake_llm, stack  # noqa: F401  (fixtures)
+from tests.helpers.stack import strict_fake_llm as replay  # noqa: F401  (fixture: the strict fake, as `replay`)
 
 STREAMS = Path(__file__).parent / "streams"
 

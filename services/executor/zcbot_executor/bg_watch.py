@@ -27,8 +27,8 @@ import asyncio
 import json
 import logging
 import time
-from pathlib import Path
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from zcbot_executor.sandbox.base import BackgroundSpec, SandboxBackend

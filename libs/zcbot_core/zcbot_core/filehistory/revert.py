@@ -22,7 +22,6 @@ from zcbot_core.filehistory.events import Change
 from zcbot_core.filehistory.ops import file_hash, restore
 from zcbot_core.filehistory.store import VersionStore
 
-
 # file_where_folder_was: a file stands where a folder the run removed was; changed_since_run: the file
 # no longer holds what the run left; folder_not_empty: a folder the run made holds what is not the run's.
 CONFLICT_CODES = frozenset({"file_where_folder_was", "changed_since_run", "folder_not_empty"})

@@ -219,4 +219,4 @@ def walk_entries(dfd: int, rel: str, seen: list[int]):  # type: ignore[no-untype
                 os.close(sub)
 
 
-from zcbot_core.quota.meter import TreeMeter  # noqa: E402  (re-exported: one import for callers)
+from zcbot_core.quota.meter import TreeMeter  # noqa: E402,F401  (re-exported: one import for callers)

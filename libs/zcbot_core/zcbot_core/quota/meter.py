@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zcbot_core import safe_fs
-from zcbot_core.quota import Ledger, walk_entries, entry_bytes
+from zcbot_core.quota import Ledger, entry_bytes, walk_entries
 
 log = logging.getLogger(__name__)
 

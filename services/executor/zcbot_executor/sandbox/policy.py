@@ -17,7 +17,6 @@ from pathlib import Path
 from zcbot_core import safe_fs, skills
 from zcbot_core.skills import SkillPaths
 
-
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
 RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_search.py", "tools_exec.py", "proc_wrapper.py",
                 "sandbox_init.py", "wire.py", "egress_forward.py", "user_venv.py")
