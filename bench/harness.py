@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 import psycopg
 
-from zcbot_core.db.migrate import upgrade
 from zcbot_core.bus.subjects import Topology
+from zcbot_core.db.migrate import upgrade
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port
 from zcbot_devstack.embedded.nats_auth import NatsCredentials
 from zcbot_devstack.services import SERVICE_PORT_ENV
@@ -186,7 +186,7 @@ class BenchStack:
                     break
                 except OSError:
                     if popen.poll() is not None:
-                        raise RuntimeError(f"{name} exited; see {log.name}")
+                        raise RuntimeError(f"{name} exited; see {log.name}") from None
                     time.sleep(0.1)
         return proc
 

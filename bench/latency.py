@@ -13,12 +13,11 @@ from typing import Any
 from bench.harness import BenchStack, Client, summarize
 from zcbot_core.agent.cancel import CancelToken
 from zcbot_core.agent.loop import AgentLoop
-from zcbot_core.bus import ToolCallRequest, Topology
-from zcbot_core.bus import grants
+from zcbot_core.bus import ToolCallRequest, Topology, grants
 from zcbot_core.bus.topology import connect
 from zcbot_core.llm.profiles import load_profiles_from
-from zcbot_fakellm import push_script
 from zcbot_core.tools.results import ToolOutcome
+from zcbot_fakellm import push_script
 
 TWO_TOOLS = [
     {"tool_calls": [{"name": "write", "arguments": {"path": "b.txt", "content": "bench"}}]},

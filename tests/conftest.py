@@ -23,7 +23,6 @@ Function scope
 from __future__ import annotations
 
 import asyncio
-from contextlib import contextmanager
 import os
 import queue
 import secrets
@@ -32,6 +31,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +47,9 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from helpers.procs import ServiceProcess  # noqa: E402
 from zcbot_core.bus import Topology  # noqa: E402
 from zcbot_core.config import Settings, get_settings  # noqa: E402
+from zcbot_core.service import Runtime  # noqa: E402
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port  # noqa: E402
 from zcbot_devstack.embedded.nats_auth import NatsCredentials  # noqa: E402
-from zcbot_core.service import Runtime  # noqa: E402
 from zcbot_devstack.services import SERVICE_PORT_ENV  # noqa: E402
 from zcbot_gateway import prebuild as route_prebuild  # noqa: E402
 

@@ -9,9 +9,8 @@ import pytest
 
 from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from zcbot_core.config import get_settings
-from zcbot_core.llm.probe import (ERROR, MISMATCH, OK, ROUND_TRIP_CODE, SKIPPED, format_table, run_probe,
-                                  run_probe_cli)
-from zcbot_core.llm.profiles import Profile, Pricing
+from zcbot_core.llm.probe import ERROR, MISMATCH, OK, ROUND_TRIP_CODE, SKIPPED, format_table, run_probe, run_probe_cli
+from zcbot_core.llm.profiles import Pricing, Profile
 from zcbot_fakellm import FakeLLM
 
 ONE_CALL = [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}]
@@ -48,7 +47,7 @@ async def test_a_model_without_parallel_tools_is_a_mismatch(fake: FakeLLM) -> No
     assert verdicts == {"basic_chat": OK, "tool_round_trip": OK, "parallel_tools": MISMATCH, "thinking": OK,
                         "long_context": SKIPPED}
     table = format_table(report)
-    line = next(l for l in table.splitlines() if l.startswith("parallel_tools"))
+    line = next(row for row in table.splitlines() if row.startswith("parallel_tools"))
     assert "| yes" in line and "1 tool call in one turn (get_weather)" in line and line.endswith("MISMATCH")
     assert report.exit_code == 1 and report.cost_usd > 0
     # two tool calls asked for in one turn, with both tools offered

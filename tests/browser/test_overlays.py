@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from zcbot_core.auth import hash_password
 
 from tests.browser.conftest import PHONE, WIDE, new_page
 from tests.browser.pagekit import (
@@ -22,6 +21,7 @@ from tests.browser.pagekit import (
     tid,
 )
 from tests.helpers.stack import Stack
+from zcbot_core.auth import hash_password
 
 try:
     from playwright.async_api import Page, expect

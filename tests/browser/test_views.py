@@ -10,8 +10,18 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import PHONE, WIDE, new_page
-from tests.browser.pagekit import (assert_focus_visible, check_view, close_drawers, create_task, login_with_key,
-                                   login_with_password, open_drawer, send, sql, tid)
+from tests.browser.pagekit import (
+    assert_focus_visible,
+    check_view,
+    close_drawers,
+    create_task,
+    login_with_key,
+    login_with_password,
+    open_drawer,
+    send,
+    sql,
+    tid,
+)
 from tests.helpers.stack import Stack
 from zcbot_core.auth import hash_password
 

@@ -26,10 +26,11 @@ import pytest
 from tests.channels.fakes import FakeILink, FakeWeCom
 from tests.helpers.stack import Stack, bare_stack, fake_llm, stack  # noqa: F401
 from zcbot_core import paths
-from zcbot_devstack.embedded import free_port
 from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.results import ToolOutcome
+from zcbot_devstack.embedded import free_port
+
 
 def sent_code(fake: FakeWeCom, userid: str) -> str:
     """The one-time code in the last text the app sent to `userid`."""

@@ -33,8 +33,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from zcbot_devstack.embedded import free_port
 from zcbot_core.service import serve_http
+from zcbot_devstack.embedded import free_port
 
 
 class _Server:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from zcbot_channels.leases import Lease
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import connect, ensure_topology
 from zcbot_core.paths import PathRejected
 from zcbot_core.push import send_to_user
 from zcbot_core.tools.push_tool import PUSH_TOOL_SCHEMA, _user_relative, register_push_tool
-from zcbot_channels.leases import Lease
 
 
 async def test_lease_is_exclusive_refreshable_and_releasable(nats_server_url: str, bus_prefix: str) -> None:

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tests.channels.conftest import ChannelStack, assert_no_secrets, bind_wecom
-from zcbot_core.push import send_to_user
 from tests.helpers.db import db_rows
+from zcbot_core.push import send_to_user
 
 
 async def wait_until_run_active(url: str, user_id: str, timeout: float = 10.0) -> None:

@@ -19,8 +19,8 @@ from zcbot_core.bus import (
     encode,
     tag_of,
 )
-from zcbot_core.bus.codec import message
 from zcbot_core.bus import events as ev
+from zcbot_core.bus.codec import message
 
 
 def test_names_come_from_the_prefix() -> None:

@@ -8,10 +8,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from zcbot_core import auth, paths, quota, safe_fs, schedules
-from zcbot_core.runstate import transitions as runs
 from zcbot_core.channels.ilink_login import LoginError
 from zcbot_core.config import ConfigError
 from zcbot_core.errors import ZcbotError
+from zcbot_core.runstate import transitions as runs
 from zcbot_gateway.errors import ServiceUnavailable, install_error_handlers
 
 # (raised error, status, detail, headers the response must carry)

@@ -6,7 +6,7 @@ import pytest
 
 from zcbot_core.agent.guards import REPEAT_HARD, STALL_STEPS, RepeatGuard, StallGuard
 from zcbot_core.agent.lang import user_language
-from zcbot_core.agent.loop import repair_interrupted, RESTARTED_RESULT
+from zcbot_core.agent.loop import RESTARTED_RESULT, repair_interrupted
 
 
 @pytest.mark.parametrize("lang,word,note", [("zh", "继续", "2 次"), ("en", '"continue"', "2 times")])

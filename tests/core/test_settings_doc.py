@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from zcbot_channels.config import ChannelsServiceSettings
 from zcbot_core import settings_doc
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.config import REPO_ROOT, ConfigError, Settings, load_settings
-from zcbot_channels.config import ChannelsServiceSettings
 from zcbot_executor.config import ExecutorConfig, ExecutorSettings
 from zcbot_runner.config import RunnerSettings
 from zcbot_scheduler.config import SchedulerConfig

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from zcbot_core.runstate import sql, submit
-from zcbot_core.runstate import transitions as runs
 from zcbot_core.bus import decode
 from zcbot_core.bus.events import Done
 from zcbot_core.db.models import Message, Task, User
+from zcbot_core.runstate import sql, submit
+from zcbot_core.runstate import transitions as runs
 from zcbot_core.service import Runtime
 
 # Columns a submit may set to the current time or a fresh id: compared as "set", not by value.

@@ -85,7 +85,7 @@ async def test_every_stream_bucket_and_consumer_gets_the_count_and_limits(nats_s
         assert ended.deny_delete and ended.deny_purge and not ended.allow_rollup_hdrs
         consumer = await js.consumer_info(topo.runs_stream, topo.runners_consumer)
         assert consumer.config.num_replicas in (0, 1)
-        with pytest.raises(Exception):  # a single server cannot hold 3 replicas: said at start-up, not ignored
+        with pytest.raises(Exception):  # noqa: B017  a single server cannot hold 3 replicas: said at start-up, not ignored
             await ensure_topology(js, Topology(bus_prefix + "r3"), StreamLimits(replicas=3))
     finally:
         await nc.close()

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-from cnpg_schemas import CNPG_SCHEMAS
-import kustomize_lite
 import yaml
+
+import kustomize_lite
+from cnpg_schemas import CNPG_SCHEMAS
 
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
 

@@ -14,8 +14,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import compose_checks as cc
 import pytest
+
+import compose_checks as cc
 
 ZCBOT_SERVICES = {"gateway": 8765, "runner": 8766, "executor": 8767, "scheduler": 8768, "channels": 8769}
 NATS_PASSWORDS = {f"ZCBOT_NATS_PASSWORD_{s.upper()}" for s in (*ZCBOT_SERVICES, "setup")}

@@ -15,9 +15,10 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import k8s_checks as kc
 import kustomize_lite
-import pytest
 from deploy_paths import K8S, NAMESPACE, OVERLAY
 
 MIN_K8S = "1.30"  # appArmorProfile (executor) is a field from 1.30 on

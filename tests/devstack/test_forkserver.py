@@ -23,11 +23,11 @@ import pytest
 from bench.startup import wait_line
 from tests.helpers.sse import sse_events
 from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
-from zcbot_devstack.embedded import free_port
-from zcbot_fakellm.control import push_script
 from zcbot_core import __version__
+from zcbot_devstack.embedded import free_port
 from zcbot_devstack.forked import ForkServer, zygote_env
 from zcbot_devstack.services import SERVICE_PORT_ENV
+from zcbot_fakellm.control import push_script
 
 pytestmark = pytest.mark.heavy
 

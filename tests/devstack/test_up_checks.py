@@ -5,7 +5,6 @@ stack through its state file."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import stat

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.helpers.stack import Stack
 from tests.helpers.db import db_exec, db_rows
+from tests.helpers.stack import Stack
 
 # The fake profile: input $1/Mtok, output $2/Mtok, max_output 2048 (tests/e2e/conftest.py).
 WRITE = {"name": "write", "arguments": {"path": "n.txt", "content": "x\n"}}

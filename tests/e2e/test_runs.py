@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
+from tests.helpers.db import db_exec, db_rows
 from tests.helpers.stack import Stack
 from tests.helpers.wait import wait_for
-from tests.helpers.db import db_exec, db_rows
 
 
 

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from tests.helpers.stack import Stack
 from tests.helpers.db import db_rows
+from tests.helpers.stack import Stack
 
 
 @pytest.fixture

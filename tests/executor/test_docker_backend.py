@@ -18,7 +18,7 @@ import pytest
 
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.sandbox import policy
-from zcbot_executor.sandbox.docker import DockerBackend
+from zcbot_executor.sandbox.docker import REQUESTS_MOUNT, DockerBackend
 
 
 class FakeContainer:
@@ -64,8 +64,9 @@ class FakeAPI:
             config["tmp"] = str(self.engine.tmp)
         config["calls_dir"] = str(self.engine.tmp / "calls")
         cmd[prog + 2] = json.dumps(config)
-        if len(cmd) > prog + 3 and cmd[prog + 3].startswith(policy.WORKSPACE):
-            cmd[prog + 3] = host_of[policy.WORKSPACE] + cmd[prog + 3][len(policy.WORKSPACE):]
+        for bind in (policy.WORKSPACE, REQUESTS_MOUNT):  # the request file's path
+            if len(cmd) > prog + 3 and cmd[prog + 3].startswith(bind + "/"):
+                cmd[prog + 3] = host_of[bind] + cmd[prog + 3][len(bind):]
         proc = subprocess.run(cmd, capture_output=True, timeout=60, env=spec["environment"])
         spec["exit"] = proc.returncode
         return proc.stdout, proc.stderr
@@ -135,6 +136,8 @@ async def test_container_is_hardened(docker_backend) -> None:
     assert kw["labels"] == {"zcbot.product": "sandbox", "zcbot.user": "u1", "zcbot.instance": "hd"}
     assert kw["volumes"][str(root)] == {"bind": "/workspace", "mode": "rw"}
     assert kw["volumes"][str(backend.stage)]["mode"] == "ro"
+    assert kw["volumes"][str(backend.requests_dir("u1"))] == {"bind": REQUESTS_MOUNT, "mode": "ro"}
+    assert backend.requests_dir("u1").stat().st_mode & 0o777 == 0o711  # its requests open by name, unlisted
     assert not any(policy.SECRET_NAME.search(k) for k in kw["environment"])
     await box.close()
     assert engine.containers.created[0].removed
@@ -151,7 +154,10 @@ async def test_exec_per_call_round_trip(docker_backend) -> None:
     assert not r.ok and r.output == "hello" and r.error == "exit code 2"
     r = await box.call("c3", "read", {"path": "../../x"}, "/workspace/task", 10)
     assert not r.ok and "outside /workspace" in r.error
-    assert list((root / ".zcbot_tmp").iterdir()) == []  # request files are consumed
+    # Request files live outside the user's files (so never count against their disk quota) and
+    # are deleted after each call.
+    assert list(backend.requests_dir("u1").iterdir()) == [] and not (root / ".zcbot_tmp").exists()
+    assert all(e["cmd"][-1].startswith(REQUESTS_MOUNT + "/") for e in engine.api.execs.values())
     cmds = [e["cmd"] for e in engine.api.execs.values()]
     assert all(c[0] == "/usr/local/bin/python3" and c[c.index("-c") + 2] == "once" for c in cmds)
     assert all(e["user"] == backend.user and e["workdir"] == "/workspace" for e in engine.api.execs.values())

@@ -156,7 +156,7 @@ async def test_off_allowlist_refused_and_users_metered_apart(stack: Stack, index
     port, other_port = index
     log = await egress_stack(stack, port, backend)
     urls = ["http://blocked.example/x", "https://blocked.example/x", f"http://{INDEX_HOST}:{other_port}/secret.txt",
-            f"http://169.254.169.254/latest/meta-data/", f"http://{INDEX_HOST}:{port}/simple/"]
+            "http://169.254.169.254/latest/meta-data/", f"http://{INDEX_HOST}:{port}/simple/"]
     r = await stack.shell(FETCH.format(urls=urls), timeout=60)
     out = r.output
     assert "HTTP 403 http://blocked.example/x zcbot egress proxy: refused: blocked.example:80 is not on the egress allowlist" in out, out

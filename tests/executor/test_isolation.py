@@ -11,9 +11,8 @@ from urllib.parse import urlparse
 
 import psutil
 
-from zcbot_executor.config import Limits
-
 from tests.helpers.executor_stack import Stack, sandbox_processes, wait_no_processes
+from zcbot_executor.config import Limits
 
 REPO = Path(__file__).resolve().parents[2]
 

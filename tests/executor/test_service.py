@@ -13,10 +13,9 @@ import nats
 import pytest
 from nats.js.errors import KeyNotFoundError
 
+from tests.helpers.executor_stack import ExecutorProcess, Stack, drain, granted, wait_no_processes, wait_processes
 from zcbot_core.bus import ToolCallReply, ToolCallRequest, ToolCancel, decode, encode
 from zcbot_core.tools.executor_client import NO_RESPONDERS_GRACE_SECONDS, ExecutorClient, probe_host
-
-from tests.helpers.executor_stack import ExecutorProcess, Stack, drain, granted, wait_no_processes, wait_processes
 
 
 async def test_cancel_kills_the_call_process_group(one: Stack) -> None:

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from tests.helpers.seed import legacy_task
 from zcbot_core.config import Settings
 from zcbot_core.db.models import Task
 from zcbot_core.folders import NestedFolder
-from tests.helpers.seed import legacy_task
 from zcbot_gateway.deps import known_profiles
 
 pytestmark = pytest.mark.asyncio
@@ -212,7 +212,7 @@ async def test_create_refuses_a_working_dir_that_is_not_a_simple_name(app_client
 
 async def test_no_subtask_rule_is_per_user_and_ignores_deleted(app_client: httpx.AsyncClient, make_user) -> None:
     a = await make_user(app_client, "alice")
-    b = await make_user(app_client, "bob")
+    await make_user(app_client, "bob")
     await created(app_client, a, name="proj")
     await legacy_task(app_client, "bob", name="inner", working_dir="proj/inner")  # bob is unaffected by alice
 

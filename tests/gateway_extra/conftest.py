@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from extra_helpers import Headers, login, running_app, set_role
+
 from zcbot_core.config import Settings
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from extra_helpers import create_task, db, set_task, user_dir
 from sqlalchemy import select
 
-from extra_helpers import create_task, db, set_task, user_dir
 from zcbot_core import filehistory, safe_fs
 from zcbot_core.config import Settings
 from zcbot_core.db.models import DataEvent, Message

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 from docx import Document
-
 from extra_helpers import create_task, db, user_dir
+
 from zcbot_core.config import Settings
 from zcbot_core.db.models import Message
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 from docx import Document
+from extra_helpers import running_app, user_dir
 from pptx import Presentation
 
-from extra_helpers import running_app, user_dir
 from zcbot_core.config import Settings
 from zcbot_core.errors import PreviewUnavailable
 from zcbot_gateway import previews

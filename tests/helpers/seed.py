@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from zcbot_core import folders, schedules
-from zcbot_core.tasks import create_task
 from zcbot_core.db.engine import make_engine, make_sessionmaker
+from zcbot_core.tasks import create_task
 
 
 async def seed_schedule(db_url: str, user_id: str, name: str, prompt: str) -> str:

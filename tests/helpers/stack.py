@@ -40,7 +40,7 @@ from tests.helpers.db import db_rows_async
 from tests.helpers.sse import sse_events
 from tests.helpers.wait import wait_for
 from zcbot_core.config import Settings, get_settings
-from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http
+from zcbot_core.service import close_runtime, open_runtime, serve_http
 from zcbot_fakellm import FakeLLM
 
 FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"
@@ -48,7 +48,7 @@ FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"
 
 def write_fake_profile(models_dir: Path, base_url: str, name: str = "fake", **extra: Any) -> None:
     models_dir.mkdir(parents=True, exist_ok=True)
-    lines = [f"model: openai/fake-model", f"api_base: {base_url}", f"api_key_env: {FAKE_KEY_ENV}",
+    lines = ["model: openai/fake-model", f"api_base: {base_url}", f"api_key_env: {FAKE_KEY_ENV}",
              "max_context: 64000", "reliable_context: 32000", "max_output: 2048", "parallel_tools: true",
              "max_iterations: 30", "pricing: {input_per_mtok: 1.0, output_per_mtok: 2.0, cached_input_per_mtok: 0.5}"]
     lines += [f"{k}: {json.dumps(v)}" for k, v in extra.items()]

@@ -26,8 +26,8 @@ import psutil
 import pytest
 
 from bench.startup import wait_line
-from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from tests.helpers.sse import sse_events
+from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from zcbot_devstack.embedded import free_port
 from zcbot_devstack.services import SERVICE_PORT_ENV
 

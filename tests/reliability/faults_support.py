@@ -23,14 +23,19 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.stack import FAKE_KEY_ENV, Stack, start_gateway, write_fake_profile
+from tests.helpers.db import assert_consistent, db_rows, roles, task_status  # noqa: F401  (the suite imports them from here)
 from tests.helpers.procs import ServiceProcess
+from tests.helpers.sse import SseFollower
+from tests.helpers.stack import (
+    FAKE_KEY_ENV,
+    Stack,
+    fake_llm,  # noqa: F401  (the fixture, shared)
+    start_gateway,
+    write_fake_profile,
+)
 from zcbot_core.config import Settings, get_settings
 from zcbot_core.service import Runtime, close_runtime, open_runtime
 from zcbot_fakellm import FakeLLM
-from tests.helpers.db import assert_consistent, db_rows, roles, task_status  # noqa: F401  (the suite imports them from here)
-from tests.helpers.sse import SseFollower
-from tests.helpers.stack import fake_llm  # noqa: F401  (the fixture, shared)
 
 ACK_WAIT_SECONDS = "3"
 

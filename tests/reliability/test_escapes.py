@@ -31,8 +31,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.helpers.stack import FAKE_KEY_ENV, Stack, bare_stack, fake_llm, stack  # noqa: F401
 from tests.helpers.auth import bearer
+from tests.helpers.stack import FAKE_KEY_ENV, Stack, bare_stack, fake_llm, stack  # noqa: F401
 from tests.reliability.conftest_shared import service_errors, settings_env  # noqa: F401
 from zcbot_core.bus import ToolCallReply, ToolCallRequest, Topology, grants
 

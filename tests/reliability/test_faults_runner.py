@@ -11,7 +11,15 @@ import pytest
 from tests.helpers.db import db_rows
 from tests.helpers.stream import stored_events
 from tests.helpers.wait import wait_for
-from tests.reliability.faults_support import ACK_WAIT_SECONDS, Harness, assert_consistent, fake_llm, harness, roles, task_status  # noqa: F401
+from tests.reliability.faults_support import (  # noqa: F401
+    ACK_WAIT_SECONDS,
+    Harness,
+    assert_consistent,
+    fake_llm,
+    harness,
+    roles,
+    task_status,
+)
 from zcbot_core.agent.loop import RESTARTED_RESULT
 from zcbot_core.bus import events as ev
 from zcbot_runner import execution

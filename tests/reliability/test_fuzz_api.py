@@ -35,14 +35,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.stack import Stack, bare_stack, fake_llm, stack  # noqa: F401
+from tests.helpers.db import db_exec_async, db_rows_async
 from tests.helpers.seed import seed_extended_memory, seed_schedule
+from tests.helpers.stack import Stack, bare_stack, fake_llm, stack  # noqa: F401
+from tests.helpers.wait import wait_for
 from tests.reliability.conftest_shared import (  # noqa: F401
     service_errors,
     settings_env,
 )
-from tests.helpers.db import db_exec_async, db_rows_async
-from tests.helpers.wait import wait_for
 from zcbot_core import filehistory, paths, quota
 from zcbot_core.bus import CancelRequest, RunRequest, ToolCallRequest, ToolCancel, Topology, encode
 from zcbot_devstack.embedded import free_port

@@ -30,7 +30,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers.db import db_rows_async, plain_pg_url
 from tests.helpers.stack import Stack, bare_stack, fake_llm, stack  # noqa: F401
+from tests.helpers.wait import wait_for
 from tests.reliability.conftest_shared import (  # noqa: F401
     ACTIVE_RUN_STATUSES,
     LLMGate,
@@ -38,8 +40,6 @@ from tests.reliability.conftest_shared import (  # noqa: F401
     service_errors,
     settings_env,
 )
-from tests.helpers.db import db_rows_async, plain_pg_url
-from tests.helpers.wait import wait_for
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(120)]
 

@@ -8,12 +8,13 @@ from typing import Any
 import asyncio
 import contextlib
 
+from tests.helpers.stream import stored_events as _stored
+from tests.helpers.stream import stored_raw as _stored_raw
 from zcbot_core.bus import Topology, decode
 from zcbot_core.bus import events as ev
 from zcbot_core.bus.topology import connect, ensure_topology
 from zcbot_runner import sink as sink_module
 from zcbot_runner.sink import BusEventSink
-from tests.helpers.stream import stored_events as _stored, stored_raw as _stored_raw
 
 
 async def test_deltas_are_throttled_with_a_leading_edge(nats_server_url: str, bus_prefix: str) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import zcbot_core.llm.client  # noqa: F401,E402  (imported now: importing LiteLLM mid-test blocks the loop for seconds)
+import zcbot_runner.service  # noqa: F401,E402
 from tests.helpers.db import db_rows_async
 from tests.helpers.stack import Stack, bare_stack, fake_llm  # noqa: F401  (fixtures)
 from zcbot_core.bus import Topology
@@ -13,8 +15,6 @@ from zcbot_core.bus.topology import connect
 from zcbot_core.service import close_runtime, open_runtime
 from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.service import SchedulerService
-import zcbot_core.llm.client  # noqa: F401,E402  (imported now: importing LiteLLM mid-test blocks the loop for seconds)
-import zcbot_runner.service  # noqa: F401,E402
 
 
 async def test_a_queued_run_whose_request_was_lost_is_published_again_and_runs(bare_stack: Stack) -> None:

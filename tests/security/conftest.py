@@ -1,11 +1,9 @@
 """Shared fixtures of the security suite (append; other parts of the suite add theirs here)."""
 
-from tests.helpers.stack import bare_stack, fake_llm, stack  # noqa: F401  (fixtures: the real in-process stack)
-
-
 import pytest  # noqa: E402
 
 from tests.helpers.executor_stack import Stack as ExecutorStack  # noqa: E402
+from tests.helpers.stack import bare_stack, fake_llm, stack  # noqa: F401  (fixtures: the real in-process stack)
 
 
 @pytest.fixture

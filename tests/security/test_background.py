@@ -14,10 +14,10 @@ import time
 import psutil
 import uvloop
 
-from tests.helpers.stack import Stack
+from tests.executor.test_procs import wait_status
 from tests.helpers.executor_stack import Stack as ExecutorStack
 from tests.helpers.executor_stack import wait_no_processes, wait_processes
-from tests.executor.test_procs import wait_status
+from tests.helpers.stack import Stack
 from zcbot_executor.sandbox.launch import kill_detached, launch_detached
 
 # Durations unique to this session (e.g. `sleep 4241.004711`): process checks match the exact command

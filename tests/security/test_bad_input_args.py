@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from tests.helpers.stack import Stack
 from tests.helpers.db import db_rows
+from tests.helpers.stack import Stack
 from zcbot_core.agent.tool_args import MAX_ARGS_CHARS, MAX_ARGS_DEPTH, nesting_depth, parse_args
 
 DEEP = "[" * 100_000 + "]" * 100_000  # json.loads alone raises RecursionError on this

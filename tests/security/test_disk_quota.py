@@ -58,7 +58,7 @@ async def test_a_run_cannot_write_past_the_quota_and_can_free_space(stack: Stack
     for refused in (big, skill, bg):
         assert not refused["ok"] and "disk quota exceeded" in refused["preview"], refused["preview"]
     assert not slow_r["ok"] and "disk quota exceeded" in slow_r["preview"] and "killed" in slow_r["preview"]
-    assert rm["ok"] and "freed" in rm["preview"]
+    assert rm["ok"] and "freed" in rm["preview"], rm["preview"]
     assert small["ok"], small["preview"]
     assert elapsed < 30, "the slow writer ran to its end instead of being killed"
     folder = stack.settings.storage_root / "mallory" / task["working_dir"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.helpers.stack import Stack
 from tests.helpers.executor_stack import Stack as ExecutorStack
+from tests.helpers.stack import Stack
 from tests.security.hijack import markers, plants, root_markers
 
 KILL_RUNNER = "kill -9 2"  # bwrap is pid 1 of the sandbox's PID namespace, the warm runner pid 2

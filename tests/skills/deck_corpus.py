@@ -18,7 +18,6 @@ from pptx.enum.chart import XL_CHART_TYPE
 from pptx.enum.shapes import MSO_SHAPE
 from pptx.oxml.ns import qn
 from pptx.util import Inches, Pt
-
 from skillkit import FIXTURES
 
 CLEAN_OUTLINES = sorted(p for p in (FIXTURES / "decks").glob("*.json") if p.stem != "adversarial")

@@ -13,6 +13,7 @@ from skillkit import SKILLS, run_script
 CHECK_DECK = SKILLS / "ppt" / "scripts" / "check_deck.py"
 sys.path.insert(0, str(CHECK_DECK.parent))
 import check_deck  # noqa: E402  (the skill's own module, run in-process for the corpus)
+
 OUTLINE_TO_DECK = SKILLS / "ppt" / "scripts" / "outline_to_deck.py"
 
 

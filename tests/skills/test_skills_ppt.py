@@ -9,7 +9,6 @@ from pptx import Presentation
 from pptx.chart.chart import Chart
 from pptx.enum.chart import XL_CHART_TYPE
 from pptx.util import Inches, Pt
-
 from skillkit import SKILLS, run_script
 
 OUTLINE_TO_DECK = SKILLS / "ppt" / "scripts" / "outline_to_deck.py"

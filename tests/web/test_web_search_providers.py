@@ -4,7 +4,6 @@ never carry the key."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.helpers.fake_web import SEARCH_RESULTS, FakeWeb, fake_web  # noqa: F401  (fixture)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from datetime import date
 
+
 def short_id(task_id: str) -> str:
     """The stable 8-hex anchor of a task (its id without dashes, first 8 characters)."""
     return task_id.replace("-", "").lower()[:8]

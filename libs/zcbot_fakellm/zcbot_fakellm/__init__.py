@@ -10,8 +10,10 @@ loop a test already owns (``await fake.start()``), start in milliseconds, hold ~
 streaming connections cheaply for benchmarks, and notice client disconnects immediately
 (so ``hang``/``first_delay`` responses never leak).  asyncio streams give all of that in a
 few hundred lines with no extra dependencies.  Only what LLM clients use is implemented:
-keep-alive, ``Content-Length`` or chunked request bodies, chunked/SSE responses.  Requests
-pipelined behind an unfinished response are not supported (no HTTP client pipelines).
+keep-alive, ``Content-Length`` or chunked request bodies, chunked/SSE responses.  A connection's
+requests are read by one task that runs ahead of the responses (so it also notices the client
+leaving, and a request sent the instant a response ends is never cut); requests pipelined behind
+an unfinished response are answered in order.
 
 Scripting is stateless and keyed by content so that many concurrent conversations (and
 several processes) can share one server: a script is chosen by a key string found in the

@@ -81,6 +81,31 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
     return Request(method.upper(), path, version.strip(), headers, body)
 
 
+async def read_requests(
+    reader: asyncio.StreamReader, requests: asyncio.Queue[Request | None], client_left: asyncio.Event
+) -> None:
+    """Read a connection's requests into ``requests`` until it ends, then put ``None``.
+
+    The one reader of the connection: it runs while a response is being written, so it is also the
+    client-left watch (``client_left`` is set on EOF or a broken connection).  No byte is read by
+    anyone else, so a request sent the moment a response ends is read whole.  A request the fake
+    cannot parse ends the connection after the response under way (which is not cancelled).
+    """
+    while True:
+        try:
+            req = await read_request(reader)
+        except (BadRequest, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError) as exc:
+            req = None
+            if not isinstance(exc, (BadRequest, asyncio.LimitOverrunError)):
+                client_left.set()  # a truncated request or a broken connection
+        if req is None:
+            if reader.at_eof():
+                client_left.set()
+            await requests.put(None)
+            return
+        await requests.put(req)
+
+
 async def read_chunked_body(reader: asyncio.StreamReader) -> bytes:
     parts: list[bytes] = []
     while True:

@@ -11,9 +11,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zcbot_fakellm import replies
-from zcbot_fakellm.http1 import STREAM_LIMIT, BadRequest, Conn, Request, error_body, read_request
+from zcbot_fakellm.http1 import STREAM_LIMIT, Conn, Request, error_body, read_requests
 from zcbot_fakellm.script import DEFAULT_TEXT_CHUNKS, Turn, plan_of, select_turn, validate_turns
 from zcbot_fakellm.wire import strict_problem
+
+READ_AHEAD = 4
+"""Requests read ahead of the one being answered (a pipelining client); past that, reading waits."""
 
 
 class FakeLLM:
@@ -167,15 +170,15 @@ class FakeLLM:
         assert task is not None
         self._conn_tasks.add(task)
         conn = Conn(writer)
+        requests: asyncio.Queue[Request | None] = asyncio.Queue(maxsize=READ_AHEAD)
+        client_left = asyncio.Event()
+        reading = asyncio.ensure_future(read_requests(reader, requests, client_left))
         try:
             while True:
-                try:
-                    req = await read_request(reader)
-                except (BadRequest, asyncio.IncompleteReadError, ConnectionError, OSError):
-                    return
+                req = await requests.get()
                 if req is None:
                     return
-                if not await self._serve_one(req, reader, conn) or self._server is None:
+                if not await self._serve_one(req, conn, client_left) or self._server is None:
                     # stop() may have cancelled us while `_serve_one` was awaiting its own cancelled
                     # helpers (which swallows the cancellation): do not wait for another request.
                     return
@@ -183,37 +186,38 @@ class FakeLLM:
             pass  # stop(): the connection is closed below; nothing to report
         finally:
             self._conn_tasks.discard(task)
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reading
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _serve_one(self, req: Request, reader: asyncio.StreamReader, conn: Conn) -> bool:
+    async def _serve_one(self, req: Request, conn: Conn, client_left: asyncio.Event) -> bool:
         """Produce one response while watching for the client hanging up.
 
-        Returns whether the connection may be reused.  The watcher is what makes
+        Returns whether the connection may be reused.  The watch is what makes
         ``hang``/``first_delay`` cheap and leak-free: an EOF from the client cancels the
-        response at once instead of at the next failed write (which may never come).
+        response at once instead of at the next failed write (which may never come).  It is
+        `read_requests` reading the connection's next request meanwhile, so a request sent the
+        moment this response ends is read whole, never missing a byte.
         """
         respond = asyncio.ensure_future(self._dispatch(req, conn))
-        watch = asyncio.ensure_future(reader.read(1))
+        left = asyncio.ensure_future(client_left.wait())
         try:
-            done, _ = await asyncio.wait({respond, watch}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({respond, left}, return_when=asyncio.FIRST_COMPLETED)
             if respond in done:
-                watch.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await watch
                 try:
                     keep_alive = respond.result()
                 except (ConnectionError, OSError):
                     return False
-                return keep_alive and not reader.at_eof()
-            # The client spoke while we were still answering: EOF (it left) or pipelined
-            # bytes, which we do not support.  Either way this connection is finished.
+                return keep_alive and not client_left.is_set()
+            # The client left (EOF) while we were still answering: nobody is reading any more.
             respond.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await respond
             return False
         finally:
-            for t in (respond, watch):
+            for t in (respond, left):
                 if not t.done():
                     t.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):

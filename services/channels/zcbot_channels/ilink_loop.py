@@ -28,14 +28,14 @@ from collections import OrderedDict
 from typing import Any
 
 import httpx
+
+from zcbot_channels.context import ChannelsContext
+from zcbot_channels.leases import Lease
 from zcbot_core import safe_fs
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ReplyHooks, resume_reply, run_message
 from zcbot_core.channels.ilink_api import MSG_USER, ILinkClient, ILinkError, SessionExpired, has_media, message_text
 from zcbot_core.worker import TaskGroup, wait_or_stop
-
-from zcbot_channels.context import ChannelsContext
-from zcbot_channels.leases import Lease
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from zcbot_channels.context import ChannelsContext
 from zcbot_core import paths, safe_fs
 from zcbot_core.bus import PushReply, PushRequest
 from zcbot_core.channels import bindings
@@ -23,8 +24,6 @@ from zcbot_core.channels.email_api import EmailError
 from zcbot_core.channels.ilink_api import ILinkError
 from zcbot_core.channels.wecom_api import WeComError
 from zcbot_core.db.models import User
-
-from zcbot_channels.context import ChannelsContext
 
 if TYPE_CHECKING:
     from zcbot_core.db.models import ChannelBinding

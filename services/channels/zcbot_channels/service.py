@@ -22,6 +22,13 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from zcbot_channels.config import ChannelsServiceSettings
+from zcbot_channels.context import ChannelsContext
+from zcbot_channels.ilink_loop import ILinkPoller
+from zcbot_channels.inbound import InboundConsumer
+from zcbot_channels.leases import Lease
+from zcbot_channels.push_handler import deliver
+from zcbot_channels.wecom import WeComConversations
 from zcbot_core.bus import BusDecodeError, PushReply, PushRequest, decode, encode
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import ConversationDeps
@@ -33,14 +40,6 @@ from zcbot_core.channels_crypto import key_from_settings
 from zcbot_core.config import ConfigError
 from zcbot_core.service import Runtime
 from zcbot_core.worker import TaskGroup, instance_id, periodic
-
-from zcbot_channels.config import ChannelsServiceSettings
-from zcbot_channels.context import ChannelsContext
-from zcbot_channels.ilink_loop import ILinkPoller
-from zcbot_channels.inbound import InboundConsumer
-from zcbot_channels.leases import Lease
-from zcbot_channels.push_handler import deliver
-from zcbot_channels.wecom import WeComConversations
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,12 @@ import logging
 import time
 from typing import Any
 
+from zcbot_channels.context import ChannelsContext
 from zcbot_core import safe_fs
 from zcbot_core.bus import ChannelInbound
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ReplyHooks, resume_reply, run_message
 from zcbot_core.channels.wecom_api import WeComClient
-
-from zcbot_channels.context import ChannelsContext
 
 log = logging.getLogger(__name__)
 

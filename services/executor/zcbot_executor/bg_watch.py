@@ -31,8 +31,8 @@ import json
 import logging
 import math
 import time
-from pathlib import Path
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from zcbot_executor.config import ExecutorConfig

@@ -6,7 +6,6 @@ import asyncio
 
 from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.service import main_entry, run_service
-
 from zcbot_executor.config import ExecutorSettings
 from zcbot_executor.service import ExecutorService
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 import os
 import select
 import time
-from _queue import Empty, SimpleQueue  # `queue`, `subprocess`, `selectors`, `signal`, `tempfile` cost tens of ms to import
+from _queue import (  # `queue`, `subprocess`, `selectors`, `signal`, `tempfile` cost tens of ms to import
+    Empty,
+    SimpleQueue,
+)
 
 SIGKILL = 9
 _SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ"}

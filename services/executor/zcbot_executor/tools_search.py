@@ -9,9 +9,21 @@ from __future__ import annotations
 import os
 import stat
 
-from tools_fs import (BINARY_SNIFF, GLOB_MAX_RESULTS, GREP_LINE_CHARS, GREP_MAX_CHARS, GREP_MAX_FILE_BYTES,
-                      GREP_MAX_MATCHES, SKIP_DIRS, WALK_MAX_ENTRIES, ToolError, Workspace, _is_binary, _str_arg,
-                      open_regular)
+from tools_fs import (
+    BINARY_SNIFF,
+    GLOB_MAX_RESULTS,
+    GREP_LINE_CHARS,
+    GREP_MAX_CHARS,
+    GREP_MAX_FILE_BYTES,
+    GREP_MAX_MATCHES,
+    SKIP_DIRS,
+    WALK_MAX_ENTRIES,
+    ToolError,
+    Workspace,
+    _is_binary,
+    _str_arg,
+    open_regular,
+)
 
 
 def glob_regex(pattern: str):

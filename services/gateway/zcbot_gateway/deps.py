@@ -35,7 +35,6 @@ from zcbot_core import auth
 from zcbot_core.config import Settings
 from zcbot_core.db.models import User
 from zcbot_core.service import Runtime
-
 from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.errors import ServiceUnavailable
 

@@ -10,7 +10,6 @@ from typing import Any
 from fastapi import HTTPException
 
 from zcbot_core.runstate.transitions import TaskNotFound
-
 from zcbot_gateway.lang import Catalogue, say
 
 TEXTS: Catalogue = {

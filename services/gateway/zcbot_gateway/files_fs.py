@@ -20,7 +20,6 @@ from fastapi import HTTPException, status
 from starlette.datastructures import UploadFile
 
 from zcbot_core import filehistory, safe_fs
-
 from zcbot_gateway.http import bad_request, conflict
 
 log = logging.getLogger(__name__)

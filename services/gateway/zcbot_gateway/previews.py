@@ -31,7 +31,6 @@ from typing import BinaryIO
 
 from zcbot_core import safe_fs
 from zcbot_core.errors import PreviewError, PreviewTooLarge, PreviewUnavailable, PreviewUnsupported
-
 from zcbot_gateway import lang as lang_mod
 from zcbot_gateway.preview_cache import PreviewCache
 

@@ -10,7 +10,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from zcbot_core.db.models import Task
 from zcbot_core.runstate.transitions import TaskNotFound
 from zcbot_core.tasks import WEB_CHANNEL
-
 from zcbot_gateway.http import conflict
 
 TASK_NOT_FOUND = "task not found"

@@ -6,7 +6,6 @@ import asyncio
 
 from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.service import main_entry, run_service
-
 from zcbot_runner.config import RunnerSettings
 from zcbot_runner.service import RunnerService
 

@@ -37,9 +37,18 @@ from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER  # noqa: E402
 
 import deck_measure as dm  # noqa: E402
 import deck_rules as rules  # noqa: E402
-from deck_read import (DEFAULT_SIZE_PT, INSET_LR, INSET_TB, _anchor, _insets, _master_sizes, _wrap_mode,  # noqa: E402,F401
-                       paragraphs_of, table_height)
 from deck_measure import EMU_PER_IN, EMU_PER_PT, text_height, wrapped_lines  # noqa: E402,F401 - used by callers
+from deck_read import (  # noqa: E402,F401
+    DEFAULT_SIZE_PT,
+    INSET_LR,
+    INSET_TB,
+    _anchor,
+    _insets,
+    _master_sizes,
+    _wrap_mode,
+    paragraphs_of,
+    table_height,
+)
 
 TOL = int(0.02 * EMU_PER_IN)  # 0.02 in
 FOOTER_BAND = 0.925            # below this share of the slide height sit slide number and footer

@@ -46,8 +46,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.agent.context import check_protocol, message_idx, prepare_messages, window
-from zcbot_core.agent.tokens import estimate_tokens, message_tokens, reliable_context
 from zcbot_core.agent.lang import say, user_language
+from zcbot_core.agent.tokens import estimate_tokens, message_tokens, reliable_context
 from zcbot_core.bus import events as ev
 from zcbot_core.db.models import Message, Task
 from zcbot_core.errors import ZcbotError

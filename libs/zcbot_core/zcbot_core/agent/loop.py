@@ -14,11 +14,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from zcbot_core.budgets import BudgetExceeded
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.guards import MUTATING_TOOLS, RepeatGuard, StallGuard
 from zcbot_core.agent.lang import Lang, say, stop_text, user_language
 from zcbot_core.agent.tool_args import parse_args
+from zcbot_core.budgets import BudgetExceeded
 from zcbot_core.bus import events as ev
 from zcbot_core.llm.client import LlmCallError, LlmResult, Usage, stream_chat
 from zcbot_core.llm.profiles import MissingApiKey, Profile

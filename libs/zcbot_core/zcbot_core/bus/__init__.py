@@ -7,13 +7,13 @@ with `codec`. See DESIGN §3.
 from zcbot_core.bus.codec import BusDecodeError, decode, encode, tag_of
 from zcbot_core.bus.messages import (
     BackgroundStop,
-    ProcsReply,
-    ProcsRequest,
     CancelRequest,
     ChannelInbound,
     ExecutorProbe,
     ExecutorProbeReply,
     FileChangesReport,
+    ProcsReply,
+    ProcsRequest,
     PushReply,
     PushRequest,
     RunRequest,

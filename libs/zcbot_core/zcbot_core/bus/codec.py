@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgpack
@@ -32,7 +33,7 @@ class BusDecodeError(ZcbotError, ValueError):
     http_status = 502
 
 
-def message(tag: str):
+def message(tag: str) -> Callable[[type[T]], type[T]]:
     """Class decorator: register a dataclass as a bus message under `tag`."""
 
     def wrap(cls: type[T]) -> type[T]:

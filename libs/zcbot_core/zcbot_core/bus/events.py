@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,8 +32,8 @@ class RunEvent:
         return json.dumps(self.payload(), ensure_ascii=False, separators=(",", ":"))
 
 
-def _event(name: str):
-    def wrap(cls):
+def _event(name: str) -> Callable[[type[Any]], type[Any]]:
+    def wrap(cls: type[Any]) -> type[Any]:
         cls.type = name
         return message(f"ev.{name}")(cls)
 

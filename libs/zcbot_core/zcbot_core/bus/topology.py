@@ -12,6 +12,8 @@ from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -22,7 +24,6 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeoutError
 from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
 

@@ -22,9 +22,9 @@ import asyncio
 import logging
 import stat
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from nats.aio.client import Client as NATS

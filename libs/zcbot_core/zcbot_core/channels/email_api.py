@@ -9,11 +9,11 @@ its path in the web app). smtplib runs in a thread: a push is rare and the call 
 from __future__ import annotations
 
 import asyncio
+import mimetypes
 import smtplib
 import ssl
 from email.message import EmailMessage
 from email.utils import make_msgid
-import mimetypes
 
 from zcbot_core import safe_fs
 from zcbot_core.channels.settings import ChannelSettings

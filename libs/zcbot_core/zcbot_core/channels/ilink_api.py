@@ -38,12 +38,12 @@ import httpx
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from zcbot_core.safe_fs import UserFile  # user files (safe_fs) or host paths: both read the same way
 from zcbot_core import __version__
 from zcbot_core.channels.redact import install_httpx_redaction, safe_error
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.text import split_chars
 from zcbot_core.errors import RETRY_AFTER, ZcbotError
+from zcbot_core.safe_fs import UserFile  # user files (safe_fs) or host paths: both read the same way
 
 log = logging.getLogger(__name__)
 

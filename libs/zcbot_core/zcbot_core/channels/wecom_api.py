@@ -20,11 +20,11 @@ from typing import Any
 
 import httpx
 
-from zcbot_core.safe_fs import UserFile  # user files (safe_fs) or host paths: both read the same way
 from zcbot_core.channels.redact import install_httpx_redaction, safe_error
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.text import split_utf8
 from zcbot_core.errors import ZcbotError
+from zcbot_core.safe_fs import UserFile  # user files (safe_fs) or host paths: both read the same way
 
 log = logging.getLogger(__name__)
 

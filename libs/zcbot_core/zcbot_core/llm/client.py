@@ -30,11 +30,10 @@ import openai  # noqa: E402
 
 from zcbot_core.agent.tokens import estimate_tokens, text_tokens
 from zcbot_core.errors import ZcbotError
-from zcbot_core.llm import lean
+from zcbot_core.llm import lean, tokenizers
 from zcbot_core.llm.assemble import StreamAssembler
 from zcbot_core.llm.profiles import Profile
 from zcbot_core.llm.retry import RetryPolicy, retryable
-from zcbot_core.llm import tokenizers
 
 litellm.suppress_debug_info = True
 litellm.drop_params = True

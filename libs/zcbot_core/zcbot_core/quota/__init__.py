@@ -198,4 +198,4 @@ def measure(user_root: Path | None) -> int:
     return total[0]
 
 
-from zcbot_core.quota.meter import TreeMeter  # noqa: E402  (re-exported: one import for callers)
+from zcbot_core.quota.meter import TreeMeter  # noqa: E402,F401  (re-exported: one import for callers)

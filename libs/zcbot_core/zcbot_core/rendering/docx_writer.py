@@ -21,7 +21,20 @@ from .docx_lists import ListNumbering, Numberer
 from .docx_notes import Footnotes, set_metadata
 from .docx_style import DocStyle, apply_style
 from .docx_tables import column_widths, display_width, set_column_widths
-from .mdparse import Code, Document, Heading, Image, ListBlock, PageBreak, Paragraph, Quote, Rule, Table, parse, plain_text
+from .mdparse import (
+    Code,
+    Document,
+    Heading,
+    Image,
+    ListBlock,
+    PageBreak,
+    Paragraph,
+    Quote,
+    Rule,
+    Table,
+    parse,
+    plain_text,
+)
 
 
 @dataclass

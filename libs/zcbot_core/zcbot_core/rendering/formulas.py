@@ -154,7 +154,6 @@ def split_formulas(text: str) -> list[tuple[str, str]]:
             out.append((piece, kind))
 
     for m in _CANDIDATE.finditer(text):
-        coef = m.group("coef") or ""
         lead, body, trail = _trim_brackets(m.group("body"))
         start = m.start("body") + len(lead)
         end = start + len(body)

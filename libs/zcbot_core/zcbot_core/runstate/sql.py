@@ -10,8 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import (BigInteger, Integer, Numeric, String, Text, bindparam, case, cast, func, insert,
-                        literal_column, or_, select, text, update)
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Numeric,
+    String,
+    Text,
+    bindparam,
+    case,
+    cast,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 
 from zcbot_core.channels.bindings import ACTIVE as ACTIVE_BINDING

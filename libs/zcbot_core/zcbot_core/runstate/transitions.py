@@ -36,8 +36,8 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
 from nats.errors import ConnectionClosedError, MaxPayloadError
+from nats.js import JetStreamContext
 from nats.js.errors import BadRequestError, NotFoundError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 

@@ -17,12 +17,35 @@ Modules: `rules` (limits, errors, one validator per field), `cron` (next firing 
 
 from zcbot_core.schedules.cron import firing_prompt, firing_task_name, local_label, next_fire
 from zcbot_core.schedules.rules import (
-    DEFAULT_TIMEOUT_SECONDS, DEFAULT_TIMEZONE, MAX_JOB_NAME, MAX_JOBS_PER_USER, MAX_PROMPT_CHARS, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS,
-    MODES, NOTIFY_ALL, ScheduleError, ScheduleNotFound, utcnow, validate_cron, validate_mode,
-    validate_name, validate_notify, validate_prompt, validate_timeout, validate_timezone, validate_working_dir,
+    DEFAULT_TIMEOUT_SECONDS,
+    DEFAULT_TIMEZONE,
+    MAX_JOB_NAME,
+    MAX_JOBS_PER_USER,
+    MAX_PROMPT_CHARS,
+    MAX_TIMEOUT_SECONDS,
+    MIN_TIMEOUT_SECONDS,
+    MODES,
+    NOTIFY_ALL,
+    ScheduleError,
+    ScheduleNotFound,
+    utcnow,
+    validate_cron,
+    validate_mode,
+    validate_name,
+    validate_notify,
+    validate_prompt,
+    validate_timeout,
+    validate_timezone,
+    validate_working_dir,
 )
 from zcbot_core.schedules.store import (
-    create_schedule, delete_schedule, disable_schedule, get_schedule, job_to_dict, list_schedules, update_schedule,
+    create_schedule,
+    delete_schedule,
+    disable_schedule,
+    get_schedule,
+    job_to_dict,
+    list_schedules,
+    update_schedule,
 )
 
 __all__ = [

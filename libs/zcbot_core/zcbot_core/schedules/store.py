@@ -17,8 +17,19 @@ from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.folders import NestedFolder, claim_folder
 from zcbot_core.schedules.cron import local_label, next_fire
 from zcbot_core.schedules.rules import (
-    DEFAULT_TIMEZONE, MAX_JOBS_PER_USER, ScheduleError, ScheduleNotFound, utcnow, validate_cron, validate_mode,
-    validate_name, validate_notify, validate_prompt, validate_timeout, validate_timezone, validate_working_dir,
+    DEFAULT_TIMEZONE,
+    MAX_JOBS_PER_USER,
+    ScheduleError,
+    ScheduleNotFound,
+    utcnow,
+    validate_cron,
+    validate_mode,
+    validate_name,
+    validate_notify,
+    validate_prompt,
+    validate_timeout,
+    validate_timezone,
+    validate_working_dir,
 )
 
 

@@ -35,7 +35,7 @@ from zcbot_core.db.models import UsageEvent, User
 from zcbot_core.tools.push_tool import PushHostTool as HostTool
 from zcbot_core.tools.results import ToolOutcome
 from zcbot_core.usage import record_tool_usage
-from zcbot_core.web.fetch import FetchFailed, Fetcher, FetchLimits, Fetched
+from zcbot_core.web.fetch import Fetched, Fetcher, FetchFailed, FetchLimits
 from zcbot_core.web.search import SearchError, format_results, make_provider
 from zcbot_core.web.settings import HostToolSettings
 from zcbot_core.web.ssrf import FetchRefused, Policy, Resolver, system_resolver

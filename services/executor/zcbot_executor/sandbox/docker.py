@@ -4,7 +4,10 @@ Container (seed 003 §7.5): all capabilities dropped, no-new-privileges, read-on
 /tmp, pids/memory/cpu limits, a non-root user, `network_mode=none`, runtime from
 ZCBOT_DOCKER_RUNTIME (runc, runsc, ...), the user root bind-mounted at /workspace and the staged
 runner files read-only at /opt/zcbot. Each call execs `tool_runner.py once` with the request in a
-file under `/workspace/.zcbot_tmp/` (deleted by the runner); cancel execs `tool_runner.py kill`.
+file of the user's request folder (REQUESTS_MOUNT, read-only; deleted by the executor after the call);
+cancel execs `tool_runner.py kill`. The requests live outside /workspace so they are never the user's
+files: in /workspace they counted against the disk quota while a call started, and a user over the
+quota had the very `rm` that frees space killed for "growing" by its own request file.
 Idle containers are reaped by the pool; names and labels carry the executor host id, and a
 starting executor removes its own leftovers. Background processes get a container of their own
 (`zcbot-proc-<id>`, label product=proc, no instance label) so reaping and restarts never touch them.
@@ -39,6 +42,7 @@ log = logging.getLogger(__name__)
 
 CONTAINER_PYTHON = "/usr/local/bin/python3"  # absolute: the runner posix_spawns it (no PATH search)
 CALLS_DIR = "/tmp/.zcbot-calls"
+REQUESTS_MOUNT = "/run/zcbot/requests"  # the user's call requests, from `DockerBackend.requests_dir`
 EXEC_MARGIN = 10.0
 
 
@@ -110,7 +114,13 @@ class DockerBackend(SandboxBackend):
         return [CONTAINER_PYTHON, "-I", "-S", f"{policy.RUNNER_MOUNT}/egress_forward.py", egress.SANDBOX_SOCKET,
                 str(egress.SANDBOX_PORT)]
 
-    def _run_kwargs(self, user_id: str, user_root: Path, product: str, egress_socket: Path | None = None) -> dict[str, Any]:
+    def requests_dir(self, user_id: str) -> Path:
+        """The host folder of a user's call requests (the executor's, mounted read-only in the user's
+        sandbox container only; 0711: the sandbox opens its request by name, lists nothing)."""
+        return self.config.state_dir / "docker-requests" / user_id
+
+    def _run_kwargs(self, user_id: str, user_root: Path, product: str, egress_socket: Path | None = None,
+                    requests: Path | None = None) -> dict[str, Any]:
         import docker
 
         lim = self.config.limits
@@ -124,7 +134,8 @@ class DockerBackend(SandboxBackend):
             volumes={str(user_root): {"bind": policy.WORKSPACE, "mode": "rw"},
                      str(self.stage): {"bind": policy.RUNNER_MOUNT, "mode": "ro"},
                      **{src: {"bind": dest, "mode": "ro"} for src, dest in policy.platform_mounts(self.config.skill_paths)},
-                     **({str(egress_socket): {"bind": egress.SANDBOX_SOCKET, "mode": "rw"}} if egress_socket else {})},
+                     **({str(egress_socket): {"bind": egress.SANDBOX_SOCKET, "mode": "rw"}} if egress_socket else {}),
+                     **({str(requests): {"bind": REQUESTS_MOUNT, "mode": "ro"}} if requests else {})},
             ulimits=[docker.types.Ulimit(name="fsize", soft=lim.max_file_mb * 1024 * 1024, hard=lim.max_file_mb * 1024 * 1024),
                      docker.types.Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files)],
         )
@@ -136,13 +147,16 @@ class DockerBackend(SandboxBackend):
         import docker
 
         policy.ensure_owned(user_root, self.config.owner, recursive=True)
+        requests = self.requests_dir(user_id)
+        requests.mkdir(mode=0o711, parents=True, exist_ok=True)
+        requests.chmod(0o711)
         name = self.container_name(user_id)
         try:
             self.client.containers.get(name).remove(force=True)
         except docker.errors.NotFound:
             pass
         return self.client.containers.run(self.config.docker_image, self.main_command(), name=name,
-                                          **self._run_kwargs(user_id, user_root, "sandbox", egress_socket))
+                                          **self._run_kwargs(user_id, user_root, "sandbox", egress_socket, requests))
 
     async def open(self, user_id: str, user_root: Path) -> Sandbox:
         try:
@@ -206,16 +220,18 @@ class DockerSandbox(Sandbox):
 
     def _call_sync(self, call_id: str, tool: str, args: dict[str, Any], cwd: str, timeout: float) -> ToolResult:
         owner = self.backend.config.owner
-        policy.make_dirs_owned(self.user_root, ".zcbot_tmp", owner)  # refuses a planted symlink
+        requests = self.backend.requests_dir(self.user_id)
         name = f"req-{os.urandom(8).hex()}.json"
         request = {"id": call_id, "op": "call", "tool": tool, "args": args, "cwd": cwd, "timeout": timeout}
-        policy.safe_write(self.user_root, f".zcbot_tmp/{name}", json.dumps(request), owner or (os.getuid(), os.getgid()))
+        # 0600 and the sandbox's: readable by the container's user only (the runner's unlink is refused
+        # by the read-only mount; the executor deletes it below).
+        policy.safe_write(requests, name, json.dumps(request), owner or (os.getuid(), os.getgid()), mode=0o600)
         cmd = policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, "once", json.dumps(self.backend.runner_config()),
-                                    f"{policy.WORKSPACE}/.zcbot_tmp/{name}")
+                                    f"{REQUESTS_MOUNT}/{name}")
         try:
             code, out, err = self._exec(cmd)
         finally:
-            policy.safe_unlink(self.user_root, f".zcbot_tmp/{name}")
+            policy.safe_unlink(requests, name)
         lines = [ln for ln in out.splitlines() if ln.strip()]
         try:
             return ToolResult.from_runner(json.loads(lines[-1]))

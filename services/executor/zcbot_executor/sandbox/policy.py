@@ -17,7 +17,6 @@ from pathlib import Path
 from zcbot_core import safe_fs, skills
 from zcbot_core.skills import SkillPaths
 
-
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
 RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_search.py", "tools_exec.py", "proc_wrapper.py",
                 "sandbox_init.py", "wire.py", "egress_forward.py", "user_venv.py")
@@ -221,10 +220,10 @@ def safe_read(root: Path, rel: str, limit: int = 1024 * 1024) -> str | None:
         return None
 
 
-def safe_write(root: Path, rel: str, data: bytes | str, owner: Owner = None) -> None:
+def safe_write(root: Path, rel: str, data: bytes | str, owner: Owner = None, mode: int = 0o644) -> None:
     """Atomic replace of `rel` (O_EXCL temp in its folder, fchown, rename)."""
     with safe_fs.Root.open(root) as user:
-        user.write_bytes(rel, data, owner=owner)
+        user.write_bytes(rel, data, owner=owner, mode=mode)
 
 
 def safe_unlink(root: Path, rel: str) -> None:

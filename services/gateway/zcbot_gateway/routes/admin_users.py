@@ -17,21 +17,18 @@ thread on its own connection (bcrypt must not block the event loop).
 from __future__ import annotations
 
 from dataclasses import asdict
+from decimal import Decimal
 from typing import Any, Literal
 
 from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
-from starlette.concurrency import run_in_threadpool
-
-from decimal import Decimal
-
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 
 from zcbot_core import budgets
 from zcbot_core import users_admin as ua
 from zcbot_core.config import ConfigError
 from zcbot_core.db.models import User
-
 from zcbot_gateway.deps import AdminUser, SessionDep, SettingsDep
 from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 

@@ -25,13 +25,12 @@ from sqlalchemy.dialects.postgresql import insert
 from starlette.concurrency import run_in_threadpool
 
 from zcbot_core import auth, budgets, paths
-from zcbot_core.usage import usage_totals
 from zcbot_core.db.models import User
-
+from zcbot_core.usage import usage_totals
 from zcbot_gateway.deps import CurrentUserRow, SessionDep, SettingsDep
 from zcbot_gateway.errors import ServiceUnavailable
-from zcbot_gateway.throttle import LoginThrottle
 from zcbot_gateway.schemas import ChangePasswordIn, LoginIn, MeOut, OkOut, PasswordLoginIn, TokenOut, iso
+from zcbot_gateway.throttle import LoginThrottle
 
 router = APIRouter(prefix="/v1", tags=["auth"])
 

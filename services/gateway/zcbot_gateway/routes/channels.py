@@ -49,7 +49,6 @@ from zcbot_core.channels.wecom_crypto import WeComCryptoError
 from zcbot_core.channels_crypto import key_from_settings
 from zcbot_core.config import ConfigError
 from zcbot_core.db.models import ChannelBinding
-
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
 from zcbot_gateway.errors import ServiceUnavailable
 from zcbot_gateway.hooks import add_shutdown_hook

@@ -24,7 +24,6 @@ from sqlalchemy import select
 
 from zcbot_core.agent.lang import user_language
 from zcbot_core.db.models import Message, Task
-
 from zcbot_gateway.deps import CurrentUser, SessionDep
 from zcbot_gateway.http import bad_request
 from zcbot_gateway.task_access import get_user_task

@@ -25,7 +25,6 @@ from zcbot_core.filehistory import lineage
 from zcbot_core.filehistory import revert as revert_mod
 from zcbot_core.runstate import ACTIVE
 from zcbot_core.runstate.transitions import TaskNotFound
-
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
 from zcbot_gateway.file_history_texts import conflict_reasons, refusal, run_active, task_not_found
 from zcbot_gateway.http import PagingDep

@@ -53,7 +53,6 @@ from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.folders import MAX_WORKING_DIR, lock_user_folders, normalize_working_dir
 from zcbot_core.memory import SANDBOX_ROOT
 from zcbot_core.runstate import ACTIVE
-
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
 from zcbot_gateway.files_fs import (
     MAX_LIST_ENTRIES,

@@ -15,7 +15,6 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, status
 
 from zcbot_core import memory, paths
-
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"])

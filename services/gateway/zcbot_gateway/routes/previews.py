@@ -22,7 +22,6 @@ from starlette.background import BackgroundTask
 
 from zcbot_core import paths
 from zcbot_core.errors import PreviewTooLarge, PreviewUnsupported
-
 from zcbot_gateway import previews
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 from zcbot_gateway.files_fs import open_download

@@ -23,7 +23,6 @@ from fastapi import APIRouter, Path, Query
 
 from zcbot_core.bus import ProcsReply, ProcsRequest, decode, encode, grants
 from zcbot_core.bus.messages import PROCS_GRANT_RUN
-
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SettingsDep
 from zcbot_gateway.errors import ServiceUnavailable
 from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep, bad_request, not_found

@@ -12,7 +12,6 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 
 from zcbot_core import schedules
-
 from zcbot_gateway.deps import CurrentUser, SessionDep
 from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 

@@ -12,7 +12,6 @@ from typing import Any
 from fastapi import APIRouter
 
 from zcbot_core import paths, shortcuts
-
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 

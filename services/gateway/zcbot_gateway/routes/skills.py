@@ -15,7 +15,6 @@ from pydantic import BaseModel
 
 from zcbot_core import paths
 from zcbot_core.skills import SkillPaths, registry_for_user
-
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 

@@ -25,11 +25,10 @@ from sqlalchemy import ColumnElement, Select, func, or_, select
 from zcbot_core import paths
 from zcbot_core.db.models import Task
 from zcbot_core.folders import MAX_WORKING_DIR, NestedFolder, claim_folder, normalize_working_dir, simple_working_dir
+from zcbot_core.runstate import ACTIVE, RunStatus
 from zcbot_core.tasks import create_task as create_task_row
 from zcbot_core.tasks import make_task_dir
-from zcbot_core.runstate import ACTIVE, RunStatus
 from zcbot_core.tools.executor_client import stop_background
-
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep, check_model_profile
 from zcbot_gateway.http import (
     DEFAULT_PAGE_SIZE,

@@ -7,10 +7,8 @@ Create Date: 2026-11-29 22:12:43.021640
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from alembic import op
-
-
+from sqlalchemy.dialects import postgresql
 
 revision = '0001'
 down_revision = None
