@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import btrfs
-from zcbot_core.quota import MB
-from zcbot_core.quota import kernel
+from zcbot_core.quota import MB, kernel
 
 SKIP = btrfs.unavailable()
 pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"needs a loop btrfs: {SKIP}")

@@ -12,17 +12,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import compose_checks as cc
-import k8s_checks as kc
 import nats
 import pytest
 from nats.errors import Error as NatsError
 
-from zcbot_core.bus.access import DEPLOY_CONFIG, IDENTITIES, SERVICES, deploy_config, password_env
-from zcbot_devstack.embedded import free_port, nats_server_binary
-
+import compose_checks as cc
+import k8s_checks as kc
 from test_compose import ENV as COMPOSE_ENV
 from test_manifests import container, workloads
+from zcbot_core.bus.access import DEPLOY_CONFIG, IDENTITIES, SERVICES, deploy_config, password_env
+from zcbot_devstack.embedded import free_port, nats_server_binary
 
 
 def test_committed_config_is_the_generated_one(repo: Path) -> None:

@@ -14,13 +14,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import k8s_checks as kc
-import kustomize_lite
 import pytest
 import yaml
-from deploy_paths import K8S, NAMESPACE, REPO, variant_dir
-from test_manifests import CORE_GROUPS, container, workloads
 
+import k8s_checks as kc
+import kustomize_lite
+from deploy_paths import K8S, REPO, variant_dir
+from test_manifests import CORE_GROUPS, container, workloads
 from zcbot_core.bus.access import IDENTITIES, password_env
 from zcbot_core.bus.deploy_names import BUS_NAMES, bus_names
 from zcbot_core.bus.deploy_names import main as write_bus_names

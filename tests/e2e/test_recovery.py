@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from tests.helpers.stack import Stack, start_gateway
 from tests.helpers.db import db_rows
 from tests.helpers.procs import ServiceProcess
+from tests.helpers.stack import Stack, start_gateway
 from tests.helpers.wait import wait_for
 
 SLOW_TWO_STEPS = [

@@ -12,7 +12,6 @@ from tests.helpers.stack import Stack
 from tests.helpers.wait import wait_for
 
 
-
 @pytest.fixture
 def stack(shared_stack: Stack) -> Stack:
     return shared_stack

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import psutil
 
+from tests.helpers.executor_stack import Stack, drain, sandbox_processes, wait_no_processes, wait_processes
 from zcbot_executor.bg_watch import stop_left_behind
 from zcbot_executor.procs import PROCS_DIR, STALE_SECONDS, sweep_procs
-
-from tests.helpers.executor_stack import Stack, drain, sandbox_processes, wait_no_processes, wait_processes
 
 # Durations unique to the run: the leftover scans see every session's processes on the machine.
 _SLEEP_BASE = secrets.randbelow(80_000) + 10_000

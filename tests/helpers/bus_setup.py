@@ -5,8 +5,8 @@ identity, as `zcbot up` and the deploy/ job do."""
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from zcbot_core.bus.access import SETUP

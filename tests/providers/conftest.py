@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.stack import (  # noqa: F401  (fixtures)
-    FAKE_KEY_ENV, bare_stack, fake_llm, module_stack, shared_stack, stack, strict_fake_llm as replay)
+from tests.helpers.stack import FAKE_KEY_ENV, bare_stack, fake_llm, module_stack, shared_stack, stack  # noqa: F401  (fixtures)
 
 STREAMS = Path(__file__).parent / "streams"
 

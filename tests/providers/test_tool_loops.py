@@ -12,7 +12,6 @@ from tests.helpers.stack import Stack
 from tests.providers.conftest import add_profile, of, recorded, run_events
 
 
-
 @pytest.fixture
 def stack(shared_stack: Stack) -> Stack:
     return shared_stack

@@ -3,10 +3,9 @@ first after a quiet spell goes out at once, other events keep their order."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
 import contextlib
+from typing import Any
 
 from tests.helpers.stream import stored_events as _stored
 from tests.helpers.stream import stored_raw as _stored_raw

@@ -171,10 +171,10 @@ async def test_the_gateway_identity_cancels_a_waiting_run_with_a_message_behind_
         auth_nats: AuthNats, settings_env: dict[str, str]) -> None:
     """Issue 34: under `zcbot up`'s identities this cancel answered 503 (the gateway could not publish
     the run's `done`) and stranded the message behind it."""
+    from tests.helpers.runstate import RunHarness
     from zcbot_core.bus import decode
     from zcbot_core.bus.events import Done
     from zcbot_core.service import close_runtime, open_runtime
-    from tests.helpers.runstate import RunHarness
 
     env = {**settings_env, "ZCBOT_NATS_URL": auth_nats.url, "ZCBOT_BUS_PREFIX": auth_nats.topo.prefix,
            **auth_nats.creds.service_env("gateway")}

@@ -17,9 +17,9 @@ import nats
 import pytest
 from nats.errors import Error as NatsError
 
+from tests.helpers.bus_setup import declare_topology
 from tests.helpers.executor_stack import ExecutorProcess
 from tests.helpers.tls import make_ca_and_server_cert
-from tests.helpers.bus_setup import declare_topology
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import connect
 from zcbot_core.tools.executor_client import probe_host

@@ -165,12 +165,13 @@ class ProcManager:
         field = "command" if tool == "shell" else "code"
         if not isinstance(body, str) or not body.strip():
             return ToolResult(False, error=f"argument '{field}' must be a non-empty string")
-        limit = args.get("timeout")
-        numeric = isinstance(limit, (int, float)) and not isinstance(limit, bool)
+        given = args.get("timeout")
+        numeric = isinstance(given, (int, float)) and not isinstance(given, bool)
+        limit = float(given) if numeric and given is not None else 0.0
         if numeric and not math.isfinite(limit):
             # NaN passed `limit <= 0` and removed the limit (issue 36); service.py refuses it first.
             return ToolResult(False, error="argument 'timeout' must be a finite number of seconds")
-        if not numeric or limit <= 0:
+        if limit <= 0:
             limit = self.config.bg_time_limit or DEFAULT_BACKGROUND_LIMIT
         limit = float(min(limit, self.config.bg_time_limit_max or MAX_BACKGROUND_LIMIT))
         async with self._locks.setdefault(user_id, asyncio.Lock()):

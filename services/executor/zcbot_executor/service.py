@@ -33,28 +33,28 @@ from zcbot_core import safe_fs
 from zcbot_core.agent.tool_args import non_finite_error
 from zcbot_core.bus import (
     BackgroundStop,
-    ProcsReply,
-    ProcsRequest,
     BusDecodeError,
     ExecutorProbe,
     ExecutorProbeReply,
+    ProcsReply,
+    ProcsRequest,
     ToolCallReply,
     ToolCallRequest,
     ToolCancel,
     decode,
     encode,
+    grants,
 )
-from zcbot_core.bus.micro import ConcurrentEndpoints
-from zcbot_core.bus import grants
 from zcbot_core.bus.ended_runs import EndedRuns
+from zcbot_core.bus.micro import ConcurrentEndpoints
 from zcbot_core.config import Settings
+from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.quota import MB
 from zcbot_core.quota import kernel as quota_kernel
-from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.service import Runtime
-from zcbot_core.worker import TaskGroup
 from zcbot_core.tools.executor_client import probe_host
 from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
+from zcbot_core.worker import TaskGroup
 from zcbot_executor import bg_files, bg_watch, metrics, procs_api
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.file_watch import MAX_FILE_CHANGES, FileWatch

@@ -20,12 +20,12 @@ from fastapi.middleware.cors import CORSMiddleware
 from zcbot_core import __version__
 from zcbot_core.config import Settings
 from zcbot_core.service import close_runtime, health_routes, open_runtime, settle_heap
+from zcbot_gateway import prebuild
 from zcbot_gateway.apidocs import install_docs
 from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.errors import install_error_handlers
 from zcbot_gateway.hooks import init_hooks, run_shutdown_hooks, run_startup_hooks
 from zcbot_gateway.openapi_docs import install_openapi
-from zcbot_gateway import prebuild
 from zcbot_gateway.prebuild import build_included_routes
 from zcbot_gateway.routes import auth as auth_routes
 from zcbot_gateway.routes import tasks as task_routes

@@ -60,8 +60,8 @@ class PreviewCache:
         if isinstance(produced, Path):
             shutil.copyfile(produced, part)
         else:  # the converter's folder, opened through safe_fs -> the gateway's own cache
-            with open(part, "wb") as fh:
-                shutil.copyfileobj(produced, fh)
+            with open(part, "wb") as out:
+                shutil.copyfileobj(produced, out)
         now = time.time_ns()
         os.utime(part, ns=(now, now))
         os.replace(part, self._entry(digest))

@@ -13,29 +13,28 @@ from sqlalchemy import exc as sa_exc
 
 from zcbot_core import budgets
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
+from zcbot_core.agent.context import MessagePreparer
 from zcbot_core.agent.fold import prepare_run_context
 from zcbot_core.agent.lang import say, stop_text, user_language
-from zcbot_core.agent.context import MessagePreparer
 from zcbot_core.agent.loop import AgentLoop, LoopResult
 from zcbot_core.agent.prompt import PromptContext, build_system_prompt
 from zcbot_core.bus import BusDecodeError, CancelRequest, RunRequest, decode
-from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus import events as ev
+from zcbot_core.bus.deliveries import keep_in_progress
+from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import get_profile
 from zcbot_core.runstate.claim import Claim, claim_run
 from zcbot_core.runstate.status import RunOutcome
 from zcbot_core.runstate.transitions import continue_after_end, end_run
-from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
+from zcbot_runner import file_events, metrics
 from zcbot_runner.budget import RunBudget
-from zcbot_runner import metrics
 from zcbot_runner.config import RunnerSettings
 from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
 from zcbot_runner.store import DbStepStore, RunSuperseded
 from zcbot_runner.takeover import SUPERSEDED, announce_takeover, is_takeover_of_other, watch_ownership
-from zcbot_runner import file_events
 from zcbot_runner.toolbox import RunnerToolBox
 
 log = logging.getLogger(__name__)

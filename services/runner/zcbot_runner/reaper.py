@@ -24,12 +24,12 @@ from datetime import timedelta
 
 from nats.js.errors import NotFoundError
 
-from zcbot_core.bus import events as ev
 from zcbot_core.bus import encode
+from zcbot_core.bus import events as ev
+from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.runstate import sql
 from zcbot_core.runstate.status import RunOutcome, RunStatus
 from zcbot_core.runstate.transitions import continue_after_end, now, promote_waiting, reap
-from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.service import Runtime
 from zcbot_core.worker import periodic
 

@@ -14,7 +14,7 @@ anything anyway.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -88,7 +88,7 @@ def _differs(have: object, wanted: object) -> bool:
     return have != wanted
 
 
-async def _stream(js: JetStreamContext, name: str):  # noqa: ANN202  (nats' StreamConfig)
+async def _stream(js: JetStreamContext, name: str) -> Any:  # nats' StreamConfig (untyped)
     try:
         return (await js.stream_info(name)).config
     except NotFoundError:
@@ -119,9 +119,8 @@ async def setup_topology(settings: Settings, wait_seconds: float = TOPOLOGY_RETR
     identity (`ZCBOT_NATS_USER` = `setup` in deploy/; the admin or none on a dev server) and the
     limits of these settings."""
     from zcbot_core.bus.topology import connect
-    from zcbot_core.service import stream_limits
-
     from zcbot_core.config import ConfigError
+    from zcbot_core.service import stream_limits
 
     nats_url = settings.zcbot_nats_url
     if not nats_url:

@@ -17,6 +17,7 @@ record, so a revert that fails half-way still leaves the history saying what it 
 
 from __future__ import annotations
 
+import functools
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,6 @@ from zcbot_core import safe_fs
 from zcbot_core.filehistory.events import Change
 from zcbot_core.filehistory.ops import file_hash, restore
 from zcbot_core.filehistory.store import VersionStore
-
 
 # Why a path was skipped (the gateway's file_history_texts.CONFLICTS says it to a person):
 # file_where_folder_was: a file stands where a folder the run removed was; changed_since_run: the file
@@ -112,7 +112,7 @@ def _blocked_by(r: safe_fs.Root, rel: str) -> str | None:
 def _failure(path: str, exc: Exception) -> dict[str, Any]:
     """A path whose change failed: safe_fs says what in words naming only the user's path; a bare
     OSError (the version store) only by its error name, never with a host path."""
-    why = str(exc) if isinstance(exc, safe_fs.SafeFsError) else (exc.strerror or type(exc).__name__)
+    why = str(exc) if isinstance(exc, safe_fs.SafeFsError) else (getattr(exc, "strerror", None) or type(exc).__name__)
     return {"path": path, "code": "not_applied", "why": why[:300]}
 
 
@@ -170,20 +170,20 @@ def _check(store: VersionStore, r: safe_fs.Root, p: Plan, out: RevertResult, for
             out.conflicts.append({**_refused(d.path, exc), "folder": True})
             continue
         if verdict == "make":
-            steps.append((d.path, lambda rel=d.path: _remake_dir(r, rel, owner)))
+            steps.append((d.path, functools.partial(_remake_dir, r, d.path, owner)))
         elif verdict != "skip":
             out.conflicts.append({"path": d.path, "code": verdict, "folder": True})
     for f in p.files:
         try:
-            verdict = _check_file(store, r, f, force)
+            file_verdict: str | dict[str, Any] | None = _check_file(store, r, f, force)
         except (safe_fs.SafeFsError, OSError) as exc:
-            verdict = _refused(f.path, exc)
-        if isinstance(verdict, dict):
-            out.conflicts.append(verdict)
-        elif verdict == "missing":
+            file_verdict = _refused(f.path, exc)
+        if isinstance(file_verdict, dict):
+            out.conflicts.append(file_verdict)
+        elif file_verdict == "missing":
             out.missing.append(f.path)
-        elif verdict == "restore":
-            steps.append((f.path, lambda f=f: restore(store, r, f.path, f.before, owner=owner)))
+        elif file_verdict == "restore":
+            steps.append((f.path, functools.partial(restore, store, r, f.path, f.before, owner=owner)))
     return steps
 
 

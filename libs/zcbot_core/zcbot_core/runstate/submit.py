@@ -27,8 +27,18 @@ from zcbot_core.db.engine import autocommit
 from zcbot_core.runstate import matrix, sql
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.status import ACTIVE
-from zcbot_core.runstate.transitions import (MAX_PENDING_INPUTS, BusUnavailable, Multitask, QuotaExceeded, TaskNotFound,
-                             UserNotFound, WrongChannel, new_run_id, publish_run, signal_cancel)
+from zcbot_core.runstate.transitions import (
+    MAX_PENDING_INPUTS,
+    BusUnavailable,
+    Multitask,
+    QuotaExceeded,
+    TaskNotFound,
+    UserNotFound,
+    WrongChannel,
+    new_run_id,
+    publish_run,
+    signal_cancel,
+)
 
 log = logging.getLogger(__name__)
 

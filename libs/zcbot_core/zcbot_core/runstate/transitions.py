@@ -48,9 +48,17 @@ from zcbot_core.bus.retry import retry_until
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.db.engine import autocommit
 from zcbot_core.runstate import matrix, sql
+
 # The domain errors of the transitions, importable from here too (`runs.RunConflict`, ...).
-from zcbot_core.runstate.errors import (BusUnavailable, NothingToCancel, QuotaExceeded, RunConflict,  # noqa: F401
-                                        TaskNotFound, UserNotFound, WrongChannel)
+from zcbot_core.runstate.errors import (  # noqa: F401
+    BusUnavailable,
+    NothingToCancel,
+    QuotaExceeded,
+    RunConflict,
+    TaskNotFound,
+    UserNotFound,
+    WrongChannel,
+)
 from zcbot_core.runstate.status import RunOutcome
 from zcbot_core.tools.executor_client import stop_background
 
