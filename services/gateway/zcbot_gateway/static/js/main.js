@@ -18,6 +18,7 @@ import { follow, setRunStatus, setupCancel, stopRun } from "./run.js";
 import { setupSideTabs } from "./sidetabs.js";
 import { loadTasks, refreshCurrentTask, renderTasks, selectTask, setupTasks, startTaskPoll, stopTaskPoll } from "./tasks.js";
 import { setRoute, taskIdFromPath } from "./route.js";
+import { startClock } from "./when.js";
 
 // Named by run: a run that ends between reading the task and this request is still replayed from
 // its first event (without the id the server, seeing no active run, answers "idle" at once, and a
@@ -132,6 +133,7 @@ function boot() {
   setupPreview();
   setupVersions();
   setupConnection(onReconnected);
+  startClock();
   on("task-selected", onTaskSelected);
   on("run-ended", onRunEnded);
   on("task-open-failed", onTaskOpenFailed);
