@@ -1,4 +1,4 @@
-"""The dev SPA (seed 003 §7.9: "dev SPA 留一份"): `GET /` serves `static/dev.html`, and
+"""The dev SPA (seed 003 §7.9: "dev SPA 留一份"): `GET /` and `GET /t/{task_id}` serve `static/dev.html`, and
 `/static/*` serves the page assets and `static/admin.html`.
 
 Plain files, no build step: ES modules under `static/js/` (one concept each), the vendored
@@ -39,6 +39,13 @@ router = APIRouter(include_in_schema=False)
 @router.get("/")
 async def dev_page() -> FileResponse:
     """The dev SPA: tasks, streaming chat, files."""
+    return FileResponse(STATIC_DIR / "dev.html", media_type="text/html", headers=SECURITY_HEADERS)
+
+
+@router.get("/t/{task_id}")
+async def task_page(task_id: str) -> FileResponse:
+    """The same page at a task's own address (reload, back/forward, a shared link): the page reads
+    the id from its URL and opens the task after sign-in; an unknown id is the page's "not found"."""
     return FileResponse(STATIC_DIR / "dev.html", media_type="text/html", headers=SECURITY_HEADERS)
 
 

@@ -66,10 +66,28 @@ export function setOnline(value) {
   for (const fn of listeners.online) fn(value);
 }
 
+const CJK = /[\u3400-\u9fff]/;
+// Codes some routes already answer in the request's language, with more in them than the
+// dictionary's sentence (a wait in seconds, the service named): their Chinese text is kept.
+const SPOKEN_BY_SERVER = new Set(["too_many_attempts", "service_unavailable", "preview_unavailable"]);
+
+/** The refusal in the page's language: the dictionary's sentence for the envelope's `code` when
+ * the page has one (a server's English detail may still echo Chinese input, so its script says
+ * nothing), else the server's text as it came (422s and file-history refusals follow
+ * Accept-Language already). */
+export function refusalText(code, detail) {
+  if (lang !== "zh" || !code) return detail;
+  if (SPOKEN_BY_SERVER.has(code) && CJK.test(detail || "")) return detail;
+  const key = "errcode." + code;
+  return t(key) !== key ? t(key) : detail;
+}
+
 export async function errorFrom(resp) {
   let body = null;
   try { body = await resp.json(); } catch (_) { /* not JSON */ }
-  const err = new ApiError(resp.status, detailText(body) || resp.statusText, (body && body.code) || "", body);
+  const code = (body && body.code) || "";
+  const err = new ApiError(resp.status, refusalText(code, detailText(body) || resp.statusText), code, body);
+  err.serverDetail = detailText(body);
   if (resp.status === 401 && listeners.unauthorized) listeners.unauthorized(err);
   return err;
 }

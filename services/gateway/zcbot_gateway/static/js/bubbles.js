@@ -4,6 +4,14 @@
 import { el } from "./dom.js";
 import { t } from "./i18n.js";
 import { MarkdownStream } from "./markdown.js";
+import { copyButton } from "./copy.js";
+import { timeStamp } from "./when.js";
+
+/** The bubble's head: who, when (exact on hover), and a copy button for its text. */
+function head(who, createdAt, text) {
+  return el("div", { class: "who" }, el("span", {}, who), timeStamp(createdAt),
+    copyButton(text, "copy-message"));
+}
 
 export function messagesBox() { return document.getElementById("messages"); }
 
@@ -17,16 +25,16 @@ export function clearEmpty() {
   messagesBox().querySelectorAll(":scope > .empty").forEach((n) => n.remove());
 }
 
-export function userBubble(text) {
+export function userBubble(text, createdAt = null) {
   return el("div", { class: "msg user", "data-testid": "user-message" },
-    el("div", { class: "who" }, t("chat.you")), el("div", { class: "body", "data-testid": "user-text" }, text));
+    head(t("chat.you"), createdAt, () => text), el("div", { class: "body", "data-testid": "user-text" }, text));
 }
 
 /** An assistant bubble; `.stream` renders its markdown as text arrives. */
-export function assistantBubble(text = "") {
+export function assistantBubble(text = "", createdAt = null) {
   const body = el("div", { class: "body md", "data-testid": "assistant-text" });
   const bubble = el("div", { class: "msg assistant", "data-testid": "assistant-message" },
-    el("div", { class: "who" }, t("chat.assistant")), body);
+    head(t("chat.assistant"), createdAt, () => bubble.stream.text), body);
   bubble.stream = new MarkdownStream(body);
   if (text) bubble.stream.set(text);
   return bubble;

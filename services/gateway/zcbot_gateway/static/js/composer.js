@@ -91,6 +91,6 @@ export function setupComposer() {
       $("send-form").requestSubmit();
     }
   });
-  for (const name of ["run-changed", "procs-changed", "task-selected"]) on(name, updateComposer);
+  for (const name of ["run-changed", "procs-changed", "task-selected", "task-cleared"]) on(name, updateComposer);
   updateComposer();
 }

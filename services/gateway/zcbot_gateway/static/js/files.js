@@ -109,6 +109,7 @@ function setUploadEnabled() {
 export function setupFiles() {
   setUploadEnabled();
   on("task-selected", ({ task }) => { setUploadEnabled(); loadFiles(task.working_dir); });
+  on("task-cleared", setUploadEnabled);
   on("run-ended", () => { if (state.current) loadFiles(state.filesPath); });
   on("files-changed", () => loadFiles(state.filesPath)); // a restore or an undone run (versions.js, run_undo.js)
   $("file-input").addEventListener("change", showChosen);

@@ -10,6 +10,7 @@ import { ACTIVE_RUN, state } from "./state.js";
 import { assistantBubble, continueHint, messageText, messagesBox, reasoningBlock, userBubble } from "./bubbles.js";
 import { setToolResult, settlePendingCards, toolCard } from "./toolcard.js";
 import { undoneNote, undoOffer } from "./run_undo.js";
+import { failureNotice } from "./causes.js";
 
 const FAILED_RESULT = /^\s*\[?(error|not run|cancelled)\b/i;
 const CANCEL_TAIL = /\s*(（已取消）|（已中止）|\(cancelled\)|\(stopped\))\s*$/;
@@ -52,10 +53,10 @@ export async function loadHistory(task, seq, send) {
       const text = messageText(p.content);
       const cut = CANCEL_TAIL.exec(text);
       const answer = cut ? text.slice(0, cut.index) : text;
-      if (answer.trim()) box.append(assistantBubble(answer));
+      if (answer.trim()) box.append(assistantBubble(answer, m.created_at));
       box.append(cancelledNotice(cut ? cut[1] : ""));
     } else if (p.role === "user") {
-      box.append(userBubble(messageText(p.content)));
+      box.append(userBubble(messageText(p.content), m.created_at));
     } else if (p.role === "assistant") {
       if (m.kind === "guard") {
         box.append(notice("warn", messageText(p.content), "run-warn"), continueHint(send));
@@ -63,7 +64,7 @@ export async function loadHistory(task, seq, send) {
       }
       if (p.reasoning_content) box.append(reasoningBlock(p.reasoning_content));
       const text = messageText(p.content);
-      if (text) box.append(assistantBubble(text));
+      if (text) box.append(assistantBubble(text, m.created_at));
       for (const tc of p.tool_calls || []) {
         const fn = tc.function || {};
         const card = toolCard(tc.id, fn.name || "tool", fn.arguments || "{}");
@@ -84,7 +85,7 @@ export async function loadHistory(task, seq, send) {
     if (n > 0 && runId !== live) node.after(undone.has(runId) ? undoneNote(runId) : undoOffer(task.task_id, runId, n));
   }
   if (task.run_status === "error" && task.run_error) {
-    box.append(notice("error", t("run.last_failed", { msg: task.run_error }), "run-error"));
+    box.append(failureNotice("", task.run_error, send));
   }
   if (!msgs.length) box.append(el("p", { class: "muted empty", "data-testid": "chat-empty" }, t("chat.empty")));
   box.scrollTop = box.scrollHeight;

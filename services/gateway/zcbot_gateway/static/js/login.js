@@ -46,7 +46,9 @@ export function setupLogin(enter, leave) {
       form.reset();
       await enter();
     } catch (err) {
-      $("login-error").textContent = t("login.failed", { msg: err.message });
+      // Both sign-ins answer any wrong credential with the same 403 (no account enumeration).
+      const msg = err.status === 403 ? t(form.id === "login-key-form" ? "login.bad_key" : "login.bad_credentials") : err.message;
+      $("login-error").textContent = t("login.failed", { msg });
     } finally {
       button.disabled = false;
     }

@@ -1,7 +1,7 @@
 /* The dev page (`/`): wiring only. Each concept is its own module; they talk through state.js. */
 
 import { api, auth, ApiError, enc, onUnauthorized } from "./api.js";
-import { $ } from "./dom.js";
+import { $, el, notice } from "./dom.js";
 import { applyI18n, statusLabel, t } from "./i18n.js";
 import { emit, on, state, ACTIVE_RUN } from "./state.js";
 import { setupAccount } from "./account.js";
@@ -16,7 +16,9 @@ import { setupVersions } from "./versions.js";
 import { loadProcs, setupProcs, startProcs, stopProcs } from "./procs.js";
 import { follow, setRunStatus, setupCancel, stopRun } from "./run.js";
 import { setupSideTabs } from "./sidetabs.js";
-import { loadTasks, refreshCurrentTask, selectTask, setupTasks, startTaskPoll, stopTaskPoll } from "./tasks.js";
+import { loadTasks, refreshCurrentTask, renderTasks, selectTask, setupTasks, startTaskPoll, stopTaskPoll } from "./tasks.js";
+import { setRoute, taskIdFromPath } from "./route.js";
+import { startClock } from "./when.js";
 
 // Named by run: a run that ends between reading the task and this request is still replayed from
 // its first event (without the id the server, seeing no active run, answers "idle" at once, and a
@@ -33,6 +35,35 @@ function leave() {
   state.current = null;
 }
 
+/** No task open (the address is `/`): the empty chat, as after sign-in. */
+function clearTask() {
+  state.selectSeq += 1;
+  stopRun();
+  state.current = null;
+  $("chat-title").textContent = t("chat.no_task_title");
+  $("chat-folder").textContent = "";
+  setRunStatus("");
+  $("messages").replaceChildren(el("p", { class: "empty muted" }, t("chat.select_hint")));
+  renderTasks();
+  emit("task-cleared");
+}
+
+/** Open what the address names (after sign-in, on back/forward); the address is left as it is. */
+async function openFromAddress() {
+  const taskId = taskIdFromPath();
+  if (!taskId) { if (state.current) clearTask(); return; }
+  if (state.current && state.current.task_id === taskId) return;
+  await selectTask(taskId, { route: "none" });
+}
+
+/** A task named by the address that cannot be opened (deleted, someone else's, a typo): say so in the chat. */
+function onTaskOpenFailed({ err }) {
+  if (state.current) return; // a click on another task failed: the open one stays
+  $("chat-title").textContent = t("chat.no_task_title");
+  $("messages").replaceChildren(notice("error", t("tasks.open_failed", { msg: err.message }), "task-open-error"),
+    el("p", { class: "empty muted" }, t("chat.select_hint")));
+}
+
 async function enterApp() {
   const me = await api("/v1/me");
   state.me = me;
@@ -47,6 +78,7 @@ async function enterApp() {
   startTaskPoll();
   startProcs();
   await loadTasks();
+  await openFromAddress();
 }
 
 /** A task was opened: its header, history, and its live run if one is active. */
@@ -87,7 +119,9 @@ function boot() {
     leave();
     showLogin(t("login.expired"));
   });
-  setupLogin(enterApp, leave);
+  // Signing out forgets the address's task (the next person here starts from none); an expired
+  // sign-in keeps it, so a shared link opens its task once signed in.
+  setupLogin(enterApp, () => { leave(); setRoute(null, "replace"); });
   setupAccount((message) => { leave(); showLogin(message); });
   setupLayout();
   setupTasks();
@@ -99,8 +133,11 @@ function boot() {
   setupPreview();
   setupVersions();
   setupConnection(onReconnected);
+  startClock();
   on("task-selected", onTaskSelected);
   on("run-ended", onRunEnded);
+  on("task-open-failed", onTaskOpenFailed);
+  window.addEventListener("popstate", () => { if (state.me) openFromAddress(); });
   if (auth.token) {
     enterApp().catch((err) => {
       if (!(err instanceof ApiError && err.status === 401)) showLogin(t("login.unreachable", { msg: err.message }));

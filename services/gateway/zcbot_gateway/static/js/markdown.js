@@ -6,6 +6,7 @@
 import { Marked } from "../vendor/marked.esm.js";
 import DOMPurify from "../vendor/purify.es.js";
 import hljs from "../vendor/highlight.min.js";
+import { copyButton } from "./copy.js";
 
 const marked = new Marked({ gfm: true, breaks: true, async: false });
 
@@ -39,6 +40,14 @@ export function renderMarkdown(text) {
       }
       code.classList.add("hljs");
     } catch (_) { /* leave the plain text */ }
+  }
+  for (const pre of frag.querySelectorAll("pre")) {
+    // Each code block gets its own copy button (added after sanitizing: it is ours, not the model's).
+    const wrap = document.createElement("div");
+    wrap.className = "code-block";
+    const source = pre.textContent;
+    pre.replaceWith(wrap);
+    wrap.append(copyButton(() => source, "copy-code", "copy.code"), pre);
   }
   for (const table of frag.querySelectorAll("table")) {
     // A wide table scrolls inside its own box instead of widening the chat (390 px phones).

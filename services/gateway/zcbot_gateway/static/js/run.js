@@ -9,6 +9,7 @@ import { emit, state } from "./state.js";
 import { assistantBubble, clearEmpty, continueHint, messagesBox, reasoningBlock, scrollDown } from "./bubbles.js";
 import { setToolResult, settlePendingCards, toolCard } from "./toolcard.js";
 import { undoOffer } from "./run_undo.js";
+import { failureNotice } from "./causes.js";
 
 export function setRunStatus(text, kind = "") {
   const badge = $("run-status");
@@ -92,8 +93,8 @@ function eventNotice(view, evt) {
       return notice("warn", d.msg || t("run.warning"), "run-warn");
     case "cancelled":
       return notice("warn", t("run.cancelled") + (d.reason && d.reason !== "user" ? " (" + d.reason + ")" : ""), "run-cancelled");
-    case "error":
-      return notice("error", t("run.error", { msg: d.msg || t("error.unknown") }), "run-error");
+    case "error": // the cause in words; Retry is added when the run is over (see follow)
+      return failureNotice(d.code || "", d.msg || "", null);
     default:
       return null;
   }
@@ -150,6 +151,12 @@ export async function follow(url, runId, initialStatus, send, opened = null, abo
   settlePendingCards(view.root, status === "cancelled" ? t("tool.cancelled") : t("tool.not_run"));
   view.root.dataset.status = status;
   if (status === "stopped" && !view.root.querySelector("[data-testid=continue-hint]")) view.append(continueHint(send));
+  if (status === "error") {
+    const shown = view.root.querySelector(".run-failure");
+    if (shown) shown.remove(); // shown again below with Retry, now that the run is over
+    const code = shown ? shown.dataset.code || "" : "";
+    view.append(failureNotice(code, shown ? shown.rawMessage : "", send));
+  }
   if (final && final.files_changed > 0 && run.runId) view.append(undoOffer(task.task_id, run.runId, final.files_changed));
   const total = final && final.timings && final.timings.total;
   setRunStatus(status === "idle" ? "" : statusLabel(status) + (total ? " · " + Number(total).toFixed(1) + " s" : ""),

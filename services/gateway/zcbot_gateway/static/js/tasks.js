@@ -5,6 +5,7 @@ import { api, enc } from "./api.js";
 import { $, el, itemsOf } from "./dom.js";
 import { t, statusLabel } from "./i18n.js";
 import { ACTIVE_RUN, emit, on, state } from "./state.js";
+import { setRoute } from "./route.js";
 
 const TASK_POLL_MS = 15000;
 let signature = "";
@@ -26,7 +27,7 @@ export async function loadTasks() {
   if (sig() !== signature) renderTasks(); // a poll must not move keyboard focus for nothing
 }
 
-function renderTasks() {
+export function renderTasks() {
   signature = sig();
   const list = $("task-list");
   list.replaceChildren();
@@ -65,20 +66,26 @@ export async function refreshCurrentTask() {
   }
 }
 
-export async function selectTask(taskId) {
+/** Open a task; `route`: how the address follows ("push", "replace", or "none" when it already
+ * names the task: a reload, back/forward). Answers false when the task could not be opened. */
+export async function selectTask(taskId, { route = "push" } = {}) {
   const seq = ++state.selectSeq;
   let task;
   try {
     task = await api("/v1/tasks/" + enc(taskId));
   } catch (err) {
-    $("tasks-error").textContent = t("tasks.open_failed", { msg: err.message });
-    return;
+    if (seq === state.selectSeq) $("tasks-error").textContent = t("tasks.open_failed", { msg: err.message });
+    if (seq === state.selectSeq) emit("task-open-failed", { taskId, err });
+    return false;
   }
-  if (seq !== state.selectSeq) return;
+  if (seq !== state.selectSeq) return false;
+  $("tasks-error").textContent = "";
+  setRoute(task.task_id, route);
   state.current = task;
   updateTask(task);
   emit("task-selected", { task, seq });
   checkFolder();
+  return true;
 }
 
 export async function checkFolder() {

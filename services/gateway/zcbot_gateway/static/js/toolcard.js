@@ -20,13 +20,33 @@ function oneLine(text) {
   return s.length > 80 ? s.slice(0, 79) + "…" : s;
 }
 
+// What each tool acts on, shown after its name in words ("写入文件 报告.md").
+const SUBJECT = {
+  read: "path", write: "path", edit: "path", look_at_image: "path", glob: "pattern", grep: "pattern",
+  shell: "command", run_python: "code", check_process: "proc_id", web_fetch: "url", web_search: "query",
+  load_skill: "name", read_skill_file: "path", save_skill: "name", fork_skill: "name",
+  schedule_create: "name", schedule_update: "name", schedule_delete: "name", wechat_push: "title",
+};
+
+/** The card's label: the tool in words (an unknown tool: "调用工具 x") and what it acts on. */
+export function toolLabel(name, args) {
+  const key = "toolname." + name;
+  const words = t(key) !== key ? t(key) : t("toolname.other", { name });
+  const value = typeof args === "string" ? parseJson(args) : args;
+  const field = SUBJECT[name];
+  let subject = value && typeof value === "object" && field ? value[field] ?? value.job_id ?? "" : "";
+  if (typeof subject !== "string") subject = subject === null || subject === undefined ? "" : String(subject);
+  return { words, subject: oneLine(subject.split("\n")[0]) };
+}
+
 export function toolCard(callId, name, args) {
   const pretty = prettyArgs(args);
+  const label = toolLabel(name, args);
   return el("details", { class: "tool-card pending", "data-testid": "tool-card", "data-call-id": callId || "",
     "data-tool": name },
-    el("summary", {},
-      el("span", { class: "tool-name", "data-testid": "tool-name" }, name),
-      el("span", { class: "tool-oneline muted" }, oneLine(pretty)),
+    el("summary", { title: name },
+      el("span", { class: "tool-name", "data-testid": "tool-name" }, label.words),
+      el("span", { class: "tool-oneline muted", "data-testid": "tool-subject" }, label.subject),
       el("span", { class: "tool-state badge", "data-testid": "tool-state" }, t("tool.running"))),
     el("div", { class: "tool-section-label" }, t("tool.args")),
     el("pre", { class: "tool-args", "data-testid": "tool-args" }, clip(pretty, 8000)),
