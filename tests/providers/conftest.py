@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.stack import FAKE_KEY_ENV, bare_stack, fake_llm, module_stack, shared_stack, stack  # noqa: F401  (fixtures)
+from tests.helpers.stack import strict_fake_llm as replay  # noqa: F401  (the strict fake LLM, as the fixture `replay`)
 
 STREAMS = Path(__file__).parent / "streams"
 

@@ -32,6 +32,10 @@ ALLOWED = {  # (file, the matching text) -> why it is not an operation on a user
         "the embedded database's socket and password-init folders (its own temp dirs)",
     ("libs/zcbot_devstack/zcbot_devstack/state.py", "os.replace("): "ZCBOT_HOME/stack.json, the stack's own state file",
     ("libs/zcbot_core/zcbot_core/quota/__init__.py", "O_NOFOLLOW"): "the quota ledger in the service state folder",
+    ("libs/zcbot_core/zcbot_core/quota/kernel.py", "O_NOFOLLOW"):
+        "the user root itself, a child of the root-owned storage folder, opened to read its subvolume id",
+    ("libs/zcbot_core/zcbot_core/filehistory/store.py", "O_NOFOLLOW"):
+        "the version store's usage file, one name opened relative to the store's safe_fs fd",
     ("libs/zcbot_core/zcbot_core/quota/meter.py", "/proc/self/fd"): "inotify on a directory fd safe_fs opened",
     ("services/gateway/zcbot_gateway/routes/files.py", "/proc/self/fd"): "the download's own fd, opened by safe_fs",
     ("services/executor/zcbot_executor/sandbox/policy.py", "shutil.rmtree"): "staging the runner files (state folder)",

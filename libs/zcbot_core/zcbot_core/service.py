@@ -24,8 +24,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import Topology
-from zcbot_core.bus.topology import StreamLimits, connect
-from zcbot_core.bus.topology_setup import prepare_topology
+from zcbot_core.bus.topology import connect
+from zcbot_core.bus.topology_setup import prepare_topology, stream_limits
 from zcbot_core.config import ConfigError, Settings
 from zcbot_core.db.engine import make_engine, make_sessionmaker
 from zcbot_core.logs import setup_logging
@@ -102,17 +102,6 @@ class ServiceImpl(Protocol):
 
     async def drain(self) -> None:
         """Stop taking work, finish or hand back what is in flight (bounded by the grace period)."""
-
-
-def stream_limits(settings: Settings) -> StreamLimits:
-    return StreamLimits(
-        events_max_age_seconds=settings.zcbot_events_max_age_hours * 3600,
-        ack_wait_seconds=settings.zcbot_ack_wait_seconds,
-        max_deliver=settings.zcbot_max_deliver,
-        replicas=settings.zcbot_js_replicas,
-        events_max_bytes=settings.zcbot_events_max_bytes or -1,
-        queues_max_bytes=settings.zcbot_queues_max_bytes or -1,
-    )
 
 
 def health_routes(app: FastAPI, get_runtime: Callable[[], Runtime | None], instance: str) -> None:

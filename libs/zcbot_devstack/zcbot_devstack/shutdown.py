@@ -19,12 +19,40 @@ import contextlib
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from zcbot_devstack.bootstrap import service_env
+from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres
+from zcbot_devstack.launch import Child, Launcher
 
-if TYPE_CHECKING:
-    from zcbot_devstack.stack import Stack
+
+class StoppingService(Protocol):
+    """What the stop needs of one supervised service."""
+
+    name: str
+    proc: Child | None
+
+    @property
+    def alive(self) -> bool: ...
+
+
+class Stack(Protocol):
+    """What the stop needs of a stack (`zcbot_devstack.stack.Stack`): its services, the
+    launcher that started them, its embedded servers and its voice. A protocol, so the stack
+    imports this module and not the other way round."""
+
+    launcher: Launcher
+    pg: EmbeddedPostgres | None
+    nats: EmbeddedNats | None
+    env: dict[str, str]
+    stop_timeout: float
+    force: bool
+
+    @property
+    def services(self) -> Sequence[StoppingService]: ...
+
+    def say(self, text: str) -> None: ...
 
 STOP_BUDGET = 15.0  # seconds from the signal until nothing the stack started runs
 KILL_WAIT = 2.0  # how long killed services get to be gone

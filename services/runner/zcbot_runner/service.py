@@ -10,7 +10,8 @@ from nats.js.api import ConsumerConfig
 
 from zcbot_core.bus import BusDecodeError, CancelRequest, decode
 from zcbot_core.bus.topology import file_changes_consumer_config, max_deliveries_advisory, runs_consumer_config
-from zcbot_core.service import Runtime, stream_limits
+from zcbot_core.bus.topology_setup import stream_limits
+from zcbot_core.service import Runtime
 from zcbot_core.worker import PullWorker, TaskGroup, instance_id
 from zcbot_runner import file_events, metrics
 from zcbot_runner.config import RunnerSettings

@@ -120,7 +120,6 @@ async def setup_topology(settings: Settings, wait_seconds: float = TOPOLOGY_RETR
     limits of these settings."""
     from zcbot_core.bus.topology import connect
     from zcbot_core.config import ConfigError
-    from zcbot_core.service import stream_limits
 
     nats_url = settings.zcbot_nats_url
     if not nats_url:
@@ -134,3 +133,15 @@ async def setup_topology(settings: Settings, wait_seconds: float = TOPOLOGY_RETR
         return topo
     finally:
         await nc.close()
+
+
+def stream_limits(settings: Settings) -> StreamLimits:
+    """The streams' and consumers' limits from the process settings."""
+    return StreamLimits(
+        events_max_age_seconds=settings.zcbot_events_max_age_hours * 3600,
+        ack_wait_seconds=settings.zcbot_ack_wait_seconds,
+        max_deliver=settings.zcbot_max_deliver,
+        replicas=settings.zcbot_js_replicas,
+        events_max_bytes=settings.zcbot_events_max_bytes or -1,
+        queues_max_bytes=settings.zcbot_queues_max_bytes or -1,
+    )

@@ -209,7 +209,7 @@ class BtrfsQuota:
             return
         if is_subvolume(path):
             _run("subvolume", "delete", str(path))
-        else:  # `rm`, not shutil.rmtree: a tree of any depth (Python's rmtree recurses)
+        else:  # `rm`, not Python's rmtree, which recurses: a tree of any depth
             subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=True, capture_output=True, timeout=3600)
 
     # ---- usage ------------------------------------------------------------------------------
