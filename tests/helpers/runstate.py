@@ -83,11 +83,16 @@ class RunHarness:
     # ---- the runners' side ------------------------------------------------------------------------
     async def pull(self) -> dict[str, Msg]:
         """Every request JetStream delivers now (a redelivery of a held run replaces its message)."""
-        # (A fetch of nothing waits its timeout out: fetched only when something is to come.)
+        # (A fetch of nothing waits its timeout out: fetched only when something is to come. A fetch
+        # that times out while the consumer still counts messages pending is a slow machine, not the
+        # end: it is tried again until a deadline.)
+        deadline = asyncio.get_running_loop().time() + 15.0
         while self._handed_back or (await self._psub.consumer_info()).num_pending:
             try:
                 msgs = await self._psub.fetch(batch=64, timeout=1.0)
             except (NatsTimeoutError, asyncio.TimeoutError):
+                if (await self._psub.consumer_info()).num_pending and asyncio.get_running_loop().time() < deadline:
+                    continue
                 self._handed_back.clear()
                 return self.deliveries
             for msg in msgs:
