@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import PHONE, WIDE, new_page
-from tests.browser.pagekit import check_view, close_drawers, create_task, login_with_key, open_drawer, tid
+from tests.browser.pagekit import check_view, close_drawers, create_task, login_with_key, open_drawer, send, tid
 from tests.helpers.stack import Stack
 
 try:
@@ -103,6 +103,68 @@ async def test_tasks_search_menu_model_export_delete_undo_restore(stack: Stack, 
         await page.locator(tid("deleted-toggle")).click()
         await expect(task_items(page)).to_have_count(3)
         await expect(page.locator(tid("task-list"))).to_contain_text("报告甲")
+    finally:
+        await context.close()
+    assert not page.page_errors, page.page_errors
+
+
+@VIEWPORTS
+async def test_regenerate_and_edit_and_resend(stack: Stack, browser: Any, artifacts_dir: Path,
+                                              viewport: dict[str, int]) -> None:
+    size = str(viewport["width"])
+    stack.fake.script(f"KEY-rg-{size}", [{"text": "第一版回答"}])
+    context, page = await new_page(browser, viewport)
+    try:
+        await login_with_key(page, stack, f"regen{size}")
+        await create_task(page, "重新生成")
+        await send(page, f"KEY-rg-{size} 问题")
+        await expect(page.locator(tid("live-run")).last).to_have_attribute("data-status", "ok")
+        regenerate = page.locator(tid("regenerate"))
+        await expect(regenerate).to_have_count(1)
+
+        # Regenerate: the first answer folds away (kept, marked replaced), the new one streams in.
+        stack.fake.script(f"KEY-rg-{size}", [{"text": "第二版回答"}])
+        await regenerate.click()
+        run = page.locator(tid("live-run")).last
+        await expect(run).to_have_attribute("data-status", "ok")
+        await expect(run.locator(tid("assistant-text"))).to_have_text("第二版回答")
+        group = page.locator(tid("superseded"))
+        await expect(group).to_have_count(1)
+        await expect(group.locator(tid("superseded-summary"))).to_have_text(
+            "已被替换的 2 条消息（编辑或重新生成之前；模型不再看到）")
+        await expect(group).not_to_have_attribute("open", "")
+        await expect(group.locator(tid("assistant-text"))).to_have_text("第一版回答")
+        await expect(regenerate).to_have_count(1)
+        await page.reload()
+        await expect(page.locator(tid("superseded"))).to_have_count(1)
+        await expect(page.locator(f'{tid("superseded")} {tid("assistant-text")}')).to_have_text("第一版回答")
+        await expect(page.locator(tid("assistant-text")).last).to_have_text("第二版回答")
+        await expect(regenerate).to_have_count(1)
+
+        # Edit the question and send it again: one group of everything replaced, as after a reload.
+        stack.fake.script(f"KEY-ed-{size}", [{"text": "改后的回答"}])
+        question = page.locator(f'#messages > {tid("user-message")}').last
+        await question.locator(tid("edit-message")).click()
+        edit = page.locator(tid("edit-input"))
+        await expect(edit).to_have_value(f"KEY-rg-{size} 问题")
+        await edit.fill(f"KEY-ed-{size} 改过的问题")
+        await check_view(page, artifacts_dir, f"{size}-edit-message")
+        await page.locator(tid("edit-send")).click()
+        run = page.locator(tid("live-run")).last
+        await expect(run).to_have_attribute("data-status", "ok")
+        await expect(run.locator(tid("assistant-text"))).to_have_text("改后的回答")
+        await expect(page.locator(tid("superseded"))).to_have_count(1)
+        await expect(page.locator(tid("superseded-summary"))).to_have_text(
+            "已被替换的 4 条消息（编辑或重新生成之前；模型不再看到）")
+        await expect(page.locator(tid("user-text")).last).to_have_text(f"KEY-ed-{size} 改过的问题")
+        last = stack.fake.requests[-1]["messages"]
+        assert [m["content"] for m in last if m["role"] == "user"] == [f"KEY-ed-{size} 改过的问题"]
+        await page.locator(tid("superseded-summary")).click()
+        await check_view(page, artifacts_dir, f"{size}-regenerated-and-edited")
+        await page.reload()
+        await expect(page.locator(tid("superseded-summary"))).to_have_text(
+            "已被替换的 4 条消息（编辑或重新生成之前；模型不再看到）")
+        await expect(page.locator(tid("assistant-text")).last).to_have_text("改后的回答")
     finally:
         await context.close()
     assert not page.page_errors, page.page_errors

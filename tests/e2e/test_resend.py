@@ -56,7 +56,7 @@ async def test_regenerate_and_edit_replace_the_later_conversation_without_deleti
     # Regenerate the last answer: the same question again, the old answer kept but replaced.
     stack.fake.script("KEY-rs2", [{"text": "答二·新"}])
     r = await resend(stack, token, task, 2)
-    assert r.status_code == 202, r.text
+    assert r.status_code == 202 and r.json()["message_idx"] == 4, r.text
     assert await run(stack, token, r.json()["events_url"]) == "ok"
     assert stored(stack, task) == [
         (0, "chat", "user", "KEY-rs1 第一问"), (1, "chat", "assistant", "答一"),

@@ -45,6 +45,7 @@ class SubmitOut(BaseModel):
     status: str
     position: int = 0
     events_url: str
+    message_idx: int | None = None  # the stored user message's idx (what an edit-and-resend names)
 
 
 def get_hub(request: Request) -> EventHub:
@@ -152,10 +153,11 @@ async def submit_and_answer(request: Request, task_id: str, content: str, multit
         plan = StreamPlan(start_seq=result.events_from or 1, run_id=result.run_id, idle_when_caught_up=False,
                           queued_position=result.position if result.status == RunStatus.WAITING else 0)
         headers = {**SSE_HEADERS, "X-Run-Id": result.run_id, "X-Run-Status": result.status,
-                   "X-Queue-Position": str(result.position), "Content-Location": events_url}
+                   "X-Queue-Position": str(result.position), "Content-Location": events_url,
+                   "X-Message-Idx": "" if result.message_idx is None else str(result.message_idx)}
         return StreamingResponse(stream_events(hub, task_id, plan), media_type="text/event-stream", headers=headers)
     return SubmitOut(run_id=result.run_id, task_id=task_id, status=result.status, position=result.position,
-                     events_url=events_url)
+                     events_url=events_url, message_idx=result.message_idx)
 
 
 @router.post("/tasks/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED)

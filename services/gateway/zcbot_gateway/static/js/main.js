@@ -22,6 +22,7 @@ import {
 import { setRoute, taskIdFromPath } from "./route.js";
 import { startClock } from "./when.js";
 import { loadProfiles, modelLabel, setupTaskMenu } from "./taskmenu.js";
+import { setupResend } from "./resend.js";
 
 // Named by run: a run that ends between reading the task and this request is still replayed from
 // its first event (without the id the server, seeing no active run, answers "idle" at once, and a
@@ -156,6 +157,7 @@ function boot() {
   setupProcs();
   setupSideTabs();
   setupComposer();
+  setupResend();
   setupCancel();
   setupFiles();
   setupPreview();

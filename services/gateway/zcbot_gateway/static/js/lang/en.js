@@ -406,4 +406,12 @@ export const en = {
   "errcode.unknown_model_profile": "No such model profile; pick one from the list",
   "errcode.message_not_found": "Message not found",
   "errcode.message_not_resendable": "This message was replaced or summarized; it can no longer be sent again",
+  "chat.edit": "Edit",
+  "chat.edit_label": "Edit this message and send it again",
+  "chat.edit_send": "Send again",
+  "chat.edit_cancel": "Cancel",
+  "chat.regenerate": "Regenerate",
+  "chat.regenerate_label": "Regenerate this answer",
+  "chat.resend_failed": "Not sent again: {msg}",
+  "chat.superseded": "{n} replaced messages (before an edit or a regenerate; the model no longer sees them)",
 };

@@ -406,4 +406,12 @@ export const zh = {
   "errcode.unknown_model_profile": "没有这个模型配置，请从列表中选择",
   "errcode.message_not_found": "找不到这条消息",
   "errcode.message_not_resendable": "这条消息已被替换或已被总结，不能再重新发送",
+  "chat.edit": "编辑",
+  "chat.edit_label": "编辑这条消息并重新发送",
+  "chat.edit_send": "重新发送",
+  "chat.edit_cancel": "取消",
+  "chat.regenerate": "重新生成",
+  "chat.regenerate_label": "重新生成这个回答",
+  "chat.resend_failed": "未重新发送：{msg}",
+  "chat.superseded": "已被替换的 {n} 条消息（编辑或重新生成之前；模型不再看到）",
 };
