@@ -168,3 +168,51 @@ async def test_regenerate_and_edit_and_resend(stack: Stack, browser: Any, artifa
     finally:
         await context.close()
     assert not page.page_errors, page.page_errors
+
+
+@VIEWPORTS
+async def test_language_and_theme_switches_are_remembered(stack: Stack, browser: Any, artifacts_dir: Path,
+                                                          viewport: dict[str, int]) -> None:
+    size = str(viewport["width"])
+    context = await browser.new_context(viewport=viewport, locale="zh-CN", color_scheme="light")
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    html = page.locator("html")
+    try:
+        await login_with_key(page, stack, f"prefs{size}")
+        await expect(html).to_have_attribute("data-theme", "light")
+        await page.locator(tid("prefs-button")).click()
+        await expect(page.locator(tid("prefs-dialog"))).to_be_visible()
+        await expect(page.locator(tid("theme-system"))).to_be_checked()
+        await page.locator(tid("theme-dark")).check()
+        await expect(html).to_have_attribute("data-theme", "dark")
+        assert await page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(20, 23, 28)"
+        await check_view(page, artifacts_dir, f"{size}-prefs-dark")
+
+        # English: the page reloads in it, the theme stays; both survive a reload.
+        await page.locator(tid("lang-en")).check()
+        await expect(page.locator(tid("chat-title"))).to_have_text("No task selected")
+        await expect(page.locator(tid("logout"))).to_have_text("Log out")
+        await expect(html).to_have_attribute("lang", "en")
+        await expect(html).to_have_attribute("data-theme", "dark")
+        await create_task(page, "dark task")
+        await page.reload()
+        await expect(page.locator(tid("message-input"))).to_have_attribute("placeholder", "Message (Ctrl+Enter to send)")
+        await expect(html).to_have_attribute("data-theme", "dark")
+        await check_view(page, artifacts_dir, f"{size}-english-dark")
+
+        # Back to Chinese and the system's theme (light here), and the OS turning dark is followed.
+        await page.locator(tid("prefs-button")).click()
+        await page.locator(tid("theme-system")).check()
+        await expect(html).to_have_attribute("data-theme", "light")
+        await page.emulate_media(color_scheme="dark")
+        await expect(html).to_have_attribute("data-theme", "dark")
+        await page.emulate_media(color_scheme="light")
+        await page.locator(tid("lang-zh")).check()
+        await expect(page.locator(tid("chat-title"))).to_have_text("dark task")
+        await expect(page.locator(tid("logout"))).to_have_text("退出登录")
+        await expect(html).to_have_attribute("data-theme", "light")
+    finally:
+        await context.close()
+    assert not errors, errors

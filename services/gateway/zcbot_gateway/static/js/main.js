@@ -23,6 +23,8 @@ import { setRoute, taskIdFromPath } from "./route.js";
 import { startClock } from "./when.js";
 import { loadProfiles, modelLabel, setupTaskMenu } from "./taskmenu.js";
 import { setupResend } from "./resend.js";
+import { setupPrefs } from "./prefs.js";
+import "./theme.js";
 
 // Named by run: a run that ends between reading the task and this request is still replayed from
 // its first event (without the id the server, seeing no active run, answers "idle" at once, and a
@@ -152,6 +154,7 @@ function boot() {
   setupLogin(enterApp, () => { leave(); setRoute(null, "replace"); });
   setupAccount((message) => { leave(); showLogin(message); });
   setupLayout();
+  setupPrefs();
   setupTasks();
   setupTaskMenu();
   setupProcs();

@@ -414,4 +414,10 @@ export const en = {
   "chat.regenerate_label": "Regenerate this answer",
   "chat.resend_failed": "Not sent again: {msg}",
   "chat.superseded": "{n} replaced messages (before an edit or a regenerate; the model no longer sees them)",
+  "prefs.heading": "Language and theme",
+  "prefs.language": "Language",
+  "prefs.theme": "Theme",
+  "prefs.theme_system": "Follow the system",
+  "prefs.theme_light": "Light",
+  "prefs.theme_dark": "Dark",
 };

@@ -414,4 +414,10 @@ export const zh = {
   "chat.regenerate_label": "重新生成这个回答",
   "chat.resend_failed": "未重新发送：{msg}",
   "chat.superseded": "已被替换的 {n} 条消息（编辑或重新生成之前；模型不再看到）",
+  "prefs.heading": "语言与外观",
+  "prefs.language": "语言",
+  "prefs.theme": "外观",
+  "prefs.theme_system": "跟随系统",
+  "prefs.theme_light": "浅色",
+  "prefs.theme_dark": "深色",
 };
