@@ -5,6 +5,7 @@ Restore), regenerate and edit-and-resend, the language and theme switches, and f
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,68 @@ async def test_language_and_theme_switches_are_remembered(stack: Stack, browser:
     finally:
         await context.close()
     assert not errors, errors
+
+
+DROP = """async ([selector, name, text, kind]) => {
+  const dt = new DataTransfer();
+  dt.items.add(new File([text], name, { type: "text/plain" }));
+  const target = document.querySelector(selector);
+  if (kind === "paste") {
+    target.dispatchEvent(new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true }));
+  } else {
+    for (const type of ["dragover", "drop"]) {
+      target.dispatchEvent(new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));
+    }
+  }
+}"""
+
+
+@VIEWPORTS
+async def test_files_into_the_chat_and_text_previews(stack: Stack, browser: Any, artifacts_dir: Path,
+                                                     viewport: dict[str, int]) -> None:
+    size = str(viewport["width"])
+    context, page = await new_page(browser, viewport)
+    try:
+        await login_with_key(page, stack, f"attach{size}")
+        await create_task(page, "附件")
+        box = page.locator(tid("message-input"))
+        await box.fill("请看看")
+        # The composer's attach button: uploaded into the task's folder and named in the message.
+        await page.locator(tid("attach-input")).set_input_files(files=[
+            {"name": "说明.md", "mimeType": "text/markdown", "buffer": "# 标题\n\n- 一\n- **二**\n".encode()},
+            {"name": "数据.csv", "mimeType": "text/csv", "buffer": '名称,数量\n"苹果, 红",3\n梨,5\n'.encode()}])
+        await expect(box).to_have_value("请看看\n（已上传文件：说明.md、数据.csv）")
+        await expect(page.locator(tid("attach-status"))).to_have_text("已上传 说明.md、数据.csv 到文件夹 附件。")
+        # Dropped on the conversation, pasted into the message box.
+        await page.evaluate(DROP, ["#messages", "main.py", "def f():\n    return 1\n", "drop"])
+        await expect(box).to_have_value(re.compile(r"（已上传文件：main\.py）$"))
+        await page.evaluate(DROP, ["#message-input", "记录.txt", "第一行\n第二行\n", "paste"])
+        await expect(box).to_have_value(re.compile(r"（已上传文件：记录\.txt）$"))
+        await check_view(page, artifacts_dir, f"{size}-attached")
+
+        # Previews, titled with the file's name: Markdown rendered, CSV as a table, code highlighted.
+        await open_drawer(page, "files")
+        for name in ("说明.md", "数据.csv", "main.py", "记录.txt"):
+            await expect(page.locator(f'{tid("file-entry")}[data-name="{name}"]')).to_be_visible()
+        await page.locator(f'{tid("file-entry")}[data-name="说明.md"] {tid("file-preview")}').click()
+        await expect(page.locator(tid("preview-title"))).to_have_text("说明.md")
+        await expect(page.locator(f'{tid("preview-markdown")} h1')).to_have_text("标题")
+        await expect(page.locator(f'{tid("preview-markdown")} strong')).to_have_text("二")
+        await check_view(page, artifacts_dir, f"{size}-preview-markdown")
+        await page.locator(tid("preview-close")).click()
+        await page.locator(f'{tid("file-entry")}[data-name="数据.csv"] {tid("file-preview")}').click()
+        await expect(page.locator(tid("preview-title"))).to_have_text("数据.csv")
+        table = page.locator(tid("preview-table"))
+        await expect(table.locator("th")).to_have_text(["名称", "数量"])
+        await expect(table.locator("tbody tr").first.locator("td")).to_have_text(["苹果, 红", "3"])
+        await check_view(page, artifacts_dir, f"{size}-preview-csv")
+        await page.locator(tid("preview-close")).click()
+        await page.locator(f'{tid("file-entry")}[data-name="main.py"] {tid("file-preview")}').click()
+        await expect(page.locator(f'{tid("preview-code")} .hljs-keyword')).to_have_text(["def", "return"])
+        await page.locator(tid("preview-close")).click()
+        await page.locator(f'{tid("file-entry")}[data-name="记录.txt"] {tid("file-preview")}').click()
+        await expect(page.locator(tid("preview-code"))).to_have_text("第一行\n第二行\n")
+        await page.locator(tid("preview-close")).click()
+    finally:
+        await context.close()
+    assert not page.page_errors, page.page_errors

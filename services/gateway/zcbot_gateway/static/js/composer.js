@@ -26,6 +26,8 @@ export function updateComposer() {
   const lock = $("composer-lock");
   input.disabled = m === "none" || m === "read-only" || m === "job";
   button.disabled = input.disabled;
+  $("attach-input").disabled = input.disabled;
+  $("attach-button").classList.toggle("disabled", input.disabled);
   button.textContent = m === "queue" ? t("chat.queue_after") : t("chat.send");
   button.dataset.mode = m;
   input.placeholder = m === "read-only" ? t("chat.read_only", { channel: state.current.channel })

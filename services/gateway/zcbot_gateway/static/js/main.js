@@ -25,6 +25,7 @@ import { loadProfiles, modelLabel, setupTaskMenu } from "./taskmenu.js";
 import { setupResend } from "./resend.js";
 import { setupPrefs } from "./prefs.js";
 import "./theme.js";
+import { setupAttach } from "./attach.js";
 
 // Named by run: a run that ends between reading the task and this request is still replayed from
 // its first event (without the id the server, seeing no active run, answers "idle" at once, and a
@@ -161,6 +162,7 @@ function boot() {
   setupSideTabs();
   setupComposer();
   setupResend();
+  setupAttach();
   setupCancel();
   setupFiles();
   setupPreview();

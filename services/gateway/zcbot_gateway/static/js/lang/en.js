@@ -420,4 +420,12 @@ export const en = {
   "prefs.theme_system": "Follow the system",
   "prefs.theme_light": "Light",
   "prefs.theme_dark": "Dark",
+  "attach.button_label": "Attach files (uploaded to the task's folder)",
+  "attach.pasted": "pasted",
+  "attach.no_task": "Open a task first: files go into its folder.",
+  "attach.named": "(Uploaded files: {names})",
+  "attach.done": "Uploaded {names} to the folder {folder}.",
+  "preview.too_large": "The file is too large to preview ({size}, limit {max}); download it.",
+  "preview.rows_cut": "Only the first {n} rows are shown.",
+  "attach.button": "Attach",
 };

@@ -420,4 +420,12 @@ export const zh = {
   "prefs.theme_system": "跟随系统",
   "prefs.theme_light": "浅色",
   "prefs.theme_dark": "深色",
+  "attach.button_label": "添加文件（上传到任务文件夹）",
+  "attach.pasted": "粘贴",
+  "attach.no_task": "先选择一个任务，文件会上传到它的文件夹。",
+  "attach.named": "（已上传文件：{names}）",
+  "attach.done": "已上传 {names} 到文件夹 {folder}。",
+  "preview.too_large": "文件太大（{size}），超过预览上限 {max}，请下载查看。",
+  "preview.rows_cut": "只显示前 {n} 行。",
+  "attach.button": "附件",
 };
