@@ -14,10 +14,9 @@ from pydantic import BaseModel
 
 from zcbot_core.llm.profiles import load_profiles
 from zcbot_gateway.deps import CurrentUser, SettingsDep
-from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
+from zcbot_gateway.http import MAX_PAGE_SIZE, Paging
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
-ModelPaging = PagingDep(MAX_PAGE_SIZE, MAX_PAGE_SIZE)
 
 
 class ModelOut(BaseModel):
@@ -37,10 +36,10 @@ class ModelPage(BaseModel):
 
 
 @router.get("/models", response_model=ModelPage)
-async def list_models(user: CurrentUser, settings: SettingsDep, paging: ModelPaging) -> dict[str, Any]:
-    """The configured model profiles by name (the list envelope, plus `default`: the profile of a
-    task whose `model_profile` is null)."""
+async def list_models(user: CurrentUser, settings: SettingsDep) -> dict[str, Any]:
+    """The configured model profiles by name (the list envelope, one page of at most 100, plus `default`:
+    the profile of a task whose `model_profile` is null)."""
     default = settings.zcbot_default_model
     rows = [{"name": name, "model": p.model, "default": name == default, "thinking": p.thinking,
              "max_context": p.max_context} for name, p in sorted(load_profiles(settings).items())]
-    return paging.slice(rows, default=default)
+    return Paging(1, MAX_PAGE_SIZE).slice(rows, default=default)
