@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from zcbot_core import auth
 from zcbot_core.config import Settings
 from zcbot_core.db.models import User
+from zcbot_core.errors import ZcbotError
 from zcbot_core.service import Runtime
 from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.errors import ServiceUnavailable
@@ -158,17 +159,21 @@ def known_profiles(settings: Settings) -> set[str] | None:
         return None
 
 
+class UnknownModelProfile(ZcbotError):
+    """A task asked for a model profile the server does not have (the page translates the code)."""
+
+    code, http_status = "unknown_model_profile", 400
+
+
 def check_model_profile(settings: Settings, profile: str | None) -> str | None:
     """Validate a requested model profile name (None = keep the default). 400 when unknown."""
     if profile is None:
         return None
     name = profile.strip()
     if not name:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="model_profile must not be empty")
+        raise UnknownModelProfile("model_profile must not be empty")
     known = known_profiles(settings)
     if known is not None and name not in known:
-        raise HTTPException(
-            status.HTTP_400_BAD_REQUEST,
-            detail=f"unknown model_profile {name!r}; known profiles: {', '.join(sorted(known)) or '(none)'}",
-        )
+        raise UnknownModelProfile(
+            f"unknown model_profile {name!r}; known profiles: {', '.join(sorted(known)) or '(none)'}")
     return name

@@ -70,6 +70,16 @@ def message_idx(message: dict[str, Any]) -> int | None:
     return getattr(message, "idx", None)
 
 
+# A message replaced by an edit-and-resend or a regenerate (`POST …/messages/{idx}/resend`): it stays
+# in the stored history, its original kind after the prefix (the page shows it folded away, marked as
+# replaced), and never reaches the model again.
+SUPERSEDED = "superseded:"
+
+
+def is_superseded(kind: str | None) -> bool:
+    return bool(kind) and str(kind).startswith(SUPERSEDED)
+
+
 def window(messages: Iterable[tuple[int, str, dict[str, Any]]], base_idx: int, summary: str | None) -> list[dict[str, Any]]:
     """Messages from `context_base_idx` on, with the fold summary first.
 
@@ -87,7 +97,7 @@ def window(messages: Iterable[tuple[int, str, dict[str, Any]]], base_idx: int, s
     open_calls: set[str] = set()
     held: list[dict[str, Any]] = []
     for idx, kind, payload in messages:
-        if idx < base_idx:
+        if idx < base_idx or is_superseded(kind):
             continue
         message = IndexedMessage(payload, idx)
         if kind == "push":

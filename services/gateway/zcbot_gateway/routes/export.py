@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 
+from zcbot_core.agent.context import SUPERSEDED
 from zcbot_core.agent.lang import user_language
 from zcbot_core.db.models import Message, Task
 from zcbot_gateway.deps import CurrentUser, SessionDep
@@ -59,7 +60,9 @@ async def export_task(task_id: str, user: CurrentUser, session: SessionDep,
     zone = time_zone(tz) if tz else None
     task: Task = await get_user_task(session, user, task_id)
     rows = (await session.scalars(
-        select(Message).where(Message.task_id == task.task_id).order_by(Message.idx).limit(MAX_MESSAGES + 1)
+        # The conversation as it stands: messages replaced by an edit or a regenerate are left out.
+        select(Message).where(Message.task_id == task.task_id, ~Message.kind.startswith(SUPERSEDED))
+        .order_by(Message.idx).limit(MAX_MESSAGES + 1)
     )).all()
     messages = [{"payload": m.payload, "kind": m.kind, "created_at": m.created_at} for m in rows[:MAX_MESSAGES]]
     info = {"name": task.name, "working_dir": task.working_dir}

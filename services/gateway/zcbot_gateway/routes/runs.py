@@ -16,6 +16,8 @@ from zcbot_core.db.models import Message, Task, User
 from zcbot_core.runstate import sql, submit
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
+from zcbot_core.service import Runtime
+from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
 from zcbot_gateway.hooks import add_shutdown_hook, add_startup_hook
 from zcbot_gateway.http import PagingDep
@@ -29,9 +31,12 @@ MAX_CONTENT_CHARS = 200_000
 DONE_GRACE_SECONDS = 3.0
 
 
+Multitask = Literal["reject", "enqueue", "interrupt"]
+
+
 class MessageIn(BaseModel):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
-    multitask: Literal["reject", "enqueue", "interrupt"] = "reject"
+    multitask: Multitask = "reject"
 
 
 class SubmitOut(BaseModel):
@@ -40,6 +45,7 @@ class SubmitOut(BaseModel):
     status: str
     position: int = 0
     events_url: str
+    message_idx: int | None = None  # the stored user message's idx (what an edit-and-resend names)
 
 
 def get_hub(request: Request) -> EventHub:
@@ -119,6 +125,13 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     """Send a message: 202 with the run's `events_url`; or, asked with `Accept: text/event-stream`,
     the run's event stream itself (one request instead of two: the stream starts where the run's
     events will, so nothing is missed even when the runner is faster than the client)."""
+    return await submit_and_answer(request, task_id, body.content, body.multitask, user_id, rt, settings)
+
+
+async def submit_and_answer(request: Request, task_id: str, content: str, multitask: Multitask, user_id: str,
+                            rt: Runtime, settings: GatewaySettings) -> Any:
+    """Submit `content` as the task's next user message and answer as `POST …/messages` does (202 JSON, or
+    the run's event stream when asked for one); also the resend of an edited message (routes/resend.py)."""
     check_task_id(task_id)
     stream = wants_event_stream(request)
     hub = get_hub(request) if stream else None  # before saving anything: a message is never half-sent
@@ -127,10 +140,10 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
     # UserNotFound 401 (a user deleted since the token check),
     # TaskNotFound 404, WrongChannel / RunConflict 409, QuotaExceeded 429, BudgetExceeded 429, BusUnavailable 503.
     async with rt.sessions() as session:  # a used-up budget: 429 before anything is saved
-        await budgets.check_new_message(session, settings, user_id=user_id, task_id=task_id, lang=detect(body.content))
+        await budgets.check_new_message(session, settings, user_id=user_id, task_id=task_id, lang=detect(content))
     result = await submit.submit_message(
-        rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=body.content,
-        multitask=body.multitask, channel="web", storage_root=settings.storage_root,
+        rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
+        multitask=multitask, channel="web", storage_root=settings.storage_root,
         limits=submit.RunLimits.from_settings(settings),
         events_from=feed.events_from() if feed is not None else None, grant_key=settings.zcbot_run_grant_key,
     )
@@ -140,10 +153,11 @@ async def post_message(request: Request, task_id: str, body: MessageIn, user_id:
         plan = StreamPlan(start_seq=result.events_from or 1, run_id=result.run_id, idle_when_caught_up=False,
                           queued_position=result.position if result.status == RunStatus.WAITING else 0)
         headers = {**SSE_HEADERS, "X-Run-Id": result.run_id, "X-Run-Status": result.status,
-                   "X-Queue-Position": str(result.position), "Content-Location": events_url}
+                   "X-Queue-Position": str(result.position), "Content-Location": events_url,
+                   "X-Message-Idx": "" if result.message_idx is None else str(result.message_idx)}
         return StreamingResponse(stream_events(hub, task_id, plan), media_type="text/event-stream", headers=headers)
     return SubmitOut(run_id=result.run_id, task_id=task_id, status=result.status, position=result.position,
-                     events_url=events_url)
+                     events_url=events_url, message_idx=result.message_idx)
 
 
 @router.post("/tasks/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED)

@@ -4,6 +4,7 @@
 import { api, auth, ApiError, onUnauthorized } from "./api.js";
 import { $, el, formatBytes, itemsOf, totalOf } from "./dom.js";
 import { applyI18n, t } from "./i18n.js";
+import "./theme.js"; // the theme chosen on the main page
 import { flatten, label, stat, table } from "./admin_tables.js";
 import { loadUsers, setupUsers } from "./users.js";
 

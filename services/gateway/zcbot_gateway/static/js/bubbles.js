@@ -6,11 +6,12 @@ import { t } from "./i18n.js";
 import { MarkdownStream } from "./markdown.js";
 import { copyButton } from "./copy.js";
 import { timeStamp } from "./when.js";
+import { emit } from "./state.js";
 
-/** The bubble's head: who, when (exact on hover), and a copy button for its text. */
-function head(who, createdAt, text) {
+/** The bubble's head: who, when (exact on hover), a copy button for its text, and `extra` buttons. */
+function head(who, createdAt, text, ...extra) {
   return el("div", { class: "who" }, el("span", {}, who), timeStamp(createdAt),
-    copyButton(text, "copy-message"));
+    copyButton(text, "copy-message"), ...extra);
 }
 
 export function messagesBox() { return document.getElementById("messages"); }
@@ -25,9 +26,26 @@ export function clearEmpty() {
   messagesBox().querySelectorAll(":scope > .empty").forEach((n) => n.remove());
 }
 
-export function userBubble(text, createdAt = null) {
-  return el("div", { class: "msg user", "data-testid": "user-message" },
-    head(t("chat.you"), createdAt, () => text), el("div", { class: "body", "data-testid": "user-text" }, text));
+/** A user bubble; with its stored `idx` it can be edited and sent again (resend.js). */
+export function userBubble(text, createdAt = null, idx = null) {
+  const bubble = el("div", { class: "msg user", "data-testid": "user-message" },
+    head(t("chat.you"), createdAt, () => text, editButton()), el("div", { class: "body", "data-testid": "user-text" }, text));
+  bubble.text = text;
+  setMessageIdx(bubble, idx);
+  return bubble;
+}
+
+function editButton() {
+  return el("button", { type: "button", class: "copy-button small edit-button", "data-testid": "edit-message", hidden: true,
+    "aria-label": t("chat.edit_label"), onclick: (e) => emit("edit-message", e.currentTarget.closest(".msg")) },
+  t("chat.edit"));
+}
+
+/** The stored idx of a user bubble (known once the server said it): it may be edited from then on. */
+export function setMessageIdx(bubble, idx) {
+  if (idx === null || idx === undefined || idx === "") return;
+  bubble.dataset.idx = String(idx);
+  bubble.querySelector("[data-testid=edit-message]").hidden = false;
 }
 
 /** An assistant bubble; `.stream` renders its markdown as text arrives. */
@@ -38,6 +56,21 @@ export function assistantBubble(text = "", createdAt = null) {
   bubble.stream = new MarkdownStream(body);
   if (text) bubble.stream.set(text);
   return bubble;
+}
+
+/** Messages replaced by an edit or a regenerate: kept, folded away, marked as no longer seen by the model. */
+export function supersededGroup() {
+  const body = el("div", { class: "superseded-body" });
+  const group = el("details", { class: "superseded", "data-testid": "superseded" },
+    el("summary", { "data-testid": "superseded-summary" }), body);
+  group.body = body;
+  return group;
+}
+
+/** The group's summary, once its messages are in: how many it holds. */
+export function countSuperseded(group) {
+  const n = group.body.querySelectorAll(".msg").length;
+  group.querySelector("summary").textContent = t("chat.superseded", { n });
 }
 
 export function reasoningBlock(text = "") {

@@ -6,7 +6,7 @@ import { api, enc } from "./api.js";
 import { $, notice } from "./dom.js";
 import { t } from "./i18n.js";
 import { on, state } from "./state.js";
-import { clearEmpty, messagesBox, scrollDown, userBubble } from "./bubbles.js";
+import { clearEmpty, messagesBox, scrollDown, setMessageIdx, userBubble } from "./bubbles.js";
 import { follow } from "./run.js";
 import { jobsOfTask } from "./procs.js";
 
@@ -26,6 +26,8 @@ export function updateComposer() {
   const lock = $("composer-lock");
   input.disabled = m === "none" || m === "read-only" || m === "job";
   button.disabled = input.disabled;
+  $("attach-input").disabled = input.disabled;
+  $("attach-button").classList.toggle("disabled", input.disabled);
   button.textContent = m === "queue" ? t("chat.queue_after") : t("chat.send");
   button.dataset.mode = m;
   input.placeholder = m === "read-only" ? t("chat.read_only", { channel: state.current.channel })
@@ -50,8 +52,9 @@ export async function sendMessage(content) {
   try {
     if (queued) {
       // Behind the active run: it starts when that one ends (run-ended re-follows the task).
-      await api("/v1/tasks/" + enc(task.task_id) + "/messages", { method: "POST",
+      const out = await api("/v1/tasks/" + enc(task.task_id) + "/messages", { method: "POST",
         json: { content, multitask: "enqueue" } });
+      setMessageIdx(bubble, out && out.message_idx);
       return true;
     }
     // One request: the POST answers with the run's event stream (its URL, for resuming, in
@@ -61,6 +64,7 @@ export async function sendMessage(content) {
       method: "POST", json: { content }, headers: { Accept: "text/event-stream" }, signal: abort.signal, raw: true,
     });
     const runId = resp.headers.get("X-Run-Id");
+    setMessageIdx(bubble, resp.headers.get("X-Message-Idx"));
     const status = resp.headers.get("X-Run-Status") === "queued" ? "queued" : "running";
     const url = resp.headers.get("Content-Location")
       || "/v1/tasks/" + enc(task.task_id) + "/events?run_id=" + enc(runId || "");

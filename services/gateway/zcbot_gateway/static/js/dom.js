@@ -86,6 +86,16 @@ export function totalOf(body) {
   return null;
 }
 
+/** Save `blob` as a download named `name` (a blob URL: the request needed the auth header). */
+export function saveBlob(blob, name) {
+  const href = URL.createObjectURL(blob);
+  const a = el("a", { href, download: name || "download" });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(href), 30000);
+}
+
 export function notice(kind, text, testid) {
   return el("div", { class: "notice " + kind, role: kind === "error" ? "alert" : "status", "data-testid": testid },
     text);

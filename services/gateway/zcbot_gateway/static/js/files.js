@@ -2,7 +2,7 @@
  * task open), download through the auth header, and Preview for the types the server previews. */
 
 import { api, blobOf, enc } from "./api.js";
-import { $, el, formatBytes, formatTime, itemsOf } from "./dom.js";
+import { $, el, formatBytes, formatTime, itemsOf, saveBlob } from "./dom.js";
 import { t } from "./i18n.js";
 import { on, state } from "./state.js";
 import { canPreview, openPreview } from "./preview.js";
@@ -27,12 +27,7 @@ function renderCrumbs(path) {
 
 async function download(path, name) {
   const { blob } = await blobOf("/v1/files/download?path=" + enc(path));
-  const href = URL.createObjectURL(blob);
-  const a = el("a", { href, download: name || "download" });
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(href), 30000);
+  saveBlob(blob, name);
 }
 
 function fileRow(entry, path, status) {

@@ -1,17 +1,21 @@
 /* A task's stored conversation, as the person saw it live: user bubbles, assistant markdown,
  * reasoning, tool cards with their results, guard stops, the stored "cancelled" notice, and the
  * "undo this run's file changes" offer under each ended run that changed files (issue 29), or
- * "undone" under one whose changes were undone already. */
+ * "undone" under one whose changes were undone already. Messages replaced by an edit or a regenerate
+ * (kind "superseded:…") are shown folded in their place, marked as no longer seen by the model. */
 
 import { api, enc } from "./api.js";
 import { el, itemsOf, notice } from "./dom.js";
 import { t } from "./i18n.js";
-import { ACTIVE_RUN, state } from "./state.js";
-import { assistantBubble, continueHint, messageText, messagesBox, reasoningBlock, userBubble } from "./bubbles.js";
+import { ACTIVE_RUN, emit, state } from "./state.js";
+import {
+  assistantBubble, continueHint, countSuperseded, messageText, messagesBox, reasoningBlock, supersededGroup, userBubble,
+} from "./bubbles.js";
 import { setToolResult, settlePendingCards, toolCard } from "./toolcard.js";
 import { undoneNote, undoOffer } from "./run_undo.js";
 import { failureNotice } from "./causes.js";
 
+const SUPERSEDED = "superseded:"; // agent/context.py: replaced by an edit or a regenerate
 const FAILED_RESULT = /^\s*\[?(error|not run|cancelled)\b/i;
 const CANCEL_TAIL = /\s*(（已取消）|（已中止）|\(cancelled\)|\(stopped\))\s*$/;
 
@@ -42,34 +46,42 @@ export async function loadHistory(task, seq, send) {
   // The last node of each run's last assistant message: its undo offer goes right under it.
   const runEnd = new Map();
   let answered = null;
-  const markEnd = () => { if (answered && box.lastChild) runEnd.set(answered, box.lastChild); };
+  let out = box; // where this message goes: the conversation, or the group of replaced messages
+  let group = null;
+  const markEnd = () => { if (answered && out.lastChild) runEnd.set(answered, out.lastChild); };
   for (const m of msgs) {
     markEnd();
     const p = m.payload || {};
-    answered = m.run_id && (p.role === "assistant" || m.kind === "cancelled") ? m.run_id : null;
+    const replaced = String(m.kind || "").startsWith(SUPERSEDED);
+    const kind = replaced ? m.kind.slice(SUPERSEDED.length) : m.kind;
+    if (replaced && !group) box.append(group = supersededGroup());
+    if (!replaced && group) { countSuperseded(group); group = null; }
+    out = replaced ? group.body : box;
+    answered = m.run_id && (p.role === "assistant" || kind === "cancelled") ? m.run_id : null;
     if (live && m.run_id === live && p.role !== "user") continue;
-    if (m.kind === "cancelled") {
+    if (kind === "cancelled") {
       // The stored partial answer; its content ends with the notice line ("（已取消）"), shown as a notice.
       const text = messageText(p.content);
       const cut = CANCEL_TAIL.exec(text);
       const answer = cut ? text.slice(0, cut.index) : text;
-      if (answer.trim()) box.append(assistantBubble(answer, m.created_at));
-      box.append(cancelledNotice(cut ? cut[1] : ""));
+      if (answer.trim()) out.append(assistantBubble(answer, m.created_at));
+      out.append(cancelledNotice(cut ? cut[1] : ""));
     } else if (p.role === "user") {
-      box.append(userBubble(messageText(p.content), m.created_at));
+      out.append(userBubble(messageText(p.content), m.created_at, replaced ? null : m.idx));
     } else if (p.role === "assistant") {
-      if (m.kind === "guard") {
-        box.append(notice("warn", messageText(p.content), "run-warn"), continueHint(send));
+      if (kind === "guard") {
+        out.append(notice("warn", messageText(p.content), "run-warn"));
+        if (!replaced) out.append(continueHint(send));
         continue;
       }
-      if (p.reasoning_content) box.append(reasoningBlock(p.reasoning_content));
+      if (p.reasoning_content) out.append(reasoningBlock(p.reasoning_content));
       const text = messageText(p.content);
-      if (text) box.append(assistantBubble(text, m.created_at));
+      if (text) out.append(assistantBubble(text, m.created_at));
       for (const tc of p.tool_calls || []) {
         const fn = tc.function || {};
         const card = toolCard(tc.id, fn.name || "tool", fn.arguments || "{}");
         cards.set(tc.id, card);
-        box.append(card);
+        out.append(card);
       }
     } else if (p.role === "tool") {
       const card = cards.get(p.tool_call_id);
@@ -78,6 +90,7 @@ export async function loadHistory(task, seq, send) {
     }
   }
   markEnd();
+  if (group) countSuperseded(group);
   if (!live) settlePendingCards(box, t("tool.no_result"));
   for (const [runId, node] of runEnd) {
     const n = Number(changed[runId]) || 0;
@@ -89,4 +102,5 @@ export async function loadHistory(task, seq, send) {
   }
   if (!msgs.length) box.append(el("p", { class: "muted empty", "data-testid": "chat-empty" }, t("chat.empty")));
   box.scrollTop = box.scrollHeight;
+  emit("history-loaded");
 }

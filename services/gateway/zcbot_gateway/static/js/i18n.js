@@ -1,12 +1,21 @@
 /* The one dictionary of the pages: Chinese by default, English when the browser's first language
- * is English. Every label, message, empty state and error the pages write comes from here;
+ * is English; the page's own 中文/English switch (remembered in localStorage) overrides both. Every label, message, empty state and error the pages write comes from here;
  * static HTML names its key in data-i18n (text), data-i18n-placeholder, -title, -aria-label. */
 
 import { zh } from "./lang/zh.js";
 import { en } from "./lang/en.js";
 
+const LANG_KEY = "zcbot.lang";
 const first = (navigator.languages && navigator.languages[0]) || navigator.language || "zh";
-export const lang = /^en\b/i.test(first) ? "en" : "zh";
+const chosen = localStorage.getItem(LANG_KEY);
+export const lang = chosen === "zh" || chosen === "en" ? chosen : /^en\b/i.test(first) ? "en" : "zh";
+
+/** The person's choice of language, remembered; the page reloads in it (every text is drawn once). */
+export function setLang(value) {
+  if (value !== "zh" && value !== "en") return;
+  localStorage.setItem(LANG_KEY, value);
+  if (value !== lang) location.reload();
+}
 
 export const DICTIONARIES = { zh, en };
 const dict = DICTIONARIES[lang];

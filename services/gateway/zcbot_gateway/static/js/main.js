@@ -16,9 +16,16 @@ import { setupVersions } from "./versions.js";
 import { loadProcs, setupProcs, startProcs, stopProcs } from "./procs.js";
 import { follow, setRunStatus, setupCancel, stopRun } from "./run.js";
 import { setupSideTabs } from "./sidetabs.js";
-import { loadTasks, refreshCurrentTask, renderTasks, selectTask, setupTasks, startTaskPoll, stopTaskPoll } from "./tasks.js";
+import {
+  loadTasks, refreshCurrentTask, renderTasks, selectTask, setupTasks, startTaskPoll, stopTaskPoll, updateTask,
+} from "./tasks.js";
 import { setRoute, taskIdFromPath } from "./route.js";
 import { startClock } from "./when.js";
+import { loadProfiles, modelLabel, setupTaskMenu } from "./taskmenu.js";
+import { setupResend } from "./resend.js";
+import { setupPrefs } from "./prefs.js";
+import "./theme.js";
+import { setupAttach } from "./attach.js";
 
 // Named by run: a run that ends between reading the task and this request is still replayed from
 // its first event (without the id the server, seeing no active run, answers "idle" at once, and a
@@ -42,6 +49,7 @@ function clearTask() {
   state.current = null;
   $("chat-title").textContent = t("chat.no_task_title");
   $("chat-folder").textContent = "";
+  $("task-menu-open").hidden = true;
   setRunStatus("");
   $("messages").replaceChildren(el("p", { class: "empty muted" }, t("chat.select_hint")));
   renderTasks();
@@ -77,15 +85,38 @@ async function enterApp() {
   $("admin-link").hidden = me.role !== "admin";
   startTaskPoll();
   startProcs();
+  loadProfiles().then(() => { if (state.current) showTaskHead(state.current); }).catch(() => {});
   await loadTasks();
   await openFromAddress();
+}
+
+/** The chat head of the open task: its name, folder and model, and its menu button. */
+function showTaskHead(task) {
+  $("chat-title").textContent = task.name;
+  $("chat-folder").textContent = t("chat.folder", { folder: task.working_dir }) + " · "
+    + t("chat.model", { model: modelLabel(task) });
+  $("task-menu-open").hidden = false;
+}
+
+/** The task menu changed a task (rename, model): the list and, if it is open, the head follow. */
+function onTaskUpdated(task) {
+  updateTask(task);
+  if (state.current && state.current.task_id === task.task_id) showTaskHead(task);
+}
+
+/** A task was deleted (task menu): it leaves the list; if it was open, the page shows no task. */
+function onTaskDeleted(taskId) {
+  if (state.current && state.current.task_id === taskId) {
+    clearTask();
+    setRoute(null, "push");
+  }
+  loadTasks();
 }
 
 /** A task was opened: its header, history, and its live run if one is active. */
 async function onTaskSelected({ task, seq }) {
   stopRun();
-  $("chat-title").textContent = task.name;
-  $("chat-folder").textContent = t("chat.folder", { folder: task.working_dir });
+  showTaskHead(task);
   setRunStatus(task.run_status === "idle" ? "" : statusLabel(task.run_status));
   updateComposer();
   await loadHistory(task, seq, sendMessage);
@@ -124,10 +155,14 @@ function boot() {
   setupLogin(enterApp, () => { leave(); setRoute(null, "replace"); });
   setupAccount((message) => { leave(); showLogin(message); });
   setupLayout();
+  setupPrefs();
   setupTasks();
+  setupTaskMenu();
   setupProcs();
   setupSideTabs();
   setupComposer();
+  setupResend();
+  setupAttach();
   setupCancel();
   setupFiles();
   setupPreview();
@@ -137,6 +172,9 @@ function boot() {
   on("task-selected", onTaskSelected);
   on("run-ended", onRunEnded);
   on("task-open-failed", onTaskOpenFailed);
+  on("task-updated", onTaskUpdated);
+  on("task-deleted", onTaskDeleted);
+  on("task-reopen", (taskId) => selectTask(taskId));
   window.addEventListener("popstate", () => { if (state.me) openFromAddress(); });
   if (auth.token) {
     enterApp().catch((err) => {

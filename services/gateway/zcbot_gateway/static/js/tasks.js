@@ -1,24 +1,35 @@
 /* The task list (polled, re-rendered only on change), creating a task, selecting one, and the
- * soft warning when another task in the same folder is running. */
+ * soft warning when another task in the same folder is running. The list can be searched (the
+ * server's `q`: name and description) and switched to the deleted tasks, each with Restore; each
+ * live task has a menu (taskmenu.js: rename, model, export, delete). */
 
 import { api, enc } from "./api.js";
 import { $, el, itemsOf } from "./dom.js";
 import { t, statusLabel } from "./i18n.js";
 import { ACTIVE_RUN, emit, on, state } from "./state.js";
 import { setRoute } from "./route.js";
+import { openTaskMenu, restoreTask } from "./taskmenu.js";
 
 const TASK_POLL_MS = 15000;
+const SEARCH_DELAY_MS = 250;
 let signature = "";
 let poll = null;
+const view = { deleted: false, q: "" }; // the list shown: the trash or the live tasks, filtered by q
 
 function sig() {
-  return JSON.stringify([state.current && state.current.task_id,
-    state.tasks.map((x) => [x.task_id, x.name, x.working_dir, x.run_status])]);
+  return JSON.stringify([state.current && state.current.task_id, view,
+    state.tasks.map((x) => [x.task_id, x.name, x.working_dir, x.run_status, x.model_profile])]);
 }
 
 export async function loadTasks() {
+  const params = new URLSearchParams({ page_size: "100" });
+  if (view.q) params.set("q", view.q);
+  if (view.deleted) params.set("deleted", "true");
+  const asked = JSON.stringify(view);
   try {
-    state.tasks = itemsOf(await api("/v1/tasks?page_size=100"));
+    const tasks = itemsOf(await api("/v1/tasks?" + params));
+    if (asked !== JSON.stringify(view)) return; // the search changed meanwhile: its own load follows
+    state.tasks = tasks;
     $("tasks-error").textContent = "";
   } catch (err) {
     $("tasks-error").textContent = t("tasks.load_failed", { msg: err.message });
@@ -32,20 +43,45 @@ export function renderTasks() {
   const list = $("task-list");
   list.replaceChildren();
   if (!state.tasks.length) {
-    list.append(el("li", { class: "muted empty", "data-testid": "tasks-empty" }, t("tasks.empty")));
+    const key = view.q ? "tasks.no_match" : view.deleted ? "tasks.trash_empty" : "tasks.empty";
+    list.append(el("li", { class: "muted empty", "data-testid": "tasks-empty" }, t(key, { q: view.q })));
+    return;
+  }
+  if (view.deleted) {
+    for (const task of state.tasks) {
+      list.append(el("li", { class: "task-row", "data-testid": "deleted-task", "data-task-id": task.task_id },
+        el("span", { class: "task-item deleted" }, el("span", { class: "task-name" }, task.name),
+          el("span", { class: "task-meta muted" }, task.working_dir)),
+        el("button", { type: "button", class: "task-restore", "data-testid": "task-restore",
+          "aria-label": t("tasks.restore_named", { name: task.name }),
+          onclick: () => restoreTask(task, { reopen: false }) }, t("tasks.restore"))));
+    }
     return;
   }
   for (const task of state.tasks) {
     const selected = state.current && state.current.task_id === task.task_id;
     const busy = ACTIVE_RUN.has(task.run_status);
-    list.append(el("li", {},
+    list.append(el("li", { class: "task-row" },
       el("button", {
         type: "button", class: "task-item" + (selected ? " selected" : ""), "aria-current": selected ? "true" : null,
         "data-testid": "task-item", "data-task-id": task.task_id, onclick: () => selectTask(task.task_id),
       },
       el("span", { class: "task-name" }, task.name),
-      el("span", { class: "task-meta muted" }, task.working_dir + (busy ? " · " + statusLabel(task.run_status) : "")))));
+      el("span", { class: "task-meta muted" }, task.working_dir + (busy ? " · " + statusLabel(task.run_status) : ""))),
+      el("button", { type: "button", class: "task-menu-button", "data-testid": "task-menu",
+        "aria-label": t("tasks.menu_named", { name: task.name }), "aria-haspopup": "dialog",
+        onclick: (e) => openTaskMenu(task, e.currentTarget) }, "⋯")));
   }
+}
+
+/** Show the live tasks or the deleted ones (the "已删除" switch). */
+export function showDeleted(on) {
+  view.deleted = on;
+  const toggle = $("deleted-toggle");
+  toggle.setAttribute("aria-pressed", String(on));
+  toggle.textContent = on ? t("tasks.back_to_list") : t("tasks.show_deleted");
+  $("create-task-form").hidden = on;
+  loadTasks();
 }
 
 export function updateTask(task) {
@@ -110,6 +146,13 @@ export function stopTaskPoll() {
 }
 
 export function setupTasks() {
+  let timer = null;
+  $("task-search").addEventListener("input", (e) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => { view.q = e.target.value.trim(); loadTasks(); }, SEARCH_DELAY_MS);
+  });
+  $("deleted-toggle").addEventListener("click", () => showDeleted(!view.deleted));
+  on("tasks-changed", () => loadTasks());
   $("create-task-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const f = e.target;
