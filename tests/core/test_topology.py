@@ -140,3 +140,12 @@ async def test_a_freshly_declared_topology_verifies_without_differences(nats_ser
         assert [d for d in await verify_topology(js, topo, bounded) if "max_bytes" in d]  # a real one is said
     finally:
         await nc.close()
+
+
+async def test_closing_our_own_connection_is_not_a_warning(nats_server_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """`zcbot up`'s topology step closes its connection: that used to print "nats disconnected"."""
+    nc = await connect(nats_server_url, "close-test")
+    with caplog.at_level(logging.DEBUG, logger="zcbot_core.bus.topology"):
+        await nc.close()
+    said = [r for r in caplog.records if r.getMessage() == "nats disconnected"]
+    assert said and all(r.levelno == logging.DEBUG for r in said)
