@@ -37,6 +37,7 @@ def _text(message: dict[str, Any]) -> str:
 
 
 def _outline(zh: bool, said: str) -> dict[str, Any]:
+    slides: list[dict[str, Any]]
     if zh:
         slides = [
             {"type": "title", "title": "zcbot 演示", "subtitle": "由演示模型生成"},

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from typing import Protocol
@@ -32,6 +33,7 @@ class StoppingService(Protocol):
 
     name: str
     proc: Child | None
+    readers: list[threading.Thread]  # the threads relaying its output (joined after it ended)
 
     @property
     def alive(self) -> bool: ...
