@@ -25,6 +25,7 @@ from bench.startup import wait_line
 from tests.helpers.sse import sse_events
 from zcbot_devstack.embedded import free_port, port_is_free
 from zcbot_devstack.services import NAMES, derived_ports
+from zcbot_gateway.previews import office_available
 
 CLI = [sys.executable, "-m", "zcbot_devstack.cli"]
 
@@ -60,6 +61,15 @@ async def _demo_run(base: str, email: str, password: str) -> list[dict[str, obje
         assert posted.status_code == 202, posted.text
         async with asyncio.timeout(60), c.stream("GET", posted.json()["events_url"]) as r:
             return [event async for event in sse_events(r)]
+
+
+async def _preview(base: str, email: str, password: str, path: str) -> bytes:
+    async with httpx.AsyncClient(base_url=base, timeout=120) as c:
+        login = await c.post("/v1/auth/login_password", json={"email": email, "password": password})
+        c.headers["Authorization"] = f"Bearer {login.json()['token']}"
+        r = await c.get("/v1/files/preview", params={"path": path})
+        assert r.status_code == 200, r.text
+        return r.content
 
 
 async def _login(base: str, email: str, password: str) -> int:
@@ -139,6 +149,14 @@ def test_the_demo_answers_a_first_message_and_the_cli_has_no_sharp_edges(os_tmp_
         assert len(list((home / "users").glob("*/*/demo/hello.md"))) == 1
         decks = list((home / "users").glob("*/*/demo/demo.pptx"))
         assert len(decks) == 1 and decks[0].stat().st_size > 10_000
+        if office_available():  # LibreOffice and bubblewrap here: warmed at start, and the deck previews
+            assert "document previews ready" in wait_line(out, "document previews ready", up, 120)
+            t0 = time.monotonic()
+            pdf = asyncio.run(_preview(gateway, "admin@localhost", admin_pw, "first/demo/demo.pptx"))
+            print(f"first minute: the deck's preview {time.monotonic() - t0:.1f}s")
+            assert pdf.startswith(b"%PDF")
+        else:
+            assert "warming up document previews" not in out.read_text()
 
         # A second `zcbot up` on the same home says where the running one is.
         second = subprocess.run([*CLI, "up", "--demo"], env=env, capture_output=True, text=True, timeout=60)

@@ -58,6 +58,7 @@ from zcbot_devstack.services import BY_NAME, NAMES, SERVICES
 from zcbot_devstack.shutdown import stop_stack
 from zcbot_devstack.state import remove_state, write_state
 from zcbot_devstack.uplock import AlreadyRunning, UpLock
+from zcbot_devstack.warmup import warm_previews
 
 __all__ = ["group_leftovers", "run_stack", "up"]  # group_leftovers: the tests' process helpers use it
 
@@ -386,6 +387,9 @@ class Stack:
         netloc = f"[{host}]" if ":" in host else host
         where = f"  (admin credentials in {self.admin_file})" if self.admin_file else ""
         self.say(f"zcbot is up: http://{netloc}:{self.settings.zcbot_http_port}{where}")
+        if any(s.name == "gateway" for s in self.services):
+            threading.Thread(target=warm_previews, args=(self.env, self.say, self.stop_requested), name="preview-warm",
+                             daemon=True).start()
 
     def _shutdown(self) -> None:
         stop_stack(self)
