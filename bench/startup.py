@@ -30,6 +30,12 @@ quiet machine): idle PSS 339 MiB in 14 processes (`zcbot up` with the five servi
 (second 22 ms), -> first text 44 ms (second 34 ms), with the first-request warm-ups (FastAPI's
 endpoint context, the built-in skills, LiteLLM's service logger); after 200 runs 12 client
 backends, 17 in all (before those warm-ups, same machine: 36 / 23 ms and 63 / 37 ms).
+First preview (issue 39; `--starts 2 --runs 0`, the shared machine busy with other helpers' tests):
+the warm-up after "zcbot is up" took 3.9 / 2.6 s; then the first .docx preview 4.0 / 6.1 s and the
+second 5.3 / 4.8 s: first and later previews cost the same (LibreOffice's cold start is the warm-up's),
+but every conversion (a fresh LibreOffice profile inside bubblewrap) still takes seconds here (the
+page says 正在转换为 PDF… meanwhile). This machine's page cache already held LibreOffice, so the
+cold start the warm-up absorbs (> 6 s in the issue) is not in these figures.
 """
 
 from __future__ import annotations
