@@ -78,7 +78,7 @@ async def test_admin_manages_users_and_reads_the_overview(stack: Stack, page: Pa
 
     # A budget: daily 1.5 USD, monthly the server default (two prompts).
     # Every prompt and confirm below is answered from this list, in order.
-    answers = ["1.5", "", "reset to this password", ""]
+    answers = ["1.5", "", "reset to this password", "", ""]
 
     def answer(d: Any) -> None:
         asyncio.ensure_future(d.accept(answers.pop(0)))
@@ -101,6 +101,13 @@ async def test_admin_manages_users_and_reads_the_overview(stack: Stack, page: Pa
     await expect(row).to_have_attribute("data-role", "disabled")
     await expect(row.locator(tid("user-disable"))).to_have_count(0)
     assert await password_login_status(stack, "newbie@example.test", "reset to this password") == 403
+    # Enable (empty prompt: a password is generated and shown this once); no reset on a disabled row.
+    await expect(row.locator(tid("user-reset"))).to_have_count(0)
+    await row.locator(tid("user-enable")).click()
+    await expect(row).to_have_attribute("data-role", "user")
+    await expect(page.locator(tid("users-status"))).to_contain_text("只显示这一次")
+    shown = await page.locator(tid("users-status")).text_content() or ""
+    assert await password_login_status(stack, "newbie@example.test", shown.rsplit("：", 1)[1]) == 200
 
 
 async def test_user_changes_own_password(stack: Stack, browser: Any, page: Page) -> None:

@@ -122,3 +122,30 @@ async def test_declaring_the_topology_waits_out_a_server_that_is_not_answering(
         with contextlib.suppress(ConnectionError):  # closing flushes, and the server may be gone
             await nc.close()
         server.stop()
+
+
+async def test_a_freshly_declared_topology_verifies_without_differences(nats_server_url: str, bus_prefix: str) -> None:
+    """The server reports "no limit" as max_age 0 and max_bytes -1 where the declaration says None: not a
+    difference (each service of `zcbot up` used to warn three times about it at every start)."""
+    from zcbot_core.bus.topology_setup import verify_topology
+
+    topo = Topology(bus_prefix + "v")
+    nc = await connect(nats_server_url, "verify-test")
+    try:
+        js = nc.jetstream()
+        limits = StreamLimits(replicas=1)
+        await ensure_topology(js, topo, limits)
+        assert await verify_topology(js, topo, limits) == []
+        bounded = StreamLimits(replicas=1, events_max_bytes=1024 * 1024)
+        assert [d for d in await verify_topology(js, topo, bounded) if "max_bytes" in d]  # a real one is said
+    finally:
+        await nc.close()
+
+
+async def test_closing_our_own_connection_is_not_a_warning(nats_server_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """`zcbot up`'s topology step closes its connection: that used to print "nats disconnected"."""
+    nc = await connect(nats_server_url, "close-test")
+    with caplog.at_level(logging.DEBUG, logger="zcbot_core.bus.topology"):
+        await nc.close()
+    said = [r for r in caplog.records if r.getMessage() == "nats disconnected"]
+    assert said and all(r.levelno == logging.DEBUG for r in said)

@@ -113,7 +113,7 @@ def test_up_runs_the_services_serves_a_run_and_stops_cleanly(os_tmp_dir: Path, f
     env.update({"ZCBOT_HOME": str(home), "ZCBOT_MODELS_DIR": str(os_tmp_dir / "models"),
                 "ZCBOT_DEFAULT_MODEL": "fake", FAKE_KEY_ENV: "sk-fake",
                 **{SERVICE_PORT_ENV[n]: str(p) for n, p in ports.items()}})
-    up = subprocess.Popen([sys.executable, "-m", "zcbot_devstack.cli", "up", *(["--separate"] if separate else [])],
+    up = subprocess.Popen([sys.executable, "-m", "zcbot_devstack.cli", "up", "--verbose", *(["--separate"] if separate else [])],
                           env=env, stdout=out.open("wb"), stderr=subprocess.STDOUT)
     try:
         wait_line(out, "zcbot is up", up, 150)

@@ -106,7 +106,7 @@ def test_user_commands_reach_the_running_stack_and_keep_an_admin(os_tmp_dir: Pat
         assert _zcbot(cli_env, "user", "disable", "--email", "bob@example.com").returncode == 0
         listed = _zcbot(cli_env, "user", "list").stdout
         assert any(line.split()[:2] == ["admin@localhost", "admin"] for line in listed.splitlines())
-        assert any(line.split()[:2] == ["bob@example.com", "disabled"] for line in listed.splitlines())
+        assert any(line.split()[:3] == ["bob@example.com", "-", "disabled"] for line in listed.splitlines())
         assert _zcbot(cli_env, "user", "role", "--email", "nobody@example.com", "--role", "user").returncode == 2
         with psycopg.connect(seen["ZCBOT_DB_URL"]) as conn:
             assert conn.execute("select role, password_hash is null from users where email = 'bob@example.com'"

@@ -21,7 +21,7 @@ async def test_admin_user_routes_follow_the_cli_rules(app_client: httpx.AsyncCli
     for method, url, body in [("GET", BASE, None), ("POST", BASE, {"email": "x@y.z", "password": "long-enough-1"}),
                               ("PUT", f"{BASE}/x@y.z/role", {"role": "admin"}),
                               ("PUT", f"{BASE}/x@y.z/password", {"password": "long-enough-1"}),
-                              ("POST", f"{BASE}/x@y.z/disable", None)]:
+                              ("POST", f"{BASE}/x@y.z/disable", None), ("POST", f"{BASE}/x@y.z/enable", None)]:
         resp = await app_client.request(method, url, json=body, headers=user_h)
         assert resp.status_code == 403, (method, url, resp.text)
     h = await make_admin(app_client, "root")
@@ -54,6 +54,26 @@ async def test_admin_user_routes_follow_the_cli_rules(app_client: httpx.AsyncCli
     assert listed["total"] == len(listed["items"])
     assert rows["ann@example.com"]["role"] == "disabled" and rows["ann@example.com"]["has_password"] is False
     assert await _password_login(app_client, "ann@example.com", "ann-third-3") == 403  # a wrong password answer
+    assert rows["ann@example.com"]["status"] == "disabled"
+
+    # A disabled user's password or role is not changed as if it could log in: enable it instead.
+    for method, url, body in [("PUT", f"{BASE}/ann@example.com/password", {"password": "ann-fourth-4"}),
+                              ("PUT", f"{BASE}/ann@example.com/role", {"role": "admin"})]:
+        refused = await app_client.request(method, url, json=body, headers=h)
+        assert refused.status_code == 409 and "is disabled" in refused.json()["detail"], refused.text
+        assert "/enable" in refused.json()["detail"]
+    enabled = await app_client.post(f"{BASE}/ann@example.com/enable", headers=h)  # no body: one is generated
+    assert enabled.status_code == 200 and enabled.json()["role"] == "user", enabled.text
+    assert await _password_login(app_client, "ann@example.com", enabled.json()["password"]) == 200
+    again = await app_client.post(f"{BASE}/ann@example.com/enable", json={"password": "ann-fifth-55"}, headers=h)
+    assert again.status_code == 409 and "not disabled" in again.json()["detail"]
+    assert (await app_client.post(f"{BASE}/nobody@example.com/enable", headers=h)).status_code == 404
+    await app_client.post(f"{BASE}/ann@example.com/disable", headers=h)
+    chosen = await app_client.post(f"{BASE}/ann@example.com/enable", json={"password": "ann-fifth-55"}, headers=h)
+    assert chosen.status_code == 200 and "password" not in chosen.json()
+    assert await _password_login(app_client, "ann@example.com", "ann-fifth-55") == 200
+    listed = (await app_client.get(BASE, headers=h)).json()
+    assert [r["status"] for r in listed["items"] if r["email"] == "ann@example.com"] == ["active"]
 
 
 async def test_the_last_admin_cannot_be_removed_over_http(app_client: httpx.AsyncClient, make_admin) -> None:

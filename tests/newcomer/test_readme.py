@@ -31,7 +31,7 @@ from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from zcbot_devstack.embedded import free_port
 from zcbot_devstack.services import SERVICE_PORT_ENV
 
-pytestmark = pytest.mark.heavy
+pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]  # a clone, an install, then two stacks
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -124,3 +124,34 @@ def test_the_readme_set_up_works_for_a_newcomer(os_tmp_dir: Path) -> None:
     left = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert left == [], [(p.pid, p.name()) for p in left]
     assert up_out.read_text().rstrip().endswith("stopped")
+    _demo_in_the_clone(clone, env, os_tmp_dir)
+
+
+def _demo_in_the_clone(clone: Path, env: dict[str, str], tmp: Path) -> None:
+    """The README's line for no API key: `zcbot up --demo` in the same fresh install answers a first
+    message with a file made, and Ctrl-C leaves no process."""
+    match = re.search(r"`(\.venv/bin/zcbot up --demo)`", README)
+    assert match, "README's demo line not found"
+    home, out = tmp / "demo-home", tmp / "demo.out"
+    port = free_port()
+    stack_env = {**env, "ZCBOT_HOME": str(home),
+                 **{var: str(free_port()) for var in SERVICE_PORT_ENV.values()}, "ZCBOT_HTTP_PORT": str(port)}
+    up = subprocess.Popen(["bash", "-c", f"exec {match.group(1)}"], cwd=clone, env=stack_env,
+                          stdout=out.open("wb"), stderr=subprocess.STDOUT)
+    tree: list[psutil.Process] = []
+    try:
+        wait_line(out, "zcbot is up", up, 120)
+        creds = (home / "admin-credentials.txt").read_text()
+        password = creds.split("password: ")[1].split()[0]
+        events = asyncio.run(_one_run(f"http://127.0.0.1:{port}", "admin@localhost", password))
+        assert events[-1]["event"] == "done" and events[-1]["data"]["status"] == "ok", events[-1]  # type: ignore[index]
+        assert list((home / "users").glob("*/*/demo/hello.md")), "the demo wrote no file"
+        tree = psutil.Process(up.pid).children(recursive=True)
+        up.send_signal(signal.SIGINT)
+        assert up.wait(60) == 0
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    left = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], [(p.pid, p.name()) for p in left]

@@ -109,6 +109,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("PUT", "/v1/admin/users/{email}/role"): Route(json={"role": "admin"}, admin=True),
     ("PUT", "/v1/admin/users/{email}/password"): Route(json={"password": "member-secret-2"}, admin=True),
     ("POST", "/v1/admin/users/{email}/disable"): Route(admin=True),
+    ("POST", "/v1/admin/users/{email}/enable"): Route(json={"password": "member-secret-3"}, admin=True),
     ("GET", "/v1/admin/users"): Route(admin=True),
     ("GET", "/v1/admin/users/{email}/budget"): Route(admin=True),
     ("PUT", "/v1/admin/users/{email}/budget"): Route(json={"daily_usd": 1.5, "monthly_usd": None}, admin=True),
@@ -267,7 +268,7 @@ async def test_other_users_resources_are_404_and_untouched(world: World) -> None
 
 async def test_admin_routes_need_the_admin_role(world: World) -> None:
     admin_routes = {key: route for key, route in ROUTES.items() if route.admin}
-    assert len(admin_routes) == 11
+    assert len(admin_routes) == 12
     for user in (OWNER, OTHER):
         for (method, path), route in admin_routes.items():
             r = await _call(world, method, path, route, bearer(world.tokens[user]))

@@ -1,4 +1,4 @@
-"""Operator-side user management: one set of rules for `zcbot user add|role|passwd|list|disable`,
+"""Operator-side user management: one set of rules for `zcbot user add|role|passwd|list|disable|enable`,
 `zcbot up`'s first admin and the admin API's user routes (zcbot_gateway/routes/admin_users.py).
 
 Each operation is a function of a synchronous SQLAlchemy `Session` (the CLI opens one per command
@@ -6,12 +6,15 @@ with `with_session`; the gateway runs the same function through `AsyncSession.ru
 rules live here once:
 - `add` refuses an email that exists unless `update=True`, and says what changed;
 - nothing removes the last admin (demotion or disabling of the only enabled admin is refused);
-- a disabled user keeps its data but has no password (it cannot log in) and role `disabled`.
+- a disabled user keeps its data but has no password (it cannot log in) and role `disabled`; only
+  `enable` (with a new password) brings it back: a password or role change of a disabled user is
+  refused with that advice (it would report success to a user who still cannot log in).
 Emails are stored stripped and lower-cased and matched case-insensitively.
 """
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +53,12 @@ class UserInfo:
     role: str
     has_password: bool
     created_at: str
+    status: str  # active | disabled
+
+
+def generate_password() -> str:
+    """A random password (24 characters) for a user that gets one shown once."""
+    return secrets.token_urlsafe(18)
 
 
 def normalize_email(email: str) -> str:
@@ -121,10 +130,17 @@ def add(session: Session, email: str, password: str, role: str = "user", *, upda
     return user.user_id, changes
 
 
+def _refuse_disabled(user: User, what: str) -> None:
+    if user.role == DISABLED:
+        raise UserAdminError(f"user {user.email} is disabled, so {what} would not let it log in: enable it "
+                             f"(`zcbot user enable --email {user.email}`, or POST /v1/admin/users/{user.email}/enable)")
+
+
 def set_role(session: Session, email: str, role: str) -> str:
-    """Change a user's role (re-enables a disabled user without giving it a password); returns the old role."""
+    """Change a user's role (not a disabled user's: `enable`); returns the old role."""
     _check_role(role)
     user = _require(session, email)
+    _refuse_disabled(user, "a new role")
     old = user.role
     if role != "admin":
         _guard_last_admin(session, user)
@@ -135,6 +151,17 @@ def set_role(session: Session, email: str, role: str) -> str:
 def set_password(session: Session, email: str, password: str) -> None:
     validate_new_password(password)
     user = _require(session, email)
+    _refuse_disabled(user, "a new password")
+    user.password_hash = hash_password(password)
+
+
+def enable(session: Session, email: str, password: str) -> None:
+    """A disabled user can log in again, with this password and role `user`."""
+    validate_new_password(password)
+    user = _require(session, email)
+    if user.role != DISABLED:
+        raise UserAdminError(f"user {user.email} is not disabled (role {user.role})")
+    user.role = "user"
     user.password_hash = hash_password(password)
 
 
@@ -148,8 +175,8 @@ def disable(session: Session, email: str) -> None:
 
 def list_users(session: Session) -> list[UserInfo]:
     rows = session.execute(select(User).order_by(User.created_at, User.email)).scalars().all()
-    return [UserInfo(u.user_id, u.email, u.role, u.password_hash is not None, u.created_at.isoformat())
-            for u in rows]
+    return [UserInfo(u.user_id, u.email, u.role, u.password_hash is not None, u.created_at.isoformat(),
+                     "disabled" if u.role == DISABLED else "active") for u in rows]
 
 
 def get_user(db_url: str, email: str) -> User | None:

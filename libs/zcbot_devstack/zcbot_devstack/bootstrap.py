@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from pathlib import Path
 
 from zcbot_devstack.embedded import free_port, port_is_free
@@ -75,12 +74,12 @@ def ensure_admin(db_url: str, home: Path) -> Path | None:
     a crash in between never leaves an admin whose password nobody knows. Returns the file's path
     when it exists.
     """
-    from zcbot_core.users_admin import add_user, admin_exists
+    from zcbot_core.users_admin import add_user, admin_exists, generate_password
 
     path = home / ADMIN_CREDENTIALS_FILE
     if admin_exists(db_url):
         return path if path.exists() else None
-    password = secrets.token_urlsafe(18)
+    password = generate_password()
     _write_private(
         path,
         "# first admin, created by `zcbot up`; change the password after the first login\n"

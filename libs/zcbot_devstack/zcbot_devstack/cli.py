@@ -54,11 +54,23 @@ def _cmd_service(name: str) -> int:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    import os
+
     from zcbot_core.llm.profiles import check_profiles
     from zcbot_devstack.stack import up
 
+    # Both change the environment the settings (and every service) read, so before get_settings().
+    if args.port is not None:
+        from zcbot_devstack.services import derived_ports
+
+        os.environ.update(derived_ports(args.port, dict(os.environ)))
+    demo_port = None
+    if args.demo:
+        from zcbot_devstack.demo import prepare_demo
+
+        demo_port = prepare_demo(os.environ)
     check_profiles(get_settings())  # before any service starts (each would refuse, and be restarted)
-    return up(only=args.only, separate=args.separate)
+    return up(only=args.only, separate=args.separate, verbose=args.verbose, demo_port=demo_port)
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
@@ -82,15 +94,32 @@ def _cmd_bus(args: argparse.Namespace) -> int:
     return 0
 
 
-def _password(args: argparse.Namespace) -> str:
+def _password(args: argparse.Namespace) -> tuple[str, bool]:
+    """The new password and whether it was generated (then printed once by the caller): `--password`,
+    `--generate`, else asked twice on the terminal; without a terminal, an error saying what to pass."""
     if args.password is not None:
-        return str(args.password)
+        return str(args.password), False
+    from zcbot_core.users_admin import generate_password
+
+    if args.generate:
+        return generate_password(), True
+    if not sys.stdin.isatty():
+        raise ConfigError("no terminal to ask for the password: pass --password P, or --generate to have one "
+                          "made and printed once")
     import getpass
 
-    first = getpass.getpass("password: ")
-    if getpass.getpass("again: ") != first:
+    try:
+        first = getpass.getpass("password: ")
+        again = getpass.getpass("again: ")
+    except (EOFError, KeyboardInterrupt):
+        raise ConfigError("no password given") from None
+    if again != first:
         raise ConfigError("the two passwords differ")
-    return first
+    return first, False
+
+
+def _shown_once(email: str, password: str, generated: bool) -> str:
+    return f"\n  password for {email} (shown once, not stored): {password}" if generated else ""
 
 
 def _cmd_user(args: argparse.Namespace) -> int:
@@ -99,26 +128,38 @@ def _cmd_user(args: argparse.Namespace) -> int:
 
     db_url = database_url(get_settings(), "zcbot user")
     cmd = args.user_cmd
+    email = ua.normalize_email(args.email) if cmd != "list" else ""
     if cmd == "add":
-        password = _password(args)
-        user_id, changes = ua.with_session(db_url, lambda s: ua.add(s, args.email, password, args.role,
+        password, generated = _password(args)
+        user_id, changes = ua.with_session(db_url, lambda s: ua.add(s, email, password, args.role,
                                                                     update=args.update))
-        print(f"user {ua.normalize_email(args.email)} ({user_id}): {', '.join(changes)}")
+        print(f"user {email} ({user_id}): {', '.join(changes)}{_shown_once(email, password, generated)}")
     elif cmd == "role":
-        old = ua.with_session(db_url, lambda s: ua.set_role(s, args.email, args.role))
-        print(f"user {ua.normalize_email(args.email)}: role {old} -> {args.role}")
+        old = ua.with_session(db_url, lambda s: ua.set_role(s, email, args.role))
+        print(f"user {email}: role {old} -> {args.role}")
     elif cmd == "passwd":
-        password = _password(args)
-        ua.with_session(db_url, lambda s: ua.set_password(s, args.email, password))
-        print(f"user {ua.normalize_email(args.email)}: password changed")
+        password, generated = _password(args)
+        ua.with_session(db_url, lambda s: ua.set_password(s, email, password))
+        print(f"user {email}: password changed{_shown_once(email, password, generated)}")
+    elif cmd == "enable":
+        password, generated = _password(args)
+        ua.with_session(db_url, lambda s: ua.enable(s, email, password))
+        print(f"user {email}: enabled with role user (can log in again){_shown_once(email, password, generated)}")
     elif cmd == "disable":
-        ua.with_session(db_url, lambda s: ua.disable(s, args.email))
-        print(f"user {ua.normalize_email(args.email)}: disabled (cannot log in; data kept)")
+        ua.with_session(db_url, lambda s: ua.disable(s, email))
+        print(f"user {email}: disabled (cannot log in; data kept; `zcbot user enable` undoes it)")
     else:
-        users = ua.with_session(db_url, ua.list_users)
-        for u in users:
-            print(f"{u.email or '-':<40} {u.role:<9} {'password' if u.has_password else 'no password':<12} {u.user_id}")
+        print(_user_table(ua.with_session(db_url, ua.list_users)))
     return 0
+
+
+def _user_table(users: list) -> str:  # type: ignore[type-arg]
+    """`zcbot user list`: a header, then one row per user (a disabled user's role shows as -)."""
+    rows = [("EMAIL", "ROLE", "STATUS", "CREATED", "ID")]
+    rows += [(u.email or "-", "-" if u.status == "disabled" else u.role, u.status, u.created_at[:16].replace("T", " "),
+              u.user_id) for u in users]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows)
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
@@ -139,6 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--separate", action="store_true",
                     help="each service in a process of its own, forked by a fork server (uses ~200 MiB more; "
                          "by default they share `zcbot up`'s process)")
+    up.add_argument("--port", type=int, default=None, metavar="N",
+                    help="the gateway on port N and the other services on N+1 to N+4 (each service's port "
+                         "variable still overrides its own; default 8765)")
+    up.add_argument("--demo", action="store_true",
+                    help="use the scripted demo model (no API key): a first message shows a whole run")
+    up.add_argument("--verbose", action="store_true",
+                    help="print every service's log lines (default: one line per service when ready, "
+                         "warnings and errors)")
     for name in NAMES:
         sub.add_parser(name, help=f"run the {name} service alone (configured by env)",
                        description=f"Run the {name} service alone, configured by the environment.")
@@ -163,22 +212,32 @@ def _add_user_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[
                           "the `zcbot up` running with the same ZCBOT_HOME.")
     user_sub = user.add_subparsers(dest="user_cmd", required=True)
     email_help = "the user's email (matched case-insensitively)"
-    password_help = "the new password (at least 8 characters; asked for twice when omitted)"
+    password_help = "the new password (at least 8 characters; asked for twice on a terminal when omitted)"
+    generate_help = "make a random password and print it once (instead of --password)"
+
+    def with_password(p: argparse.ArgumentParser) -> None:
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--password", default=None, help=password_help)
+        group.add_argument("--generate", action="store_true", help=generate_help)
+
     add = user_sub.add_parser("add", help="create a password user (refuses an existing email without --update)")
     add.add_argument("--email", required=True, help=email_help)
-    add.add_argument("--password", default=None, help=password_help)
+    with_password(add)
     add.add_argument("--role", default="user", choices=("user", "admin"), help="role (default: user)")
     add.add_argument("--update", action="store_true",
                      help="the email may exist: set its password and role (never demotes the last admin)")
     role = user_sub.add_parser("role", help="change a user's role (never demotes the last admin)")
     role.add_argument("--email", required=True, help=email_help)
     role.add_argument("--role", required=True, choices=("user", "admin"), help="the new role")
-    passwd = user_sub.add_parser("passwd", help="set a user's password, role unchanged")
+    passwd = user_sub.add_parser("passwd", help="set a user's password, role unchanged (not a disabled user's)")
     passwd.add_argument("--email", required=True, help=email_help)
-    passwd.add_argument("--password", default=None, help=password_help)
+    with_password(passwd)
     disable = user_sub.add_parser("disable", help="stop a user from logging in (data kept; not the last admin)")
     disable.add_argument("--email", required=True, help=email_help)
-    user_sub.add_parser("list", help="list users: email, role, whether a password is set, id")
+    enable = user_sub.add_parser("enable", help="let a disabled user log in again (role user, a new password)")
+    enable.add_argument("--email", required=True, help=email_help)
+    with_password(enable)
+    user_sub.add_parser("list", help="list users: email, role, status (active/disabled), created, id")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,5 +1,9 @@
 """`zcbot up`'s output: every service's lines re-printed with a `name      | ` prefix, JSON log lines
-rendered for a human reader as `level msg key=value` (+ traceback lines)."""
+rendered for a human reader as `level msg key=value` (+ traceback lines).
+
+Quiet by default (`zcbot up --verbose`: every line): a service's debug and info lines are dropped
+(uvicorn's `Uvicorn running on http://…` of the health ports looked like URLs to open); its
+warnings, errors and non-log output, and everything `zcbot up` itself says (`say`), are printed."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from zcbot_devstack.services import NAMES, SERVICES
 _COLORS = {**{s.name: s.color for s in SERVICES}, "zcbot": "1"}
 _PREFIX_WIDTH = max(len(n) for n in (*NAMES, "zcbot"))
 # Noise for a human reader: routing keys, and uvicorn's/litellm's decorations of log records.
+_QUIET_LEVELS = ("debug", "info")
 _DROP_KEYS = ("ts", "service", "logger", "taskName", "color_message", "litellm_redacted")
 
 
@@ -45,8 +50,9 @@ def render_line(line: str) -> str:
 class Printer:
     """Thread-safe prefixed output; colors only on a terminal (and never with NO_COLOR)."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], quiet: bool = False) -> None:
         self.out = out
+        self.quiet = quiet
         self.lock = threading.Lock()
         isatty = getattr(out, "isatty", lambda: False)
         self.color = bool(isatty()) and not os.environ.get("NO_COLOR")  # the no-color.org convention, not ours
@@ -58,6 +64,13 @@ class Printer:
         return label
 
     def emit(self, name: str, text: str) -> None:
+        """A service's line (dropped when quiet and it is a debug or info log line)."""
+        if self.quiet and text.split(" ", 1)[0] in _QUIET_LEVELS:
+            return
+        self.say(name, text)
+
+    def say(self, name: str, text: str) -> None:
+        """Always printed."""
         prefix = self.prefix(name)
         lines = text.split("\n")
         with self.lock:

@@ -17,7 +17,8 @@ class PortInUse(ConfigError):
 
 
 def check_ports(settings: Settings, names: list[str]) -> None:
-    """Raise PortInUse naming every busy service port and its variable (nothing is started yet).
+    """Raise PortInUse naming every busy service port and its variable, one line each (nothing is
+    started yet).
 
     The embedded NATS/PostgreSQL ports need no check: `choose_port` picks a free one itself."""
     host = settings.zcbot_http_host or "127.0.0.1"
@@ -28,14 +29,15 @@ def check_ports(settings: Settings, names: list[str]) -> None:
         spec = BY_NAME[name]
         port = spec.port(settings)
         if port in seen:
-            busy.append(f"{name} and {seen[port]} both use port {port} (set {spec.port_env} to another port)")
+            busy.append(f"  {name} and {seen[port]} both use port {port}: set {spec.port_env} to another port")
             continue
         seen[port] = name
         if not port_is_free(port, bind_host):
-            busy.append(f"port {port} ({name}) is already in use by another program: "
-                        f"stop it or set {spec.port_env} to a free port")
+            busy.append(f"  port {port} ({name}) is already in use by another program: set {spec.port_env}")
     if busy:
-        raise PortInUse("; ".join(busy))
+        raise PortInUse("\n".join(["ports in use: stop the other program, or choose other ports "
+                                    "(`zcbot up --port N` uses N to N+4; each variable below overrides one)",
+                                    *busy]))
 
 
 def model_word(settings: Settings) -> str:

@@ -40,3 +40,13 @@ SERVICE_PORT_ENV: dict[str, str] = {s.name: s.port_env for s in SERVICES}
 
 def service_port(settings: Settings, name: str) -> int:
     return BY_NAME[name].port(settings)
+
+
+def derived_ports(base: int, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """`zcbot up --port N`: the gateway on N, the other services on N+1… in their order; a service's
+    own variable, when set in `environ`, still wins (the gateway's is the flag itself)."""
+    if not 1 <= base <= 65535 - len(SERVICES) + 1:
+        raise ValueError(f"--port must be between 1 and {65535 - len(SERVICES) + 1}")
+    given = environ or {}
+    return {spec.port_env: str(base + i) for i, spec in enumerate(SERVICES)
+            if i == 0 or spec.port_env not in given}

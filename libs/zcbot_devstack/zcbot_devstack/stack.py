@@ -24,7 +24,6 @@ One `zcbot up` per ZCBOT_HOME at a time (an flock on `ZCBOT_HOME/up.lock`). This
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import signal
@@ -58,10 +57,11 @@ from zcbot_devstack.readiness import FOREIGN, health_host, readiness
 from zcbot_devstack.services import BY_NAME, NAMES, SERVICES
 from zcbot_devstack.shutdown import stop_stack
 from zcbot_devstack.state import remove_state, write_state
+from zcbot_devstack.uplock import AlreadyRunning, UpLock
+from zcbot_devstack.warmup import warm_previews
 
 __all__ = ["group_leftovers", "run_stack", "up"]  # group_leftovers: the tests' process helpers use it
 
-LOCK_FILE = "up.lock"
 # The embedded stack's database pools, sized for one machine (four processes hold one; the issue's
 # target is <= 20 PostgreSQL backends after 200 runs): set only when the operator set none.
 EMBEDDED_POOL = {"ZCBOT_DB_POOL_SIZE": "4", "ZCBOT_DB_MAX_OVERFLOW": "4"}
@@ -71,6 +71,7 @@ UP_ENV = {"ZCBOT_BG_STOP_WITH_EXECUTOR": "true"}
 # Set only when the operator set none: calls in flight get this long, so a stop fits STOP_BUDGET.
 UP_DEFAULTS = {"ZCBOT_EXECUTOR_DRAIN_GRACE_SECONDS": "4"}
 
+PROGRESS_EVERY = 5.0  # seconds between "still starting" lines before the stack is up
 ServiceCmd = Callable[[str], list[str]]
 
 
@@ -78,10 +79,12 @@ def default_service_cmd(name: str) -> list[str]:
     return [sys.executable, "-m", "zcbot_devstack.cli", name]
 
 
-def up(only: list[str] | None = None, separate: bool = False) -> int:
-    """`zcbot up [--only NAME...] [--separate]`: run the stack in the foreground until a signal;
-    returns 0. `separate`: each service in a process of its own (more memory, see `hosted`)."""
-    return run_stack(only=only, separate=separate)
+def up(only: list[str] | None = None, separate: bool = False, *, verbose: bool = False,
+       demo_port: int | None = None) -> int:
+    """`zcbot up [--only NAME...] [--separate] [--verbose] [--demo]`: run the stack in the foreground until
+    a signal; returns 0. `separate`: each service in a process of its own (more memory, see `hosted`);
+    `demo_port`: serve the demo model there (`demo`)."""
+    return run_stack(only=only, separate=separate, verbose=verbose, demo_port=demo_port)
 
 
 def run_stack(
@@ -94,6 +97,8 @@ def run_stack(
     max_restarts: int = 5,
     out: IO[str] | None = None,
     separate: bool = False,
+    verbose: bool = True,
+    demo_port: int | None = None,
 ) -> int:
     """`up` with its seams exposed (tests pass stand-in `service_cmd`s: processes of their own)."""
     stack = Stack(
@@ -105,6 +110,8 @@ def run_stack(
         max_restarts=max_restarts,
         out=out or sys.stdout,
         separate=separate,
+        verbose=verbose,
+        demo_port=demo_port,
     )
     return stack.run()
 
@@ -146,6 +153,8 @@ class Stack:
         max_restarts: int,
         out: IO[str],
         separate: bool = False,
+        verbose: bool = True,
+        demo_port: int | None = None,
     ) -> None:
         unknown = [n for n in only if n not in BY_NAME]
         if unknown:
@@ -156,7 +165,9 @@ class Stack:
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
         self.max_restarts = max_restarts
-        self.printer = Printer(out)
+        self.printer = Printer(out, quiet=not verbose)
+        self.demo_port = demo_port
+        self.demo: Any = None  # the demo model (`demo.DemoModel`) of `zcbot up --demo`
         self.services = [_Service(s.name, s.port(settings)) for s in SERVICES if s.name in only]
         self.nats: EmbeddedNats | None = None
         self.nats_creds: NatsCredentials | None = None
@@ -173,7 +184,7 @@ class Stack:
         self.instance = secrets.token_hex(8)  # in every child's /readyz: tells ours from another program
 
     def say(self, text: str) -> None:
-        self.printer.emit("zcbot", text)
+        self.printer.say("zcbot", text)
 
     # ---- signals -----------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -194,18 +205,16 @@ class Stack:
 
     # ---- main ----------------------------------------------------------------------------------
     def run(self) -> int:
-        self.home.mkdir(parents=True, exist_ok=True)
-        lock = open(self.home / LOCK_FILE, "w")  # noqa: SIM115 - held for the stack's lifetime
+        lock = UpLock(self.home)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.close()
-            self.say(f"another `zcbot up` is already running with ZCBOT_HOME={self.home}")
+            lock.acquire()
+        except AlreadyRunning as exc:
+            self.say(str(exc))
             return 1
         try:
             check_ports(self.settings, [s.name for s in self.services])
         except PortInUse as exc:
-            lock.close()
+            lock.abandon()
             self.say(f"error: {exc}")
             return 1
         previous = self._install_signals()
@@ -214,6 +223,8 @@ class Stack:
             try:
                 self.say(model_word(self.settings))
                 self.say(office_word())
+                if self.demo_port is not None:
+                    self._start_demo()
                 self._prepare()
                 self._supervising = True
                 if self.stop_requested.is_set():
@@ -228,10 +239,20 @@ class Stack:
             self._supervising = True  # a signal during shutdown only shortens the wait
             self._shutdown()
             remove_state(self.home)
+            if self.demo is not None:
+                self.demo.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            lock.close()
+            lock.release()
         return code
+
+    def _start_demo(self) -> None:
+        from zcbot_devstack.demo import DemoModel
+
+        self.demo = DemoModel(port=self.demo_port or 0)
+        self.demo.start()
+        self.say("demo model: scripted replies (a streamed text, files written, a deck by the ppt skill); "
+                 "no API key, no real LLM")
 
     def _prepare(self) -> None:
         s = self.settings
@@ -325,6 +346,7 @@ class Stack:
         host = health_host(self.settings.zcbot_http_host)
         started = time.monotonic()
         announced = False
+        progress_at = started + PROGRESS_EVERY
         while not self.stop_requested.is_set():
             now = time.monotonic()
             for svc in self.services:
@@ -337,6 +359,8 @@ class Stack:
                 elif not svc.healthy and svc.alive:
                     state = readiness(host, svc.port, self.instance, timeout=0.5)
                     svc.healthy = state == "ready"
+                    if svc.healthy and not announced:
+                        self.printer.say(svc.name, "ready")  # quiet or not: one line per service
                     if state == FOREIGN and not svc.foreign_said:
                         svc.foreign_said = True
                         self.say(f"port {svc.port} ({svc.name}) answers, but not as this stack's {svc.name}: "
@@ -348,6 +372,10 @@ class Stack:
                 if all(s.healthy for s in self.services):
                     announced = True
                     self._announce(host)
+                elif now >= progress_at:  # warm-ups (models, LibreOffice's first start) can take a while
+                    progress_at = now + PROGRESS_EVERY
+                    waiting = ", ".join(s.name for s in self.services if not s.healthy)
+                    self.say(f"still starting ({now - started:.0f}s): waiting for {waiting} to be ready")
                 elif any(s.given_up for s in self.services) or now - started > self.ready_timeout:
                     bad = ", ".join(s.name for s in self.services if not s.healthy)
                     self.say(f"not healthy after {now - started:.0f}s: {bad}; stopping")
@@ -359,6 +387,9 @@ class Stack:
         netloc = f"[{host}]" if ":" in host else host
         where = f"  (admin credentials in {self.admin_file})" if self.admin_file else ""
         self.say(f"zcbot is up: http://{netloc}:{self.settings.zcbot_http_port}{where}")
+        if any(s.name == "gateway" for s in self.services):
+            threading.Thread(target=warm_previews, args=(self.env, self.say, self.stop_requested), name="preview-warm",
+                             daemon=True).start()
 
     def _shutdown(self) -> None:
         stop_stack(self)

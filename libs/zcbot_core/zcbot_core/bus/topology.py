@@ -81,12 +81,15 @@ async def connect(url: str, name: str, *, user: str | None = None, password: str
         log.warning("nats error: %s", exc.__class__.__name__, extra={"detail": str(exc)})
 
     async def on_disconnect() -> None:
-        log.warning("nats disconnected")
+        # Our own close() calls this too (the client is closed by then): only a lost connection warns.
+        closing = client is not None and client.is_closed
+        log.log(logging.DEBUG if closing else logging.WARNING, "nats disconnected")
 
     async def on_reconnect() -> None:
         log.info("nats reconnected")
 
-    return await nats.connect(
+    client: NATS | None = None
+    client = await nats.connect(
         server_list(url),  # one URL or a cluster's servers, comma-separated
         name=name,
         max_reconnect_attempts=-1,
@@ -99,6 +102,7 @@ async def connect(url: str, name: str, *, user: str | None = None, password: str
         pending_size=64 * 1024 * 1024,
         **_access_options(user, password, ca_file),
     )
+    return client
 
 
 def _access_options(user: str | None, password: str | None, ca_file: str | None) -> dict[str, Any]:

@@ -82,7 +82,14 @@ async def verify_topology(js: JetStreamContext, topo: Topology, limits: StreamLi
     return differences
 
 
+def _no_limit(value: object) -> bool:
+    """None, 0 and -1 all mean "no limit": the server reports an unset max_age as 0 and max_bytes as -1."""
+    return value is None or (isinstance(value, (int, float)) and value <= 0)
+
+
 def _differs(have: object, wanted: object) -> bool:
+    if _no_limit(have) and _no_limit(wanted):
+        return False
     if isinstance(have, (int, float)) and isinstance(wanted, (int, float)):
         return abs(float(have) - float(wanted)) > 1.0
     return have != wanted

@@ -7,6 +7,9 @@ no silent overwrite of an existing email, never without an admin). `require_admi
 - `PUT /v1/admin/users/{email}/role {role}` -> `{email, role, previous_role}`
 - `PUT /v1/admin/users/{email}/password {password}` -> `{email, password_changed: true}`
 - `POST /v1/admin/users/{email}/disable` -> `{email, role: "disabled"}`
+- `POST /v1/admin/users/{email}/enable {password?}` -> `{email, role: "user", password?}`: a disabled user
+  can log in again; without a password one is generated and returned this once. A password or role
+  change of a disabled user -> 409 saying to enable it.
 - `GET|PUT /v1/admin/users/{email}/budget {daily_usd, monthly_usd}` -> `{email, user_id, daily, monthly}`
   (each `{limit_usd, spent_usd, resets_at}`); null = the server default, 0 = no limit (zcbot_core.budgets).
 Unknown email -> 404; taking the last admin away -> 409; a weak password -> 400. A password or role
@@ -58,6 +61,10 @@ class PasswordChange(BaseModel):
     password: str = Field(min_length=1, max_length=200)
 
 
+class Enable(BaseModel):
+    password: str | None = Field(default=None, min_length=1, max_length=200)
+
+
 async def _run(settings: Any, op: Any) -> Any:
     if not settings.zcbot_db_url:
         raise ConfigError("database not configured (ZCBOT_DB_URL)")
@@ -94,6 +101,18 @@ async def set_password(email: str, body: PasswordChange, _: AdminUser, settings:
 async def disable_user(email: str, _: AdminUser, settings: SettingsDep) -> dict[str, Any]:
     await _run(settings, lambda s: ua.disable(s, email))
     return {"email": ua.normalize_email(email), "role": ua.DISABLED}
+
+
+@router.post("/{email}/enable")
+async def enable_user(email: str, _: AdminUser, settings: SettingsDep, body: Enable | None = None) -> dict[str, Any]:
+    password = body.password if body is not None and body.password else None
+    generated = password is None
+    password = password or ua.generate_password()
+    await _run(settings, lambda s: ua.enable(s, email, password))
+    out: dict[str, Any] = {"email": ua.normalize_email(email), "role": "user"}
+    if generated:
+        out["password"] = password  # shown this once; only its hash is kept
+    return out
 
 
 async def _user_by_email(session: Any, email: str) -> User:

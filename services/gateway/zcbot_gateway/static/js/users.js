@@ -1,5 +1,5 @@
 /* User management for admins (the routes `zcbot user` also uses): list, add, reset a password,
- * change the role, disable. The server keeps the rules (no silent overwrite, never the last admin). */
+ * change the role, disable, enable. The server keeps the rules (no silent overwrite, never the last admin). */
 
 import { api, enc } from "./api.js";
 import { $, el, formatTime, itemsOf } from "./dom.js";
@@ -54,7 +54,22 @@ async function editBudget(base, email) {
 
 function userRow(u) {
   const base = "/v1/admin/users/" + enc(u.email);
-  const actions = [
+  const actions = u.role === "disabled" ? [
+    // A disabled user has no password: enabling gives one (typed, or generated and shown once).
+    el("button", { type: "button", class: "small", "data-testid": "user-enable", onclick: async () => {
+      const typed = window.prompt(t("users.enable_prompt", { email: u.email }));
+      if (typed === null) return;
+      say("");
+      try {
+        const done = await api(base + "/enable", { method: "POST", json: typed ? { password: typed } : {} });
+        await loadUsers();
+        say(done.password ? t("users.enabled_password", { email: u.email, password: done.password })
+          : t("users.enabled", { email: u.email }));
+      } catch (err) {
+        say(t("users.failed", { msg: err.message }), "error");
+      }
+    } }, t("users.enable")),
+  ] : [
     el("button", { type: "button", class: "small", "data-testid": "user-reset", onclick: () => {
       const password = window.prompt(t("users.new_password_prompt", { email: u.email }));
       if (password) act(() => api(base + "/password", { method: "PUT", json: { password } }), t("users.saved"));
