@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pptx import Presentation  # noqa: E402
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER  # noqa: E402
 
+import deck_inherit as inh  # noqa: E402
 import deck_measure as dm  # noqa: E402
 import deck_rules as rules  # noqa: E402
 from deck_measure import EMU_PER_IN, EMU_PER_PT, text_height, wrapped_lines  # noqa: E402,F401 - used by callers
@@ -92,7 +93,9 @@ class SlideCheck:
         self.si, self.slide, self.ctx = si, slide, ctx
         self.issues: list[Issue] = []
         self.boxes: list[tuple[str, tuple[int, int, int, int], str]] = []
-        self.fills: list[tuple[tuple[int, int, int, int], str]] = []  # filled shapes, in z-order
+        self.cmap = inh.colour_map(slide)
+        # filled shapes, in z-order: the master's and the layout's first (a cover panel, a band)
+        self.fills: list[tuple[tuple[int, int, int, int], str | None]] = rules.backdrop(slide, ctx["theme"], self.cmap)
         self.main_content: tuple[int, int] | None = None
         self.title_sizes: list[float] = []
         self.body_sizes: list[float] = []
@@ -123,11 +126,12 @@ class SlideCheck:
                 self.chart(shape)
             elif shape.shape_type == MSO_SHAPE_TYPE.PICTURE:
                 kind, used = "picture", rect
+                self.fills.append((rect, None))  # text on a photo: its colour is not judged
                 if w * h >= 0.9 * sw * sh:
                     continue  # a background picture, under everything on purpose
             else:
                 kind, used = None, rect
-            fill = rules.own_fill(shape, self.ctx["theme"]) if shape.shape_type == MSO_SHAPE_TYPE.AUTO_SHAPE else None
+            fill = rules.own_fill(shape, self.ctx["theme"], self.cmap) if shape.shape_type == MSO_SHAPE_TYPE.AUTO_SHAPE else None
             if fill:
                 self.fills.append((rect, fill))
                 if self.main_content is None or w * h > self.main_content[1]:
@@ -185,7 +189,7 @@ class SlideCheck:
         self.readability(shape, paras)
         self.contrast(shape, used, paras)
         if rules.is_title(shape):
-            self.ctx["titles"].append((self.si, x, y))
+            self.ctx["titles"].append((self.si, x, y, _layout_position(shape)))
             self.title_sizes.append(max(sz for t, sz, *_ in paras if t.strip()))
             return "title", used
         if rules.ph_type(shape) in rules.BODY_TYPES:
@@ -202,20 +206,39 @@ class SlideCheck:
         if len(items) > MAX_BULLETS:
             self.add("readability", "warning", name, f"'{name}' has {len(items)} bullets (more than {MAX_BULLETS}): split the "
                      "slide or move detail to the notes")
+        self.levels(shape, paras)
         text = "".join(items)
         cjk = sum(1 for c in text if dm.is_wide(c))
         if cjk > LONG_TEXT_CJK or len(text) - cjk > LONG_TEXT_LATIN:
             self.add("readability", "warning", name, f"'{name}' holds {len(text)} characters: a slide is not a page; keep the "
                      "point on the slide and move the rest to the notes")
 
+    def levels(self, shape, paras) -> None:
+        """A sub-level rendered larger than the level it belongs to (a template's untouched
+        level-2 size under a shrunk level 1) inverts the list's hierarchy."""
+        parents: dict[int, float] = {}
+        for (text, size, *_), p in zip(paras, shape.text_frame.paragraphs):
+            if not text.strip():
+                continue
+            level = p.level or 0
+            parent = parents.get(level - 1)
+            if parent is not None and size > parent + 0.5:
+                self.add("level-inversion", "warning", shape.name, f"in '{shape.name}' a level-{level + 1} item is "
+                         f"{size:.0f} pt under a {parent:.0f} pt level-{level} item: sub-points must not be larger")
+                return
+            parents = {k: v for k, v in parents.items() if k < level}
+            parents[level] = size
+
     def contrast(self, shape, used, paras) -> None:
         theme = self.ctx["theme"]
-        fg = rules.text_colour(shape, theme)
-        bg = rules.own_fill(shape, theme)
+        fg = rules.text_colour(shape, theme, self.cmap)
+        bg = rules.own_fill(shape, theme, self.cmap)
         if bg is None:
             cx, cy = used[0] + used[2] // 2, used[1] + used[3] // 2
             under = [c for r, c in self.fills if r[0] <= cx <= r[0] + r[2] and r[1] <= cy <= r[1] + r[3]]
-            bg = under[-1] if under else self.ctx["background"](self.slide)
+            bg = under[-1] if under else self.ctx["background"](self.slide, self.cmap)
+        if bg is None:  # on a picture: the colour behind the text is unknown
+            return
         ratio = rules.contrast(fg, bg)
         size = max(sz for t, sz, *_ in paras if t.strip())
         need = 3.0 if size >= 18 else 4.5
@@ -253,21 +276,49 @@ class SlideCheck:
                              f"{100 * inter / smaller:.0f}% of the smaller one{grown}")
 
 
+def _layout_position(shape) -> tuple[int, int] | None:
+    """Where the slide's layout puts this placeholder (the template's own grid), or None; also
+    None on cover and section layouts, which are compositions of their own, not the grid."""
+    if _composed(shape.part.slide):
+        return None
+    try:
+        base = shape._base_placeholder if shape.is_placeholder else None
+        if base is not None and base.left is not None and base.top is not None:
+            return int(base.left), int(base.top)
+    except Exception:  # noqa: BLE001 - a placeholder without a layout counterpart
+        pass
+    return None
+
+
+def _composed(slide) -> bool:
+    return slide.slide_layout._element.get("type") in ("title", "secHead")
+
+
+def _grid_lines(prs) -> set[int]:
+    """The left edges the deck's layouts define: their title and body placeholders."""
+    lines: set[int] = set()
+    for slide in prs.slides:
+        for ph in slide.slide_layout.placeholders:
+            if rules.ph_type(ph) in (*rules.TITLE_TYPES, *rules.BODY_TYPES) and ph.left is not None:
+                lines.update((int(ph.left), int(ph.left) + INSET_LR))
+    return lines
+
+
 def check(path: str | Path) -> dict:
     prs = Presentation(str(path))
     sw, sh = int(prs.slide_width), int(prs.slide_height)
     theme = rules.ThemeInfo(prs)
     ctx = {"sw": sw, "sh": sh, "master": _master_sizes(prs), "theme": theme, "titles": [],
-           "background": lambda slide: rules.background(slide, theme)}
+           "background": lambda slide, cmap=None: rules.background(slide, theme, cmap)}
     issues: list[Issue] = []
     content_lefts: list[tuple[int, int]] = []
     for si, slide in enumerate(prs.slides, start=1):
         one = SlideCheck(si, slide, ctx)
         one.run()
         issues += one.issues
-        if one.main_content is not None:
+        if one.main_content is not None and not _composed(slide):
             content_lefts.append((si, one.main_content[0]))
-    issues.extend(_drift(ctx["titles"], content_lefts))
+    issues.extend(_drift(ctx["titles"], content_lefts, _grid_lines(prs)))
     issues.sort(key=lambda i: (i.slide, i.severity != "error"))
     errors = [asdict(i) for i in issues if i.severity == "error"]
     warnings = [asdict(i) for i in issues if i.severity == "warning"]
@@ -275,29 +326,51 @@ def check(path: str | Path) -> dict:
             "errors": errors, "warnings": warnings}
 
 
-def _drift(titles, content_lefts) -> list[Issue]:
-    """Positions a few hundredths to a few tenths of an inch off the usual one are misalignments."""
+def _drift(titles, content_lefts, grid: set[int] | None = None) -> list[Issue]:
+    """Positions a few hundredths to a few tenths of an inch off the grid are misalignments. The
+    grid is the template's own: a title is compared with where its layout puts it (a title that
+    sits where its layout's placeholder is cannot drift); content with the layouts' title/body
+    edges and the edge a clear majority of slides use. Only the outlier is reported."""
     issues: list[Issue] = []
     small = int(0.4 * EMU_PER_IN)
-    if len(titles) >= 3:
-        # Across all slides: big differences are different layouts on purpose, small ones are drift.
-        mode_x = Counter(x for _, x, _ in titles).most_common(1)[0][0]
-        mode_y = Counter(y for _, _, y in titles).most_common(1)[0][0]
-        for si, x, y in titles:
-            dx, dy = abs(x - mode_x), abs(y - mode_y)
-            if dx >= small or dy >= small:
-                continue
-            if dx > TOL or dy > TOL:
-                issues.append(Issue(si, "grid-drift", "warning", "title",
-                                    f"title sits {_fmt_in(max(dx, dy))} off the position the other slides use"))
-    lefts = [x for _, x in content_lefts]
-    if len(lefts) >= 3:
-        mode = Counter(lefts).most_common(1)[0][0]
-        for si, x in content_lefts:
-            if TOL < abs(x - mode) < small // 2:
-                issues.append(Issue(si, "grid-drift", "warning", "content",
-                                    f"main content starts {_fmt_in(abs(x - mode))} off the left edge most slides use"))
+    loose = [(si, x, y) for si, x, y, ref in titles if ref is None]
+    for si, x, y, ref in titles:
+        if ref is None:
+            continue
+        dx, dy = abs(x - ref[0]), abs(y - ref[1])
+        if max(dx, dy) > TOL and dx < small and dy < small:
+            issues.append(Issue(si, "grid-drift", "warning", "title",
+                                f"title sits {_fmt_in(max(dx, dy))} off the position its layout gives it"))
+    for si, dx, dy in _off_majority(loose):
+        if max(dx, dy) > TOL and dx < small and dy < small:
+            issues.append(Issue(si, "grid-drift", "warning", "title",
+                                f"title sits {_fmt_in(max(dx, dy))} off the position the other slides use"))
+    lines = set(grid or ())
+    counts = Counter(x for _, x in content_lefts)
+    if counts and len(content_lefts) >= 3:
+        top, n = counts.most_common(1)[0]
+        if n * 2 > len(content_lefts):
+            lines.add(top)
+    for si, x in content_lefts:
+        if not lines:
+            break
+        near = min(abs(x - g) for g in lines)
+        if TOL < near < small // 2:
+            issues.append(Issue(si, "grid-drift", "warning", "content",
+                                f"main content starts {_fmt_in(near)} off the nearest left edge of the grid "
+                                "(the layouts' placeholders and the other slides)"))
     return issues
+
+
+def _off_majority(points):
+    """(slide, dx, dy) of titles without a layout position against the position a strict
+    majority of them share; nothing when there is no clear majority (no outlier to name)."""
+    if len(points) < 3:
+        return []
+    (pos, n), = Counter((x, y) for _, x, y in points).most_common(1)
+    if n * 2 <= len(points):
+        return []
+    return [(si, abs(x - pos[0]), abs(y - pos[1])) for si, x, y in points]
 
 
 def format_report(report: dict) -> str:

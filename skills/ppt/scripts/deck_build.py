@@ -28,6 +28,7 @@ from pptx.util import Emu, Inches, Pt
 
 import deck_measure as dm
 import deck_themes
+from deck_rules import contrast
 from deck_themes import Theme
 
 INSET_LR, INSET_TB = 91440, 45720
@@ -65,6 +66,17 @@ def rgb(hex_colour: str) -> RGBColor:
     return RGBColor.from_string(hex_colour)
 
 
+def legible(colour: str, backgrounds: tuple[str, ...], need: float = 3.2) -> str:
+    """The colour, darkened in steps (same hue) until it reads on every background: a light
+    brand accent (gold, sky blue) still colours the text it heads, legibly."""
+    out = colour
+    for step in range(1, 12):
+        if all(contrast(out, bg) >= need for bg in backgrounds):
+            return out
+        out = "".join(f"{int(int(colour[i:i + 2], 16) * (1 - 0.07 * step)):02X}" for i in (0, 2, 4))
+    return out
+
+
 def set_bullet(ppr, tag: str, attrs: dict | None = None) -> None:
     """Replace the paragraph's bullet kind, keeping DrawingML's child order."""
     for kind in BULLET_KINDS:
@@ -91,6 +103,8 @@ class Deck:
             self.theme = theme or deck_themes.resolve(None)
             deck_themes.apply_theme(self.prs, self.theme, lang)
         self.templated = bool(template)
+        grounds = (self.theme.background, self.theme.surface)
+        self._ink = {c: legible(c, grounds) for c in self.theme.palette}
         self.last_title_size = 99.0
         self.W, self.H = int(self.prs.slide_width), int(self.prs.slide_height)
         self.M = int(self.W * 0.045)
@@ -108,6 +122,14 @@ class Deck:
             self._template_geometry()
         else:
             self._layout_geometry()
+
+    def ink(self, colour: str) -> str:
+        """A palette colour as text colour: darkened where it would not read on the slide or a card."""
+        return self._ink.get(colour) or legible(colour, (self.theme.background, self.theme.surface))
+
+    def on(self, fill: str) -> str:
+        """Text colour on a filled shape: white, or the text colour when white would not read."""
+        return "FFFFFF" if contrast("FFFFFF", fill) >= 3.0 else self.theme.text
 
     # -- geometry ------------------------------------------------------------------------------
     @property

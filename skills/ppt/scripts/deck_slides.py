@@ -17,6 +17,7 @@ from pptx.enum.shapes import PP_PLACEHOLDER
 from pptx.enum.text import MSO_ANCHOR, PP_ALIGN
 from pptx.util import Inches
 
+import deck_inherit as inh
 import deck_measure as dm
 from deck_build import INSET_LR, INSET_TB, Deck, rgb, set_bullet
 from deck_outline import norm_bullets
@@ -38,24 +39,49 @@ def _spread(deck: Deck, paras, width: int, height: int, size: float, placeholder
 def fill_list(deck: Deck, shape, paras, rect, sizes=BULLET_SIZES, placeholder=True, bullets=True, colour=None):
     x, y, w, h = rect
     own = deck.templated and placeholder
-    if own:  # the template's body size first, smaller only when it does not fit
-        sizes = tuple(z for z in range(int(deck.tpl_body), 15, -2))
+    base = 0.0
+    if own:  # the template's body size first (its layout's, else its master's), smaller only when it does not fit
+        base = inh.inherited(shape, 0, "sz") or deck.tpl_body
+        sizes = tuple(z for z in range(int(base), 15, -2)) or (16,)
     sizes = tuple(z for z in sizes if z <= deck.last_title_size - 2) or sizes[-1:]
     size = deck.fit(paras, w, h, sizes, placeholder, space=0.0) or sizes[-1]
     space = _spread(deck, paras, w, h, size, placeholder)
     # the fit used no spacing: make sure the spacing still fits, else keep it tight
     if deck.need(paras, w, size, placeholder, space=space) > h * 0.97:
         space = size * 0.3
-    deck.set_text(shape, paras, deck.own_size(size, deck.tpl_body) if own else size, space=space,
-                  bullets=bullets, colour=None if own else (colour or deck.theme.text))
+    written: float | None = size
+    if own and size >= base and _monotonic(shape, {lv for _, lv in paras}):
+        written = None  # the template's own sizes fit and keep its levels in order
+    deck.set_text(shape, paras, written, space=space, bullets=bullets, colour=None if own else (colour or deck.theme.text))
     return size
+
+
+def _monotonic(shape, levels: set[int]) -> bool:
+    """Whether the template's inherited sizes never grow with the level (a template whose body
+    sets level 1 to 20 pt and leaves level 2 at the master's 28 pt does not)."""
+    sizes = [inh.inherited(shape, lv, "sz") for lv in range(max(levels) + 1)] if levels else []
+    known = [z for z in sizes if z is not None]
+    return all(b <= a for a, b in zip(known, known[1:]))
+
+
+def template_fit(deck: Deck, shape, paras, floor: float, **kw) -> float | None:
+    """With a template, the size its placeholder gives the text when that fits the placeholder's
+    box (None: nothing written), else the largest that does, down to `floor`."""
+    if not shape.is_placeholder or shape.width is None:
+        return None
+    base = inh.inherited(shape, 0, "sz") or 18.0
+    sizes = [base - 2 * i for i in range(40) if base - 2 * i >= floor] or [floor]
+    size = deck.fit(paras, int(shape.width), int(shape.height), sizes, False, **kw) or sizes[-1]
+    return None if size >= base else size
 
 
 def heading(deck: Deck, shape, text: str, w: int, h: int, sizes, anchor, align=PP_ALIGN.LEFT) -> None:
     """A big heading (title, section, closing) fitted to its box; with a template, its own look."""
     size = deck.fit([(text, 0)], w, h, sizes, False, bold=True, heading=True) or sizes[-1]
     own = deck.templated
-    deck.set_text(shape, [(text, 0)], None if own else size, bold=None if own else deck.theme.heading_bold or size >= 36,
+    if own:
+        size = template_fit(deck, shape, [(text, 0)], 24, bold=True, heading=True)
+    deck.set_text(shape, [(text, 0)], size, bold=None if own else deck.theme.heading_bold or size >= 36,
                   colour=None if own else deck.theme.title, align=None if own else align, bullets=False, heading=True)
     shape.text_frame.vertical_anchor = anchor
 
@@ -80,7 +106,9 @@ def title_slide(deck: Deck, s: dict):
             deck.place(sub, x, sy, w, sh)
         paras = [(line, 0) for chunk in lines for line in str(chunk).split("\n")]
         size = deck.fit(paras, w, sh, (22, 20, 18, 16), False) or 16
-        deck.set_text(sub, paras, None if deck.templated else size, colour=None if deck.templated else t.muted,
+        if deck.templated:
+            size = template_fit(deck, sub, paras, 14)
+        deck.set_text(sub, paras, size, colour=None if deck.templated else t.muted,
                       align=None if deck.templated else PP_ALIGN.LEFT, bullets=False)
         sub.text_frame.vertical_anchor = MSO_ANCHOR.TOP
     deck.drop_unused(slide, keep)
@@ -162,7 +190,7 @@ def two_column_slide(deck: Deck, s: dict, boxed: bool = False):
             first = box.text_frame.paragraphs[0]
             for run in first.runs:
                 run.font.bold = True
-                run.font.color.rgb = rgb(t.palette[ci])
+                run.font.color.rgb = rgb(deck.ink(t.palette[ci]))
             ppr = first._p.get_or_add_pPr()
             ppr.set("marL", "0")
             ppr.set("indent", "0")
@@ -192,7 +220,7 @@ def _panels(deck: Deck, slide, columns, col_w: int) -> None:
         top = deck.body_top + pad
         if head:
             deck.textbox(slide, x + pad - INSET_LR, top, inner + 2 * INSET_LR, head_h - pad, [(head, 0)], 24,
-                         f"Panel Head {ci + 1}", bold=True, colour=colour, heading=True)
+                         f"Panel Head {ci + 1}", bold=True, colour=deck.ink(colour), heading=True)
         box = deck.textbox(slide, x + pad - INSET_LR, deck.body_top + head_h + pad, inner + 2 * INSET_LR,
                            h - head_h - 2 * pad, [], None, f"Panel Text {ci + 1}")
         deck.set_text(box, paras or [("", 0)], size, colour=t.text, bullets="manual", space=size * 0.6)
@@ -242,7 +270,7 @@ def table_slide(deck: Deck, s: dict):
             p = cell.text_frame.paragraphs[0]
             numeric = bool(NUMERIC.match(value))
             p.alignment = PP_ALIGN.CENTER if r == 0 else (PP_ALIGN.RIGHT if numeric else PP_ALIGN.LEFT)
-            deck.add_runs(p, value, size, bold=(r == 0), colour="FFFFFF" if r == 0 else t.text)
+            deck.add_runs(p, value, size, bold=(r == 0), colour=deck.on(t.accent) if r == 0 else t.text)
             cell.fill.solid()
             cell.fill.fore_color.rgb = rgb(t.accent if r == 0 else (t.surface if r % 2 == 0 else "FFFFFF"))
     if cap_h:
@@ -282,7 +310,7 @@ def quote_slide(deck: Deck, s: dict):
     t = deck.theme
     x, w = deck.M + Inches(1.0), deck.W - 2 * deck.M - Inches(2.0)
     deck.textbox(slide, x - Inches(0.9), int(deck.H * 0.16), Inches(1.2), Inches(1.4), [("“", 0)], 96, "Quote Mark",
-                 colour=t.accent, bold=True, heading=True)
+                 colour=deck.ink(t.accent), bold=True, heading=True)
     qy, qh = int(deck.H * 0.28), int(deck.H * 0.38)
     paras = [(str(s["quote"]), 0)]
     size = deck.fit(paras, w, qh, (32, 30, 28, 26, 24), False, heading=True) or 24

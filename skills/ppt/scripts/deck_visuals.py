@@ -160,7 +160,7 @@ def chart_slide(deck: Deck, s: dict):
             deck_build.set_bullet(ppr, "a:buNone")
             for r in first.runs:
                 r.font.bold = True
-                r.font.color.rgb = rgb(deck.theme.accent)
+                r.font.color.rgb = rgb(deck.ink(deck.theme.accent))
         w = deck.body_w - panel_w - gap
     add_chart(deck, slide, s["chart"], x, deck.body_top, w, deck.body_h - cap_h)
     if cap_h:
@@ -193,7 +193,7 @@ def kpis_slide(deck: Deck, s: dict):
         inner = w - 2 * deck_build.INSET_LR
         size = next((z for z in (value_size, value_size - 6, value_size - 12, value_size - 18, 28)
                      if dm.wrapped_lines(value, inner, z, deck.fam(bold=True)) == 1), 28)  # a number on one line
-        deck.set_text(box, [(value, 0)], size, bold=True, colour=colour, align=PP_ALIGN.CENTER, bullets=False)
+        deck.set_text(box, [(value, 0)], size, bold=True, colour=deck.ink(colour), align=PP_ALIGN.CENTER, bullets=False)
         for text, sz, col in ((item.get("label"), 20, deck.theme.text), (item.get("note"), 14, deck.theme.muted)):
             if text:
                 p = tf.add_paragraph()
@@ -229,7 +229,7 @@ def cards_slide(deck: Deck, s: dict):
         colour = deck.theme.palette[i % len(deck.theme.palette)] if not deck.templated else deck.theme.accent
         _card(deck, slide, x, deck.body_top, w, card_h, f"Card {i + 1}", colour)
         head = deck.textbox(slide, x + pad - deck_build.INSET_LR, deck.body_top + pad, inner_w + 2 * deck_build.INSET_LR,
-                            head_h - pad, [(f"{i + 1:02d}", 0)], 28, f"Card Head {i + 1}", bold=True, colour=colour,
+                            head_h - pad, [(f"{i + 1:02d}", 0)], 28, f"Card Head {i + 1}", bold=True, colour=deck.ink(colour),
                             heading=True)
         p = head.text_frame.add_paragraph()
         deck.add_runs(p, str(item.get("title", "")), 22 if n <= 3 else 20, bold=True, colour=deck.theme.title, heading=True)
@@ -256,11 +256,11 @@ def timeline_slide(deck: Deck, s: dict, numbered: bool):
         colour = deck.theme.palette[0] if not deck.templated else deck.theme.accent
         marker = deck.rect(slide, cx - dot // 2, line_y - dot // 2, dot, dot, colour, f"Step Marker {i + 1}", MSO_SHAPE.OVAL)
         if numbered:
-            deck.set_text(marker, [(str(i + 1), 0)], 16, bold=True, colour="FFFFFF", align=PP_ALIGN.CENTER, bullets=False)
+            deck.set_text(marker, [(str(i + 1), 0)], 16, bold=True, colour=deck.on(colour), align=PP_ALIGN.CENTER, bullets=False)
             marker.text_frame.margin_left = marker.text_frame.margin_right = 0
         if step.get("label"):
             deck.textbox(slide, cx - col // 2 + Inches(0.05), deck.body_top, col - Inches(0.1), Inches(0.7),
-                         [(str(step["label"]), 0)], 18, f"Step Label {i + 1}", bold=True, colour=colour,
+                         [(str(step["label"]), 0)], 18, f"Step Label {i + 1}", bold=True, colour=deck.ink(colour),
                          align=PP_ALIGN.CENTER).text_frame.vertical_anchor = MSO_ANCHOR.BOTTOM
         ty = line_y + dot // 2 + Inches(0.25)
         paras = [(str(step.get("title", "")), 0)] + ([(str(step["text"]), 0)] if step.get("text") else [])
