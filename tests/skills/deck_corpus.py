@@ -160,6 +160,34 @@ def empty_placeholder(prs):
     _box(slide, 1, 2, 6, 1, "Content without a title", 20)
 
 
+def per_char_wrap(prs):
+    """Two-character labels in a column too narrow for them: set one character per line."""
+    frame = _table(_blank(prs), [["项目", "说明"], ["背景", "固态电池界面问题"], ["方法", "原子层沉积包覆"]], 0.6, 1.2, 6.0, 16, 0.8)
+    frame.table.columns[0].width = Inches(0.45)
+    frame.table.columns[1].width = Inches(5.55)
+
+
+ORPHAN_TEXT = "这是一段会留下孤字的话"
+
+
+def orphan_char(prs):
+    """Eleven characters in a box ten and a half wide: the last one alone on its line."""
+    _box(_blank(prs), 1, 1, 3.12, 1.2, ORPHAN_TEXT, 20, name="Orphan")
+
+
+def level_inversion(prs):
+    slide = prs.slides.add_slide(prs.slide_layouts[1])
+    slide.shapes.title.text = "Findings"
+    slide.shapes.title.text_frame.paragraphs[0].runs[0].font.size = Pt(32)
+    tf = slide.placeholders[1].text_frame
+    for i, (text, level, size) in enumerate((("Main point", 0, 18), ("A detail set larger than its point", 1, 24))):
+        p = tf.paragraphs[0] if i == 0 else tf.add_paragraph()
+        p.level = level
+        r = p.add_run()
+        r.text = text
+        r.font.size = Pt(size)
+
+
 DEFECTS: dict[str, tuple[Callable, set[tuple[int, str, str]]]] = {
     "overflow_text": (overflow_text, {(1, "overflow", "error")}),
     "overflow_table": (overflow_table, {(1, "overflow", "error")}),
@@ -175,6 +203,9 @@ DEFECTS: dict[str, tuple[Callable, set[tuple[int, str, str]]]] = {
     "white_on_white": (white_on_white, {(1, "low-contrast", "error")}),
     "crowded_labels": (crowded_labels, {(1, "chart", "warning")}),
     "empty_placeholder": (empty_placeholder, {(1, "empty-placeholder", "warning")}),
+    "per_char_wrap": (per_char_wrap, {(1, "per-char-wrap", "error")}),
+    "orphan_char": (orphan_char, {(1, "orphan", "warning")}),
+    "level_inversion": (level_inversion, {(1, "level-inversion", "warning")}),
 }
 
 

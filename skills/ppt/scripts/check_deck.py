@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pptx import Presentation  # noqa: E402
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER  # noqa: E402
+from pptx.oxml.ns import qn  # noqa: E402
 
 import deck_inherit as inh  # noqa: E402
 import deck_measure as dm  # noqa: E402
@@ -47,6 +48,7 @@ from deck_read import (  # noqa: E402,F401
     _insets,
     _master_sizes,
     _wrap_mode,
+    cell_lines,
     paragraphs_of,
     table_height,
 )
@@ -118,6 +120,7 @@ class SlideCheck:
             elif getattr(shape, "has_table", False) and shape.has_table:
                 need = table_height(shape.table, self.ctx["master"], self.ctx["theme"])
                 used, kind = (x, y, w, max(h, need)), "table"
+                self.table_typography(shape)
                 if y + need > sh + TOL:
                     self.add("overflow", "error", name, f"table '{name}' grows to about {_fmt_in(need)} tall and runs off the "
                              "slide bottom: fewer rows, shorter cells or a smaller font")
@@ -180,6 +183,8 @@ class SlideCheck:
         elif need > h * 1.05 + 0.03 * EMU_PER_IN:
             self.add("overflow", "error", name, f"text in '{name}' needs about {_fmt_in(need)} of height but the box is "
                      f"{_fmt_in(h)}: shorten or split the text, or make the box larger")
+        if wrap and not _vertical(shape.text_frame):
+            self.typography(shape, paras, w - left_in - right_in)
         used_h = min(h, need)
         anchor = _anchor(shape)
         top = y if anchor == "t" else y + h - used_h if anchor == "b" else y + (h - used_h) // 2
@@ -212,6 +217,33 @@ class SlideCheck:
         if cjk > LONG_TEXT_CJK or len(text) - cjk > LONG_TEXT_LATIN:
             self.add("readability", "warning", name, f"'{name}' holds {len(text)} characters: a slide is not a page; keep the "
                      "point on the slide and move the rest to the notes")
+
+    def typography(self, shape, paras, width: int) -> None:
+        """CJK line breaking as it renders: a label set one character per line (a column too
+        narrow for it) is an error; a lone character on a paragraph's last line a warning."""
+        for text, size, margin, _, fam, *_ in paras:
+            if not text.strip():
+                continue
+            lines = dm.wrap(text, width - margin, size, fam)
+            if dm.per_character(lines):
+                self.add("per-char-wrap", "error", shape.name, f"'{text[:20]}' in '{shape.name}' is set one character per "
+                         f"line ({len(lines)} lines): widen the box or shorten the label")
+                return
+            if dm.orphan(lines):
+                self.add("orphan", "warning", shape.name, f"'{text[:20]}…' in '{shape.name}' leaves '{dm.core(lines[-1])}' "
+                         "alone on its last line: shorten or reword it")
+                return
+
+    def table_typography(self, shape) -> None:
+        for ri, ci, text, lines in cell_lines(shape.table, self.ctx["theme"]):
+            if dm.per_character(lines):
+                self.add("per-char-wrap", "error", shape.name, f"'{text[:20]}' (table '{shape.name}', row {ri + 1}, "
+                         f"column {ci + 1}) is set one character per line: the column is too narrow for it")
+                return
+            if dm.orphan(lines):
+                self.add("orphan", "warning", shape.name, f"'{text[:20]}…' (table '{shape.name}', row {ri + 1}, "
+                         f"column {ci + 1}) leaves '{dm.core(lines[-1])}' alone on its last line")
+                return
 
     def levels(self, shape, paras) -> None:
         """A sub-level rendered larger than the level it belongs to (a template's untouched
@@ -274,6 +306,11 @@ class SlideCheck:
                     grown = " as rendered (the table grows with its text)" if "table" in (ka, kb) else ""
                     self.add("overlap", "error", f"{na} / {nb}", f"'{na}' ({ka}) and '{nb}' ({kb}) overlap by "
                              f"{100 * inter / smaller:.0f}% of the smaller one{grown}")
+
+
+def _vertical(text_frame) -> bool:
+    body = text_frame._txBody.find(qn("a:bodyPr"))
+    return body is not None and (body.get("vert") or "horz") != "horz"
 
 
 def _layout_position(shape) -> tuple[int, int] | None:

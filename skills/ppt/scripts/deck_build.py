@@ -26,6 +26,7 @@ from pptx.enum.text import MSO_ANCHOR, PP_ALIGN
 from pptx.oxml.ns import qn
 from pptx.util import Emu, Inches, Pt
 
+import deck_inherit as inh
 import deck_measure as dm
 import deck_themes
 from deck_rules import contrast
@@ -287,10 +288,45 @@ class Deck:
                 p.space_before = Pt(space)
             self.add_runs(p, text, None if size is None else self.level_size(size, level), bold=bold, colour=colour,
                           heading=heading)
+        self.no_orphans(shape, heading)
+
+    def no_orphans(self, shape, heading: bool = False) -> None:
+        """A paragraph whose last line would hold one lone character gets a right indent of an
+        em or two, so the line before gives it a companion (same number of lines). Reads the
+        paragraphs as they are (sizes, bold, indents): call it again after changing them."""
+        if shape.width is None:
+            return
+        tf = shape.text_frame
+        inner = int(shape.width) - int(tf.margin_left if tf.margin_left is not None else INSET_LR) \
+            - int(tf.margin_right if tf.margin_right is not None else INSET_LR)
+        for p in tf.paragraphs:
+            runs = [r for r in p.runs if r.text]
+            if not runs:
+                continue
+            ppr = p._p.get_or_add_pPr()
+            ppr.attrib.pop("marR", None)
+            level = p.level or 0
+            sizes = [r.font.size.pt for r in runs if r.font.size is not None]
+            z = max(sizes) if sizes else (inh.inherited(shape, level, "sz") or 18.0)
+            fam = self.fam(any(r.font.bold for r in runs), heading)
+            indent = int((0.375 + 0.42 * level) * 914400) if shape.is_placeholder and not heading else 0
+            avail = inner - int(ppr.get("marL") or indent)
+            text = "".join(r.text for r in runs)
+            if avail < 3 * z * dm.EMU_PER_PT:
+                continue
+            lines = dm.wrap(text, avail, z, fam)
+            if not dm.orphan(lines):
+                continue
+            for ems in (1, 2, 3):
+                pushed = dm.wrap(text, avail - int(ems * z * dm.EMU_PER_PT), z, fam)
+                if len(pushed) == len(lines) and not dm.orphan(pushed):
+                    ppr.set("marR", str(int(ems * z * dm.EMU_PER_PT)))
+                    break
 
     def add_runs(self, p, text: str, size: float | None, **style) -> None:
         """One run per piece: chemical formulas get real subscripts (Li6PS5Cl -> Li₆PS₅Cl), by the
         rendering layer's rule, shared with the documents."""
+        text = dm.glue(text)
         pieces = FORMULAS.split_formulas(text) if FORMULAS is not None else [(text, "")]
         for piece, kind in pieces:
             run = p.add_run()

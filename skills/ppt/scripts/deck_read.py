@@ -127,6 +127,8 @@ def paragraphs_of(shape, master: dict, theme: rules.ThemeInfo | None = None) -> 
             margin = int(ppr.get("marL"))
         elif shape.is_placeholder and not title:
             margin = int((0.375 + 0.42 * level) * EMU_PER_IN)
+        if ppr is not None and ppr.get("marR") is not None:
+            margin += int(ppr.get("marR"))  # a right indent narrows the line the same way
         before = 0.0 if title else size * 0.2 if shape.is_placeholder else 0.0
         if p.space_before is not None:
             before = p.space_before.pt
@@ -184,3 +186,19 @@ def table_height(table, master=None, theme: rules.ThemeInfo | None = None) -> in
     return total
 
 
+
+
+def cell_lines(table, theme: rules.ThemeInfo):
+    """(row, column, text, lines) of every non-empty cell paragraph, wrapped in its column."""
+    for ri, row in enumerate(table.rows):
+        for ci, cell in enumerate(row.cells):
+            width = int(table.columns[ci].width) if ci < len(table.columns) else 0
+            ml = cell.margin_left if cell.margin_left is not None else INSET_LR
+            mr = cell.margin_right if cell.margin_right is not None else INSET_LR
+            for p in cell.text_frame.paragraphs:
+                text = _para_text(p)
+                if not text.strip():
+                    continue
+                sizes, fam, _ = _para_font(p, theme, False)
+                size = max(sizes) if sizes else DEFAULT_SIZE_PT
+                yield ri, ci, text, dm.wrap(text, width - int(ml) - int(mr), size, fam)

@@ -195,6 +195,7 @@ def two_column_slide(deck: Deck, s: dict, boxed: bool = False):
             ppr.set("marL", "0")
             ppr.set("indent", "0")
             set_bullet(ppr, "a:buNone")
+            deck.no_orphans(box)
     deck.drop_unused(slide, keep)
     if panel_paras:
         _panels(deck, slide, panel_paras, col_w)
@@ -252,7 +253,7 @@ def table_slide(deck: Deck, s: dict):
     cols = [str(c) for c in data["columns"]]
     rows = [[("" if v is None else str(v)) for v in r] for r in data["rows"]]
     cap_h = int(deck.H * 0.07) if s.get("caption") else 0
-    width = deck.body_w if len(cols) > 2 else int(deck.body_w * 0.7)
+    width = deck.body_w  # tables take the content width (a narrow one only looked unfinished)
     size, widths, heights = table_geometry(deck, cols, rows, width, deck.body_h - cap_h)
     frame = slide.shapes.add_table(len(rows) + 1, len(cols), deck.M, deck.body_top, width, sum(heights))
     frame.name = "Table"

@@ -161,6 +161,7 @@ def chart_slide(deck: Deck, s: dict):
             for r in first.runs:
                 r.font.bold = True
                 r.font.color.rgb = rgb(deck.ink(deck.theme.accent))
+            deck.no_orphans(panel)  # measured again: bold and without the bullet indent
         w = deck.body_w - panel_w - gap
     add_chart(deck, slide, s["chart"], x, deck.body_top, w, deck.body_h - cap_h)
     if cap_h:
