@@ -222,28 +222,24 @@ class SlideCheck:
         """CJK line breaking as it renders: a label set one character per line (a column too
         narrow for it) is an error; a lone character on a paragraph's last line a warning."""
         for text, size, margin, _, fam, *_ in paras:
-            if not text.strip():
-                continue
-            lines = dm.wrap(text, width - margin, size, fam)
-            if dm.per_character(lines):
-                self.add("per-char-wrap", "error", shape.name, f"'{text[:20]}' in '{shape.name}' is set one character per "
-                         f"line ({len(lines)} lines): widen the box or shorten the label")
-                return
-            if dm.orphan(lines):
-                self.add("orphan", "warning", shape.name, f"'{text[:20]}…' in '{shape.name}' leaves '{dm.core(lines[-1])}' "
-                         "alone on its last line: shorten or reword it")
+            if text.strip() and self.line_breaks(shape.name, text, dm.wrap(text, width - margin, size, fam), f"'{shape.name}'"):
                 return
 
     def table_typography(self, shape) -> None:
         for ri, ci, text, lines in cell_lines(shape.table, self.ctx["theme"]):
-            if dm.per_character(lines):
-                self.add("per-char-wrap", "error", shape.name, f"'{text[:20]}' (table '{shape.name}', row {ri + 1}, "
-                         f"column {ci + 1}) is set one character per line: the column is too narrow for it")
+            if self.line_breaks(shape.name, text, lines, f"table '{shape.name}', row {ri + 1}, column {ci + 1}"):
                 return
-            if dm.orphan(lines):
-                self.add("orphan", "warning", shape.name, f"'{text[:20]}…' (table '{shape.name}', row {ri + 1}, "
-                         f"column {ci + 1}) leaves '{dm.core(lines[-1])}' alone on its last line")
-                return
+
+    def line_breaks(self, name: str, text: str, lines: list[str], where: str) -> bool:
+        if dm.per_character(lines):
+            self.add("per-char-wrap", "error", name, f"'{text[:20]}' ({where}) is set one character per line "
+                     f"({len(lines)} lines): widen the column or box, or shorten the label")
+            return True
+        if dm.orphan(lines):
+            self.add("orphan", "warning", name, f"'{text[:20]}…' ({where}) leaves '{dm.core(lines[-1])}' alone on its "
+                     "last line: shorten or reword it")
+            return True
+        return False
 
     def levels(self, shape, paras) -> None:
         """A sub-level rendered larger than the level it belongs to (a template's untouched
