@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from pptx import Presentation  # noqa: E402
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER  # noqa: E402
 from pptx.oxml.ns import qn  # noqa: E402
 
+import deck_grid as grid  # noqa: E402
 import deck_inherit as inh  # noqa: E402
 import deck_measure as dm  # noqa: E402
 import deck_rules as rules  # noqa: E402
@@ -194,7 +194,7 @@ class SlideCheck:
         self.readability(shape, paras)
         self.contrast(shape, used, paras)
         if rules.is_title(shape):
-            self.ctx["titles"].append((self.si, x, y, _layout_position(shape)))
+            self.ctx["titles"].append((self.si, x, y, grid.layout_position(shape)))
             self.title_sizes.append(max(sz for t, sz, *_ in paras if t.strip()))
             return "title", used
         if rules.ph_type(shape) in rules.BODY_TYPES:
@@ -309,34 +309,6 @@ def _vertical(text_frame) -> bool:
     return body is not None and (body.get("vert") or "horz") != "horz"
 
 
-def _layout_position(shape) -> tuple[int, int] | None:
-    """Where the slide's layout puts this placeholder (the template's own grid), or None; also
-    None on cover and section layouts, which are compositions of their own, not the grid."""
-    if _composed(shape.part.slide):
-        return None
-    try:
-        base = shape._base_placeholder if shape.is_placeholder else None
-        if base is not None and base.left is not None and base.top is not None:
-            return int(base.left), int(base.top)
-    except Exception:  # noqa: BLE001 - a placeholder without a layout counterpart
-        pass
-    return None
-
-
-def _composed(slide) -> bool:
-    return slide.slide_layout._element.get("type") in ("title", "secHead")
-
-
-def _grid_lines(prs) -> set[int]:
-    """The left edges the deck's layouts define: their title and body placeholders."""
-    lines: set[int] = set()
-    for slide in prs.slides:
-        for ph in slide.slide_layout.placeholders:
-            if rules.ph_type(ph) in (*rules.TITLE_TYPES, *rules.BODY_TYPES) and ph.left is not None:
-                lines.update((int(ph.left), int(ph.left) + INSET_LR))
-    return lines
-
-
 def check(path: str | Path) -> dict:
     prs = Presentation(str(path))
     sw, sh = int(prs.slide_width), int(prs.slide_height)
@@ -349,61 +321,14 @@ def check(path: str | Path) -> dict:
         one = SlideCheck(si, slide, ctx)
         one.run()
         issues += one.issues
-        if one.main_content is not None and not _composed(slide):
+        if one.main_content is not None and not grid.composed(slide):
             content_lefts.append((si, one.main_content[0]))
-    issues.extend(_drift(ctx["titles"], content_lefts, _grid_lines(prs)))
+    issues.extend(Issue(*finding) for finding in grid.drift(ctx["titles"], content_lefts, grid.grid_lines(prs)))
     issues.sort(key=lambda i: (i.slide, i.severity != "error"))
     errors = [asdict(i) for i in issues if i.severity == "error"]
     warnings = [asdict(i) for i in issues if i.severity == "warning"]
     return {"file": str(path), "slides": len(prs.slides), "slide_size_in": [round(sw / EMU_PER_IN, 3), round(sh / EMU_PER_IN, 3)],
             "errors": errors, "warnings": warnings}
-
-
-def _drift(titles, content_lefts, grid: set[int] | None = None) -> list[Issue]:
-    """Positions a few hundredths to a few tenths of an inch off the grid are misalignments. The
-    grid is the template's own: a title is compared with where its layout puts it (a title that
-    sits where its layout's placeholder is cannot drift); content with the layouts' title/body
-    edges and the edge a clear majority of slides use. Only the outlier is reported."""
-    issues: list[Issue] = []
-    small = int(0.4 * EMU_PER_IN)
-    loose = [(si, x, y) for si, x, y, ref in titles if ref is None]
-    for si, x, y, ref in titles:
-        if ref is None:
-            continue
-        dx, dy = abs(x - ref[0]), abs(y - ref[1])
-        if max(dx, dy) > TOL and dx < small and dy < small:
-            issues.append(Issue(si, "grid-drift", "warning", "title",
-                                f"title sits {_fmt_in(max(dx, dy))} off the position its layout gives it"))
-    for si, dx, dy in _off_majority(loose):
-        if max(dx, dy) > TOL and dx < small and dy < small:
-            issues.append(Issue(si, "grid-drift", "warning", "title",
-                                f"title sits {_fmt_in(max(dx, dy))} off the position the other slides use"))
-    lines = set(grid or ())
-    counts = Counter(x for _, x in content_lefts)
-    if counts and len(content_lefts) >= 3:
-        top, n = counts.most_common(1)[0]
-        if n * 2 > len(content_lefts):
-            lines.add(top)
-    for si, x in content_lefts:
-        if not lines:
-            break
-        near = min(abs(x - g) for g in lines)
-        if TOL < near < small // 2:
-            issues.append(Issue(si, "grid-drift", "warning", "content",
-                                f"main content starts {_fmt_in(near)} off the nearest left edge of the grid "
-                                "(the layouts' placeholders and the other slides)"))
-    return issues
-
-
-def _off_majority(points):
-    """(slide, dx, dy) of titles without a layout position against the position a strict
-    majority of them share; nothing when there is no clear majority (no outlier to name)."""
-    if len(points) < 3:
-        return []
-    (pos, n), = Counter((x, y) for _, x, y in points).most_common(1)
-    if n * 2 <= len(points):
-        return []
-    return [(si, abs(x - pos[0]), abs(y - pos[1])) for si, x, y in points]
 
 
 def format_report(report: dict) -> str:

@@ -26,10 +26,10 @@ from pptx.enum.text import MSO_ANCHOR, PP_ALIGN
 from pptx.oxml.ns import qn
 from pptx.util import Emu, Inches, Pt
 
-import deck_inherit as inh
 import deck_measure as dm
 import deck_themes
-from deck_rules import contrast
+import deck_typeset as typeset
+from deck_rules import contrast, legible
 from deck_themes import Theme
 
 INSET_LR, INSET_TB = 91440, 45720
@@ -65,17 +65,6 @@ ROLES = {
 
 def rgb(hex_colour: str) -> RGBColor:
     return RGBColor.from_string(hex_colour)
-
-
-def legible(colour: str, backgrounds: tuple[str, ...], need: float = 3.2) -> str:
-    """The colour, darkened in steps (same hue) until it reads on every background: a light
-    brand accent (gold, sky blue) still colours the text it heads, legibly."""
-    out = colour
-    for step in range(1, 12):
-        if all(contrast(out, bg) >= need for bg in backgrounds):
-            return out
-        out = "".join(f"{int(int(colour[i:i + 2], 16) * (1 - 0.07 * step)):02X}" for i in (0, 2, 4))
-    return out
 
 
 def set_bullet(ppr, tag: str, attrs: dict | None = None) -> None:
@@ -291,37 +280,7 @@ class Deck:
         self.no_orphans(shape, heading)
 
     def no_orphans(self, shape, heading: bool = False) -> None:
-        """A paragraph whose last line would hold one lone character gets a right indent of an
-        em or two, so the line before gives it a companion (same number of lines). Reads the
-        paragraphs as they are (sizes, bold, indents): call it again after changing them."""
-        if shape.width is None:
-            return
-        tf = shape.text_frame
-        inner = int(shape.width) - int(tf.margin_left if tf.margin_left is not None else INSET_LR) \
-            - int(tf.margin_right if tf.margin_right is not None else INSET_LR)
-        for p in tf.paragraphs:
-            runs = [r for r in p.runs if r.text]
-            if not runs:
-                continue
-            ppr = p._p.get_or_add_pPr()
-            ppr.attrib.pop("marR", None)
-            level = p.level or 0
-            sizes = [r.font.size.pt for r in runs if r.font.size is not None]
-            z = max(sizes) if sizes else (inh.inherited(shape, level, "sz") or 18.0)
-            fam = self.fam(any(r.font.bold for r in runs), heading)
-            indent = int((0.375 + 0.42 * level) * 914400) if shape.is_placeholder and not heading else 0
-            avail = inner - int(ppr.get("marL") or indent)
-            text = "".join(r.text for r in runs)
-            if avail < 3 * z * dm.EMU_PER_PT:
-                continue
-            lines = dm.wrap(text, avail, z, fam)
-            if not dm.orphan(lines):
-                continue
-            for ems in (1, 2, 3):
-                pushed = dm.wrap(text, avail - int(ems * z * dm.EMU_PER_PT), z, fam)
-                if len(pushed) == len(lines) and not dm.orphan(pushed):
-                    ppr.set("marR", str(int(ems * z * dm.EMU_PER_PT)))
-                    break
+        typeset.no_orphans(shape, lambda bold: self.fam(bold, heading), heading)
 
     def add_runs(self, p, text: str, size: float | None, **style) -> None:
         """One run per piece: chemical formulas get real subscripts (Li6PS5Cl -> Li₆PS₅Cl), by the

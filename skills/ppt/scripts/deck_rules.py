@@ -203,6 +203,17 @@ def contrast(a: str, b: str) -> float:
     return (la + 0.05) / (lb + 0.05)
 
 
+def legible(colour: str, backgrounds: tuple[str, ...], need: float = 3.2) -> str:
+    """The colour, darkened in steps (same hue) until it reads on every background: a light
+    brand accent (gold, sky blue) still colours the text it heads, legibly."""
+    out = colour
+    for step in range(1, 12):
+        if all(contrast(out, bg) >= need for bg in backgrounds):
+            return out
+        out = "".join(f"{int(int(colour[i:i + 2], 16) * (1 - 0.07 * step)):02X}" for i in (0, 2, 4))
+    return out
+
+
 # ---- charts --------------------------------------------------------------------------------
 
 def crowded_labels(shape) -> str | None:
