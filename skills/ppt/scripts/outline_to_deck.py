@@ -30,6 +30,7 @@ import deck_slides as ds  # noqa: E402
 import deck_themes  # noqa: E402
 import deck_visuals as dv  # noqa: E402
 from deck_build import Deck  # noqa: E402
+from deck_classify import classify  # noqa: E402
 from deck_outline import OutlineError, norm_bullets, read_outline, slide_type, validate  # noqa: E402
 
 MAX_BULLETS = 7   # more goes on a continuation slide (the checker warns above 8)
@@ -105,6 +106,7 @@ def build(outline: dict, out: Path, base: Path, template: Path | None = None, si
     slides, notes = split_long(outline, deck.zh)
     section = 0
     for s in slides:
+        s = classify(s)  # numbers -> KPI cards, dated items -> timeline, ... (a `type` forces the kind)
         kind = slide_type(s)
         if kind == "section":
             section += 1
