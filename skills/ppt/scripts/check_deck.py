@@ -39,6 +39,7 @@ import deck_grid as grid  # noqa: E402
 import deck_inherit as inh  # noqa: E402
 import deck_measure as dm  # noqa: E402
 import deck_rules as rules  # noqa: E402
+import deck_space as space  # noqa: E402
 from deck_measure import EMU_PER_IN, EMU_PER_PT, text_height, wrapped_lines  # noqa: E402,F401 - used by callers
 from deck_read import (  # noqa: E402,F401
     DEFAULT_SIZE_PT,
@@ -99,6 +100,7 @@ class SlideCheck:
         # filled shapes, in z-order: the master's and the layout's first (a cover panel, a band)
         self.fills: list[tuple[tuple[int, int, int, int], str | None]] = rules.backdrop(slide, ctx["theme"], self.cmap)
         self.main_content: tuple[int, int] | None = None
+        self.panels: list[tuple[int, int, int, int]] = []
         self.title_sizes: list[float] = []
         self.body_sizes: list[float] = []
 
@@ -121,6 +123,9 @@ class SlideCheck:
                 need = table_height(shape.table, self.ctx["master"], self.ctx["theme"])
                 used, kind = (x, y, w, max(h, need)), "table"
                 self.table_typography(shape)
+                narrow = space.narrow_table(shape, self.ctx["content_w"], list(cell_lines(shape.table, self.ctx["theme"])))
+                if narrow:
+                    self.add(*narrow)
                 if y + need > sh + TOL:
                     self.add("overflow", "error", name, f"table '{name}' grows to about {_fmt_in(need)} tall and runs off the "
                              "slide bottom: fewer rows, shorter cells or a smaller font")
@@ -137,6 +142,7 @@ class SlideCheck:
             fill = rules.own_fill(shape, self.ctx["theme"], self.cmap) if shape.shape_type == MSO_SHAPE_TYPE.AUTO_SHAPE else None
             if fill:
                 self.fills.append((rect, fill))
+                self.panels.append(rect)
                 if self.main_content is None or w * h > self.main_content[1]:
                     self.main_content = (x, w * h)  # a panel or card is where its content starts
             if kind is None:
@@ -156,6 +162,10 @@ class SlideCheck:
         if self.title_sizes and self.body_sizes and min(self.title_sizes) < max(self.body_sizes):
             self.add("readability", "warning", "title", f"the title ({min(self.title_sizes):.0f} pt) is smaller than the body "
                      f"text ({max(self.body_sizes):.0f} pt): shorten the title instead of shrinking it")
+        if not grid.composed(self.slide):
+            empty = space.empty_area(self.boxes, self.panels, sh, FOOTER_BAND)
+            if empty:
+                self.add(*empty)
 
     def text(self, shape, rect):
         x, y, w, h = rect
@@ -313,7 +323,10 @@ def check(path: str | Path) -> dict:
     prs = Presentation(str(path))
     sw, sh = int(prs.slide_width), int(prs.slide_height)
     theme = rules.ThemeInfo(prs)
-    ctx = {"sw": sw, "sh": sh, "master": _master_sizes(prs), "theme": theme, "titles": [],
+    lefts = [int(ph.left) for slide in prs.slides for ph in slide.slide_layout.placeholders
+             if rules.ph_type(ph) in rules.TITLE_TYPES and ph.left is not None and 0 < int(ph.left) < sw // 4]
+    margin = min(lefts) if lefts else int(sw * 0.045)
+    ctx = {"sw": sw, "sh": sh, "master": _master_sizes(prs), "theme": theme, "titles": [], "content_w": sw - 2 * margin,
            "background": lambda slide, cmap=None: rules.background(slide, theme, cmap)}
     issues: list[Issue] = []
     content_lefts: list[tuple[int, int]] = []

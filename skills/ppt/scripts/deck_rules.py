@@ -243,6 +243,10 @@ def crowded_labels(shape) -> str | None:
         per = h / len(cats)
         if per < size * 1.25 * dm.EMU_PER_PT:
             return f"{len(cats)} bars in {h / dm.EMU_PER_IN:.1f} in: the category labels overlap; fewer categories or a taller chart"
+        share = max(dm.text_em(c) for c in cats) * em / int(shape.width)
+        if share > 0.35:
+            return (f"the category labels take {100 * share:.0f}% of the chart's width, leaving the bars little room: "
+                    "shorter labels, or a table")
         return None
     per = w / len(cats)
     widest = max(dm.text_em(c) for c in cats) * em

@@ -15,25 +15,30 @@ from pathlib import Path
 
 from pptx.enum.shapes import PP_PLACEHOLDER
 from pptx.enum.text import MSO_ANCHOR, PP_ALIGN
-from pptx.util import Inches
+from pptx.util import Inches, Pt
 
 import deck_inherit as inh
 import deck_measure as dm
 from deck_build import INSET_LR, INSET_TB, Deck, rgb, set_bullet
 from deck_outline import norm_bullets
 
-BULLET_SIZES = (28, 26, 24, 22, 20, 18, 16)
+BULLET_SIZES = (20, 18, 16)  # body text 16-20 pt: the space is filled by layout, not by type size
 NUMERIC = re.compile(r"^[\s+\-−±$¥€£~≈<>]*[\d.,]+\s*(%|‰|pt|x|k|m|bn|亿|万|元|倍)?\s*$", re.I)
 
 
-def _spread(deck: Deck, paras, width: int, height: int, size: float, placeholder: bool) -> float:
-    """Points between paragraphs so the list uses most of the height (capped: a loose list of
-    three reads better than three lines pinned to the top, but not one spread like a table)."""
-    if len(paras) < 2:
-        return 0.0
-    used = deck.need(paras, width, size, placeholder, space=0.0)
-    spare = max(0.0, height * 0.78 - used) / 12700
-    return round(min(spare / (len(paras) - 1), size * 1.6), 1)
+def _spread(deck: Deck, paras, width: int, height: int, size: float, placeholder: bool) -> tuple[float, float]:
+    """(points between top-level items, points before a sub-point): the spare height goes
+    between the groups, so a sub-point stays with its parent and the list uses most of the
+    height (capped: a loose list of three reads better than three lines pinned to the top, but
+    not one spread like a table)."""
+    tight = round(size * 0.3, 1)
+    gaps = sum(1 for i, (_, level) in enumerate(paras) if i and level == 0)
+    subs = sum(1 for i, (_, level) in enumerate(paras) if i and level > 0)
+    if not gaps:
+        return tight, tight
+    used = deck.need(paras, width, size, placeholder, space=0.0) + subs * tight * 12700
+    spare = max(0.0, height * 0.85 - used) / 12700
+    return round(min(spare / gaps, size * 3.5), 1), tight
 
 
 def fill_list(deck: Deck, shape, paras, rect, sizes=BULLET_SIZES, placeholder=True, bullets=True, colour=None):
@@ -45,14 +50,19 @@ def fill_list(deck: Deck, shape, paras, rect, sizes=BULLET_SIZES, placeholder=Tr
         sizes = tuple(z for z in range(int(base), 15, -2)) or (16,)
     sizes = tuple(z for z in sizes if z <= deck.last_title_size - 2) or sizes[-1:]
     size = deck.fit(paras, w, h, sizes, placeholder, space=0.0) or sizes[-1]
-    space = _spread(deck, paras, w, h, size, placeholder)
+    space, tight = _spread(deck, paras, w, h, size, placeholder)
     # the fit used no spacing: make sure the spacing still fits, else keep it tight
-    if deck.need(paras, w, size, placeholder, space=space) > h * 0.97:
-        space = size * 0.3
+    gaps = sum(1 for i, (_, level) in enumerate(paras) if i and level == 0)
+    subs = len(paras) - 1 - gaps
+    if deck.need(paras, w, size, placeholder, space=0.0) + (gaps * space + subs * tight) * 12700 > h * 0.97:
+        space = tight
     written: float | None = size
     if own and size >= base and _monotonic(shape, {lv for _, lv in paras}):
         written = None  # the template's own sizes fit and keep its levels in order
     deck.set_text(shape, paras, written, space=space, bullets=bullets, colour=None if own else (colour or deck.theme.text))
+    for p in list(shape.text_frame.paragraphs)[1:]:
+        if (p.level or 0) > 0:
+            p.space_before = Pt(tight)
     return size
 
 
@@ -184,7 +194,7 @@ def two_column_slide(deck: Deck, s: dict, boxed: bool = False):
             deck.place(box, x, y, col_w, h)
         rect = (int(box.left), int(box.top), int(box.width), int(box.height))
         all_paras = ([(head, 0)] if head else []) + paras
-        fill_list(deck, box, all_paras or [("", 0)], rect, sizes=(24, 22, 20, 18, 16),
+        fill_list(deck, box, all_paras or [("", 0)], rect, sizes=(20, 18, 16),
                   bullets=True if box.is_placeholder else "manual")
         if head:
             first = box.text_frame.paragraphs[0]
@@ -208,7 +218,7 @@ def _panels(deck: Deck, slide, columns, col_w: int) -> None:
     pad, head_h = Inches(0.2), Inches(0.85)
     inner = col_w - 2 * pad
     size = 16
-    for size in (26, 24, 22, 20, 18, 16):
+    for size in (20, 18, 16):
         if size <= deck.last_title_size - 2 and all(
                 deck.need(p, inner, size, False, space=size * 0.6) <= deck.body_h - head_h - 2 * pad for _, _, p in columns):
             break
@@ -230,15 +240,15 @@ def _panels(deck: Deck, slide, columns, col_w: int) -> None:
 def table_geometry(deck: Deck, cols: list[str], rows: list[list[str]], width: int, height: int):
     """(font size, column widths, row heights): content-sized columns, CJK-aware row heights."""
     fam = deck.fam()
-    for size in (18, 16, 14, 13, 12):
+    for size in (20, 18, 16, 14, 13, 12) if len(rows) <= 4 else (18, 16, 14, 13, 12):
         widths = dm.column_widths([cols, *rows], width, size, fam)
         heights = []
         for ri, row in enumerate([cols, *rows]):
             need = max(dm.cell_height([(c, size, deck.fam(ri == 0))], w - 2 * INSET_LR) for c, w in zip(row, widths))
             heights.append(need + 2 * INSET_TB)
         if sum(heights) <= height:
-            # a short table gets roomier rows (up to 0.6 in) instead of a block in the top third
-            target = min(height * 0.8, len(heights) * 548640)
+            # a short table gets roomier rows (up to 0.8 in) instead of a block in the top third
+            target = min(height * 0.8, len(heights) * 731520)  # rows up to 0.8 in
             if sum(heights) < target:
                 extra = (target - sum(heights)) / len(heights)
                 heights = [int(h + extra) for h in heights]

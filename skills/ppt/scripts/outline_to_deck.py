@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import check_deck  # noqa: E402
+import deck_blocks as db  # noqa: E402
 import deck_slides as ds  # noqa: E402
 import deck_themes  # noqa: E402
 import deck_visuals as dv  # noqa: E402
@@ -81,7 +82,7 @@ def split_long(outline: dict, zh: bool) -> tuple[list[dict], list[dict]]:
 KINDS = {  # slide kind -> builder(deck, slide dict, outline folder, section number)
     "title": lambda d, s, b, n: ds.title_slide(d, s),
     "section": lambda d, s, b, n: ds.section_slide(d, s, n),
-    "bullets": lambda d, s, b, n: ds.bullets_slide(d, s),
+    "bullets": lambda d, s, b, n: db.rows_slide(d, s) if db.fits_rows(d, s) else ds.bullets_slide(d, s),
     "two_column": lambda d, s, b, n: ds.two_column_slide(d, s),
     "comparison": lambda d, s, b, n: ds.two_column_slide(d, s, boxed=True),
     "table": lambda d, s, b, n: ds.table_slide(d, s),
@@ -110,7 +111,10 @@ def build(outline: dict, out: Path, base: Path, template: Path | None = None, si
         kind = slide_type(s)
         if kind == "section":
             section += 1
+        saved = db.reserve_source(deck, s)
         slide = KINDS.get(kind, KINDS["bullets"])(deck, s, base, section)
+        db.source_line(deck, slide, s)
+        deck.body_rect = saved
         if kind not in ("title", "section", "closing"):
             deck.add_number(slide)
         deck.notes(slide, s.get("notes"))

@@ -1,0 +1,123 @@
+"""The layout engine: bullets slides classified into the kind a designer would use (numbers ->
+KPI cards, dates -> timeline, steps -> process, a quote, heads with sub-points -> comparison or
+cards), short lists as numbered rows that fill the body, action titles at 24 pt over 16-20 pt
+body text, the key datum annotated on its bar, source lines, pies only when they read; the
+outline's `type` always wins."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from pptx import Presentation
+from pptx.util import Pt
+from skillkit import FIXTURES, SKILLS
+
+SCRIPTS = SKILLS / "ppt" / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+import check_deck  # noqa: E402
+import outline_to_deck  # noqa: E402
+from deck_classify import classify  # noqa: E402
+from deck_outline import read_outline  # noqa: E402
+
+DECKS = FIXTURES / "decks"
+
+
+@pytest.mark.parametrize(("bullets", "kind"), [
+    (["季度收入：15.4 亿元", "毛利率：41.2%（提升 2.1 个百分点）", "客户流失率：2.7%"], "kpis"),
+    (["15.4 bn revenue", "41% gross margin", "2.7% churn"], "kpis"),
+    (["2026 Q1：客户门户上线", "2026 Q2：数据看板", "2026 Q3：开放 API"], "timeline"),
+    (["10 月：门户", "11 月：看板"], "timeline"),
+    (["第一步：诊断现状", "第二步：设计方案", "第三步：试点推广"], "process"),
+    (["Step 1: detect", "Step 2: fix"], "process"),
+    (["“新平台让续约从三周缩短到一周。” —— 某银行 CIO"], "quote"),
+    (["优势", {"text": "增长稳定", "level": 1}, "风险", {"text": "回款延迟", "level": 1}], "comparison"),
+    (["扩客", {"text": "a", "level": 1}, "降本", {"text": "b", "level": 1}, "续约", {"text": "c", "level": 1}], "cards"),
+    (["完成华东、华南两个区域的渠道整合", "云资源成本同比下降 9%"], None),
+    (["Revenue grew 18% year over year", {"text": "Enterprise +32%", "level": 1}, "Churn fell below 3%"], None),
+])
+def test_bullets_are_classified(bullets, kind):
+    slide = classify({"title": "t", "bullets": bullets, "notes": "n", "source": "s"})
+    assert slide.get("type") == kind
+    if kind:  # notes and the source line travel with the slide (a quote's source is its attribution)
+        assert slide["notes"] == "n" and slide["source"] == ("某银行 CIO" if kind == "quote" else "s")
+
+
+def test_the_outline_forces_a_kind():
+    s = {"type": "bullets", "title": "t", "bullets": ["季度收入：15.4 亿元", "毛利率：41.2%"]}
+    assert classify(s) is s
+
+
+def test_timeline_steps_get_a_head_and_text():
+    slide = classify({"title": "t", "bullets": ["2026 Q1：客户门户上线，自助开通与账单", "2026 Q2：数据看板"]})
+    assert slide["steps"][0] == {"label": "2026 Q1", "title": "客户门户上线", "text": "自助开通与账单"}
+
+
+@pytest.fixture(scope="module")
+def consulting(tmp_path_factory):
+    out = tmp_path_factory.mktemp("layout") / "consulting.pptx"
+    outline_to_deck.build(read_outline(DECKS / "consulting.json"), out, DECKS)
+    return out, Presentation(str(out)), check_deck.check(out)
+
+
+def _names(slide) -> set[str]:
+    return {sh.name for sh in slide.shapes}
+
+
+def test_consulting_deck_is_laid_out_by_kind(consulting):
+    _, prs, report = consulting
+    assert report["errors"] == [] and report["warnings"] == [], report
+    slides = prs.slides
+    assert {"KPI 1", "KPI 3", "KPI Text 2"} <= _names(slides[1])
+    assert {"Row Number 1", "Row Text 3", "Row Rule 2", "Takeaway"} <= _names(slides[2])
+    assert {"Step Marker 3"} <= _names(slides[4]) and "Step Label 1" not in _names(slides[4])  # process
+    assert {"Step Label 3", "Timeline"} <= _names(slides[5])
+
+
+def test_action_titles_over_body_text_of_16_to_20_pt(consulting):
+    _, prs, _ = consulting
+    for slide in list(prs.slides)[1:-1]:
+        title = max(r.font.size.pt for p in slide.shapes.title.text_frame.paragraphs for r in p.runs)
+        assert 22 <= title <= 24
+    rows = [sh for sh in prs.slides[2].shapes if sh.name.startswith("Row Text")]
+    sizes = {r.font.size.pt for sh in rows for p in sh.text_frame.paragraphs for r in p.runs}
+    assert sizes and all(16 <= z <= 20 for z in sizes)
+    # the rows share the body: the last one ends at the body's bottom
+    assert max(sh.top + sh.height for sh in rows) > prs.slide_height * 0.8
+
+
+def test_source_line_sits_under_the_content(consulting):
+    _, prs, _ = consulting
+    for index in (1, 3):
+        slide = prs.slides[index]
+        source = next(sh for sh in slide.shapes if sh.name == "Source")
+        assert source.text_frame.text.startswith("来源：")
+        assert source.top + source.height <= prs.slide_height * check_deck.FOOTER_BAND
+        others = [sh for sh in slide.shapes if sh.name not in ("Source", "Slide Number") and sh.top > prs.slide_height * 0.2]
+        assert all(sh.top + sh.height <= source.top for sh in others), [sh.name for sh in others]
+
+
+def test_the_key_datum_is_annotated_on_its_bar(consulting):
+    _, prs, _ = consulting
+    chart = next(sh.chart for sh in prs.slides[3].shapes if sh.has_chart)
+    label = chart.plots[0].series[0].points[3].data_label
+    assert label.has_text_frame and label.text_frame.text == "+55 %"
+    assert label.text_frame.paragraphs[0].runs[0].font.size == Pt(16)
+
+
+def test_takeaway_names_the_highlighted_category(tmp_path):
+    outline = read_outline(DECKS / "zh_report.json")
+    deck = tmp_path / "zh.pptx"
+    outline_to_deck.build(outline, deck, DECKS)
+    chart = next(sh.chart for sh in Presentation(str(deck)).slides[3].shapes if sh.has_chart)
+    # "Q3 收入 15.4 亿元…": the Q3 column of the last series carries its value
+    point = chart.plots[0].series[1].points[3]
+    assert point.data_label.text_frame.text == "15.4"
+
+
+def test_a_pie_that_would_not_read_becomes_sorted_bars(consulting):
+    _, prs, _ = consulting
+    chart = next(sh.chart for sh in prs.slides[6].shapes if sh.has_chart)
+    assert "BAR" in str(chart.chart_type)
+    values = list(chart.plots[0].series[0].values)
+    assert values == sorted(values)  # the largest share on top
