@@ -121,3 +121,14 @@ def test_a_pie_that_would_not_read_becomes_sorted_bars(consulting):
     assert "BAR" in str(chart.chart_type)
     values = list(chart.plots[0].series[0].values)
     assert values == sorted(values)  # the largest share on top
+
+
+def test_table_emphasis_comes_from_the_data(consulting):
+    _, prs, _ = consulting
+    table = next(sh.table for sh in prs.slides[7].shapes if sh.has_table)
+    marks = {table.cell(r, 0).text: (table.cell(r, 2).text_frame.paragraphs[0].runs[0].font.bold,
+                                     str(table.cell(r, 2).text_frame.paragraphs[0].runs[0].font.color.rgb))
+             for r in range(1, 5)}
+    assert marks["华东"] == marks["华南"] == (True, "1E7B34")  # at or above the 15 % target
+    assert marks["华北"] == (True, "B3261E")  # at or below 12 %
+    assert marks["西部"][0] is False

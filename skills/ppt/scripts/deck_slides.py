@@ -256,6 +256,25 @@ def table_geometry(deck: Deck, cols: list[str], rows: list[list[str]], width: in
     return size, widths, heights
 
 
+ABOVE, BELOW = "1E7B34", "B3261E"  # on target / off target: green and red that read on white and tints
+
+
+def emphasis(rule, cols: list[str], ci: int, value: str) -> str | None:
+    """The colour of a cell the data emphasises: `"emphasis": {"column": "同比", "above": 15,
+    "below": 13}` marks values at or above / at or below a target in that column."""
+    if not isinstance(rule, dict) or ci >= len(cols) or cols[ci] != str(rule.get("column")):
+        return None
+    m = re.search(r"[-+−]?\d+(?:\.\d+)?", value.replace(",", ""))
+    if not m:
+        return None
+    number = float(m.group().replace("−", "-"))
+    if isinstance(rule.get("above"), (int, float)) and number >= rule["above"]:
+        return ABOVE
+    if isinstance(rule.get("below"), (int, float)) and number <= rule["below"]:
+        return BELOW
+    return None
+
+
 def table_slide(deck: Deck, s: dict):
     slide = deck.titled(s)
     t = deck.theme
@@ -281,7 +300,9 @@ def table_slide(deck: Deck, s: dict):
             p = cell.text_frame.paragraphs[0]
             numeric = bool(NUMERIC.match(value))
             p.alignment = PP_ALIGN.CENTER if r == 0 else (PP_ALIGN.RIGHT if numeric else PP_ALIGN.LEFT)
-            deck.add_runs(p, value, size, bold=(r == 0), colour=deck.on(t.accent) if r == 0 else t.text)
+            mark = emphasis(data.get("emphasis"), cols, ci, value) if r else None
+            deck.add_runs(p, value, size, bold=(r == 0 or mark is not None),
+                          colour=deck.on(t.accent) if r == 0 else (mark or t.text))
             cell.fill.solid()
             cell.fill.fore_color.rgb = rgb(t.accent if r == 0 else (t.surface if r % 2 == 0 else "FFFFFF"))
     if cap_h:

@@ -113,8 +113,17 @@ def key_point(c: dict, takeaway: str | None) -> tuple[int, int, str] | None:
     value = c["series"][si]["values"][ci]
     if value is None:
         return None
-    label = str(want.get("label") or (f"{value:,.1f}" if isinstance(value, float) and value % 1 else f"{value:,}"))
+    label = str(want.get("label") or _formatted(value, str(c.get("number_format") or "")))
     return si, ci, label
+
+
+def _formatted(value, fmt: str) -> str:
+    """A value as the chart's Excel number format shows it (the common formats)."""
+    decimals = len(fmt.split(".")[1].split("%")[0].split('"')[0]) if "." in fmt else 0
+    if fmt.endswith("%") and '"' not in fmt:
+        return f"{value * 100:,.{decimals}f}%"
+    text = f"{value:,.{decimals}f}" if fmt else (f"{value:,.1f}" if isinstance(value, float) and value % 1 else f"{value:,}")
+    return text + ("%" if fmt.endswith('"%"') else "")
 
 
 def highlight(deck: Deck, chart, c: dict, ctype: str, takeaway: str | None) -> None:
@@ -124,7 +133,14 @@ def highlight(deck: Deck, chart, c: dict, ctype: str, takeaway: str | None) -> N
     if key is None:
         return
     si, ci, label = key
-    point = chart.plots[0].series[si].points[ci]
+    series = chart.plots[0].series[si]
+    if chart.plots[0].has_data_labels:  # the point's own label must not switch off its neighbours'
+        series.data_labels.show_value = True
+        series.data_labels.font.size = Pt(12)
+        if c.get("number_format"):
+            series.data_labels.number_format = c["number_format"]
+            series.data_labels.number_format_is_linked = False
+    point = series.points[ci]
     dl = point.data_label
     dl.has_text_frame = True
     dl.text_frame.text = label
