@@ -68,18 +68,18 @@ def test_consulting_deck_is_laid_out_by_kind(consulting):
     _, prs, report = consulting
     assert report["errors"] == [] and report["warnings"] == [], report
     slides = prs.slides
-    assert {"KPI 1", "KPI 3", "KPI Text 2"} <= _names(slides[1])
-    assert {"Row Number 1", "Row Text 3", "Row Rule 2", "Takeaway"} <= _names(slides[2])
-    assert {"Step Marker 3"} <= _names(slides[4]) and "Step Label 1" not in _names(slides[4])  # process
-    assert {"Step Label 3", "Timeline"} <= _names(slides[5])
+    assert {"KPI 1", "KPI 3", "KPI Text 2"} <= _names(slides[3])
+    assert {"Row Number 1", "Row Text 3", "Row Rule 2", "Takeaway"} <= _names(slides[4])
+    assert {"Step Marker 3"} <= _names(slides[6]) and "Step Label 1" not in _names(slides[6])  # process
+    assert {"Step Label 3", "Timeline"} <= _names(slides[7])
 
 
 def test_action_titles_over_body_text_of_16_to_20_pt(consulting):
     _, prs, _ = consulting
-    for slide in list(prs.slides)[1:-1]:
+    for slide in [sl for i, sl in enumerate(prs.slides) if i not in (0, 2, len(prs.slides) - 1)]:
         title = max(r.font.size.pt for p in slide.shapes.title.text_frame.paragraphs for r in p.runs)
         assert 22 <= title <= 24
-    rows = [sh for sh in prs.slides[2].shapes if sh.name.startswith("Row Text")]
+    rows = [sh for sh in prs.slides[4].shapes if sh.name.startswith("Row Text")]
     sizes = {r.font.size.pt for sh in rows for p in sh.text_frame.paragraphs for r in p.runs}
     assert sizes and all(16 <= z <= 20 for z in sizes)
     # the rows share the body: the last one ends at the body's bottom
@@ -88,7 +88,7 @@ def test_action_titles_over_body_text_of_16_to_20_pt(consulting):
 
 def test_source_line_sits_under_the_content(consulting):
     _, prs, _ = consulting
-    for index in (1, 3):
+    for index in (3, 5):
         slide = prs.slides[index]
         source = next(sh for sh in slide.shapes if sh.name == "Source")
         assert source.text_frame.text.startswith("来源：")
@@ -99,7 +99,7 @@ def test_source_line_sits_under_the_content(consulting):
 
 def test_the_key_datum_is_annotated_on_its_bar(consulting):
     _, prs, _ = consulting
-    chart = next(sh.chart for sh in prs.slides[3].shapes if sh.has_chart)
+    chart = next(sh.chart for sh in prs.slides[5].shapes if sh.has_chart)
     label = chart.plots[0].series[0].points[3].data_label
     assert label.has_text_frame and label.text_frame.text == "+55 %"
     assert label.text_frame.paragraphs[0].runs[0].font.size == Pt(16)
@@ -117,7 +117,7 @@ def test_takeaway_names_the_highlighted_category(tmp_path):
 
 def test_a_pie_that_would_not_read_becomes_sorted_bars(consulting):
     _, prs, _ = consulting
-    chart = next(sh.chart for sh in prs.slides[6].shapes if sh.has_chart)
+    chart = next(sh.chart for sh in prs.slides[8].shapes if sh.has_chart)
     assert "BAR" in str(chart.chart_type)
     values = list(chart.plots[0].series[0].values)
     assert values == sorted(values)  # the largest share on top
@@ -125,10 +125,20 @@ def test_a_pie_that_would_not_read_becomes_sorted_bars(consulting):
 
 def test_table_emphasis_comes_from_the_data(consulting):
     _, prs, _ = consulting
-    table = next(sh.table for sh in prs.slides[7].shapes if sh.has_table)
+    table = next(sh.table for sh in prs.slides[9].shapes if sh.has_table)
     marks = {table.cell(r, 0).text: (table.cell(r, 2).text_frame.paragraphs[0].runs[0].font.bold,
                                      str(table.cell(r, 2).text_frame.paragraphs[0].runs[0].font.color.rgb))
              for r in range(1, 5)}
     assert marks["华东"] == marks["华南"] == (True, "1E7B34")  # at or above the 15 % target
     assert marks["华北"] == (True, "B3261E")  # at or below 12 %
     assert marks["西部"][0] is False
+
+
+def test_executive_summary_and_section_tracker(consulting):
+    _, prs, _ = consulting
+    summary = prs.slides[1]
+    rows = [sh.text_frame.text.replace("\u00a0", " ") for sh in summary.shapes if sh.name.startswith("Row Text")]
+    titles = [sl.shapes.title.text_frame.text.replace("\u00a0", " ") for sl in list(prs.slides)[3:8]]
+    assert rows == titles  # the storyline: the action titles of the slides that follow
+    trackers = [sh.text_frame.text for sl in prs.slides for sh in sl.shapes if sh.name == "Section Tracker"]
+    assert trackers == ["增长诊断"] * 7  # every content slide after the section, not the summary before it

@@ -95,3 +95,30 @@ def source_line(deck: Deck, slide, s: dict) -> None:
     for shape in slide.placeholders:  # a template's body placeholder ends above the source line
         if shape.placeholder_format.idx and shape.top is not None and shape.top + shape.height > y and shape.top < y:
             shape.left, shape.top, shape.width, shape.height = shape.left, shape.top, shape.width, y - shape.top
+
+
+CONTENT_KINDS = ("title", "section", "closing", "quote", "summary")
+
+
+def summary_points(slides: list[dict], at: int, kind_of) -> list:
+    """An executive summary: its own bullets, else the action titles of the content slides after
+    it (up to 5), so the answer comes first and reads like the deck's storyline."""
+    own = slides[at].get("bullets")
+    if own:
+        return own
+    return [str(s.get("title", "")) for s in slides[at + 1:]
+            if kind_of(s) not in CONTENT_KINDS and str(s.get("title", "")).strip()][:5]
+
+
+def tracker(deck: Deck, slide, section: str | None) -> None:
+    """The current section's name, small and muted, above the title (themes only: a template
+    places its own headers)."""
+    if not section or deck.templated:
+        return
+    y = int(deck.H * 0.012)
+    h = deck.title_rect[1] - y
+    if h < Inches(0.2):
+        return
+    box = deck.textbox(slide, deck.M, y, deck.body_w, h, [(section, 0)], 11, "Section Tracker", colour=deck.theme.muted,
+                       align=PP_ALIGN.RIGHT)
+    box.text_frame.vertical_anchor = MSO_ANCHOR.BOTTOM

@@ -105,16 +105,22 @@ def build(outline: dict, out: Path, base: Path, template: Path | None = None, si
                                                        ea_font or outline.get("ea_font"))
     deck = Deck(chosen, template, outline.get("size", size), lang)
     slides, notes = split_long(outline, deck.zh)
-    section = 0
-    for s in slides:
+    section, section_name = 0, None
+    track = bool(outline.get("tracker"))
+    for at, s in enumerate(slides):
+        if slide_type(s) == "summary":  # the deck's storyline on one slide, as numbered rows
+            s = {**s, "type": "bullets", "bullets": db.summary_points(slides, at, slide_type)}
         s = classify(s)  # numbers -> KPI cards, dated items -> timeline, ... (a `type` forces the kind)
         kind = slide_type(s)
         if kind == "section":
             section += 1
+            section_name = str(s.get("title", ""))
         saved = db.reserve_source(deck, s)
         slide = KINDS.get(kind, KINDS["bullets"])(deck, s, base, section)
         db.source_line(deck, slide, s)
         deck.body_rect = saved
+        if track and kind not in ("title", "section", "closing", "quote"):
+            db.tracker(deck, slide, section_name)
         if kind not in ("title", "section", "closing"):
             deck.add_number(slide)
         deck.notes(slide, s.get("notes"))
