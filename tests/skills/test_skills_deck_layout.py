@@ -33,7 +33,9 @@ DECKS = FIXTURES / "decks"
     (["“新平台让续约从三周缩短到一周。” —— 某银行 CIO"], "quote"),
     (["优势", {"text": "增长稳定", "level": 1}, "风险", {"text": "回款延迟", "level": 1}], "comparison"),
     (["扩客", {"text": "a", "level": 1}, "降本", {"text": "b", "level": 1}, "续约", {"text": "c", "level": 1}], "cards"),
+    (["收入 15.4 亿元，同比 +18%", "毛利率 41.2%", "流失率 2.7%", "企业客户是增长主力，云成本优化贡献了大部分毛利改善"], "kpis"),
     (["完成华东、华南两个区域的渠道整合", "云资源成本同比下降 9%"], None),
+    (["Li10GeP2S12 室温电导率达 12 mS/cm，接近液态电解质", "与 LiCoO2 正极接触时发生界面副反应"], None),
     (["Revenue grew 18% year over year", {"text": "Enterprise +32%", "level": 1}, "Churn fell below 3%"], None),
 ])
 def test_bullets_are_classified(bullets, kind):
@@ -41,6 +43,13 @@ def test_bullets_are_classified(bullets, kind):
     assert slide.get("type") == kind
     if kind:  # notes and the source line travel with the slide (a quote's source is its attribution)
         assert slide["notes"] == "n" and slide["source"] == ("某银行 CIO" if kind == "quote" else "s")
+
+
+def test_numbers_with_a_sentence_become_cards_with_a_takeaway():
+    slide = classify({"title": "t", "bullets": ["收入 15.4 亿元，同比 +18%", "毛利率 41.2%", "企业客户是增长主力"]})
+    assert [k["value"] for k in slide["kpis"]] == ["15.4 亿元", "41.2%"]
+    assert slide["kpis"][0] == {"value": "15.4 亿元", "label": "收入", "note": "同比 +18%"}
+    assert slide["takeaway"] == "企业客户是增长主力"
 
 
 def test_the_outline_forces_a_kind():

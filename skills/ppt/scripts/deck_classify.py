@@ -2,8 +2,9 @@
 """What a bullets slide really holds, and the layout a designer would give it (stdlib only).
 
 An outline slide without a `type` whose bullets are
-- 2-4 short items each carrying one headline number ("季度收入：15.4 亿", "41% gross margin")
-  becomes KPI cards (`kpis`);
+- 2-4 short items each carrying one headline number ("季度收入：15.4 亿", "41% gross margin",
+  "毛利率 41.2%") becomes KPI cards (`kpis`), also with one sentence before or after them (that
+  sentence goes under the cards);
 - 2-6 items led by a date or period ("2025 Q1：…", "10 月：…") a `timeline`;
 - 2-6 numbered steps ("第一步：…", "Step 2: …") a `process`;
 - one quoted sentence with its source (“…” —— 某某) a `quote`;
@@ -21,6 +22,7 @@ from deck_outline import norm_bullets
 NUM = r"[+\-−±~≈]?\d[\d,]*(?:\.\d+)?\s?(?:%|‰|倍|亿元|亿|万元|万|元|个百分点|pp|pts?|x|bn|m|k|天|家|人|次)?"
 KPI_LEAD = re.compile(rf"^\s*(?P<value>{NUM})\s+(?P<label>[^\d\s].{{0,28}})$", re.I)
 KPI_TAIL = re.compile(rf"^\s*(?P<label>[^\d：:]{{1,18}})[：:]\s*(?P<value>{NUM})\s*(?:[，,(（]\s*(?P<note>[^)）]{{1,24}})[)）]?)?$", re.I)
+KPI_SPACE = re.compile(rf"^\s*(?P<label>[^\d：:，,]{{1,12}}?)\s*(?P<value>{NUM})\s*(?:[，,]\s*(?P<note>[^，,]{{1,20}}))?$", re.I)
 DATE = re.compile(r"^\s*(?P<label>\d{4}\s*年?\s*(?:Q[1-4]|H[12]|\d{1,2}\s*月)?|Q[1-4](?:\s*\d{4})?|\d{1,2}\s*月"
                   r"|第[一二三四五六七八九十\d]+(?:阶段|季度|周|个月|月))\s*[：:\-–—]\s*(?P<title>.+)$", re.I)
 STEP = re.compile(r"^\s*(?:第[一二三四五六七八九十\d]+步|步骤\s*\d+|step\s*\d+)\s*[：:.\-–—]?\s*(?P<title>.+)$", re.I)
@@ -29,7 +31,7 @@ KEEP = ("title", "notes", "source", "takeaway")
 
 
 def _kpi(text: str) -> dict | None:
-    m = KPI_TAIL.match(text) or KPI_LEAD.match(text)
+    m = KPI_TAIL.match(text) or KPI_LEAD.match(text) or KPI_SPACE.match(text)
     if not m or len(text) > 40 or len(re.findall(r"\d+(?:\.\d+)?", text)) > 2 or re.search(r"[：:]", m.group("label")):
         return None
     item = {"value": m.group("value").strip(), "label": m.group("label").strip(" ：:，,")}
@@ -83,10 +85,14 @@ def classify(s: dict) -> dict:
         steps = [STEP.match(t) for t in tops]
         if all(steps):
             return {**_base(s), "type": "process", "steps": [_step(m.group("title")) for m in steps]}
-    if 2 <= len(tops) <= 4:
+    if 2 <= len(tops) <= 5:
         kpis = [_kpi(t) for t in tops]
-        if all(kpis):
+        if all(kpis) and len(kpis) <= 4:
             return {**_base(s), "type": "kpis", "kpis": kpis}
+        # numbers plus one sentence (first or last): the numbers as cards, the sentence under them
+        rest = [t for t, k in zip(tops, kpis) if not k]
+        if len(rest) == 1 and 2 <= len(tops) - 1 <= 4 and rest[0] in (tops[0], tops[-1]) and not s.get("takeaway"):
+            return {**_base(s), "type": "kpis", "kpis": [k for k in kpis if k], "takeaway": rest[0]}
     if len(tops) == 1:
         m = QUOTE.match(tops[0])
         if m and m.group("source"):
