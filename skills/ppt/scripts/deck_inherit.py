@@ -26,7 +26,6 @@ def colour_map(slide) -> dict[str, str]:
     """The scheme-colour aliases in force on a slide: master clrMap, then the layout's and the
     slide's overrides (an `overrideClrMapping` replaces the map, `masterClrMapping` keeps it)."""
     cmap = dict(DEFAULT_MAP)
-    holders = []
     try:
         layout = slide.slide_layout
         holders = [layout.slide_master, layout, slide]

@@ -6,7 +6,6 @@ while its cells wrap. Findings are (kind, severity, shape, message) tuples.
 
 from __future__ import annotations
 
-import deck_measure as dm
 from deck_measure import EMU_PER_IN
 
 EMPTY_SHARE = 0.6     # content ending above this share of the body height leaves its lower part empty
@@ -43,9 +42,3 @@ def narrow_table(shape, content_w: int, lines) -> tuple | None:
         return None
     return ("table-width", "warning", shape.name, f"table '{shape.name}' is {100 * width / content_w:.0f}% of the content "
             f"width while {len(wrapped)} cells wrap ('{wrapped[0][:12]}…'): give it the full width")
-
-
-def bar_label_share(chart_w: int, labels: list[str], size_pt: float) -> float:
-    """The share of a horizontal bar chart's width its category labels take."""
-    widest = max((dm.text_em(t) for t in labels), default=0.0) * size_pt * dm.EMU_PER_PT
-    return widest / chart_w if chart_w else 0.0
