@@ -151,3 +151,19 @@ def test_executive_summary_and_section_tracker(consulting):
     assert rows == titles  # the storyline: the action titles of the slides that follow
     trackers = [sh.text_frame.text for sl in prs.slides for sh in sl.shapes if sh.name == "Section Tracker"]
     assert trackers == ["增长诊断"] * 7  # every content slide after the section, not the summary before it
+
+
+def test_long_bar_labels_go_on_two_lines(tmp_path):
+    """Category labels that would take over 28 % of a bar chart are broken in two (LibreOffice
+    and PowerPoint honour the break), so the bars keep the width; the checker agrees."""
+    cats = ["华东区域渠道合作伙伴收入合计", "华南区域渠道合作伙伴收入合计", "西部区域渠道合作伙伴收入合计"]
+    outline = {"slides": [{"title": "渠道收入集中在华东", "chart": {"type": "bar", "categories": cats,
+                                                             "series": [{"name": "收入", "values": [6.2, 4.1, 1.8]}]},
+                           "takeaway": "华东贡献过半"}]}  # the chart shares the slide with the panel
+    deck = tmp_path / "bars.pptx"
+    outline_to_deck.build(outline, deck, tmp_path)
+    chart = next(sh.chart for sh in Presentation(str(deck)).slides[0].shapes if sh.has_chart)
+    labels = list(chart.plots[0].categories)
+    assert labels[0] == "华东区域渠道合\n作伙伴收入合计" and all("\n" in t for t in labels)
+    report = check_deck.check(deck)
+    assert report["errors"] == [] and report["warnings"] == [], report

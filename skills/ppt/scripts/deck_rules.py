@@ -241,15 +241,16 @@ def crowded_labels(shape) -> str | None:
     em = size * dm.EMU_PER_PT
     if "bar" in name and "column" not in name:
         per = h / len(cats)
-        if per < size * 1.25 * dm.EMU_PER_PT:
+        lines = max(c.count("\n") + 1 for c in cats)  # a label broken in two needs two lines
+        if per < size * 1.25 * lines * dm.EMU_PER_PT:
             return f"{len(cats)} bars in {h / dm.EMU_PER_IN:.1f} in: the category labels overlap; fewer categories or a taller chart"
-        share = max(dm.text_em(c) for c in cats) * em / int(shape.width)
+        share = max(dm.text_em(line) for c in cats for line in c.split("\n")) * em / int(shape.width)
         if share > 0.35:
             return (f"the category labels take {100 * share:.0f}% of the chart's width, leaving the bars little room: "
                     "shorter labels, or a table")
         return None
     per = w / len(cats)
-    widest = max(dm.text_em(c) for c in cats) * em
+    widest = max(dm.text_em(line) for c in cats for line in c.split("\n")) * em
     if widest > per * 1.9 or (widest > per and len(cats) > 6):
         return (f"{len(cats)} category labels up to {widest / dm.EMU_PER_IN:.1f} in wide share {per / dm.EMU_PER_IN:.1f} in each: "
                 "they will be rotated or skipped; use a bar chart, shorter labels or fewer categories")

@@ -78,6 +78,21 @@ def _colour_series(deck: Deck, chart, ctype: str) -> None:
             plot.overlap = 100
 
 
+def two_lines(text: str) -> str:
+    """A category label broken into two balanced lines (at a space near the middle for Latin
+    text, in the middle for Chinese); LibreOffice and PowerPoint both honour the line break."""
+    if "\n" in text or len(text) < 6:
+        return text
+    mid = len(text) // 2
+    spaces = [i for i, ch in enumerate(text) if ch == " "]
+    if spaces and not dm.has_cjk(text):
+        cut = min(spaces, key=lambda i: abs(i - mid))
+        return text[:cut] + "\n" + text[cut + 1:]
+    while 0 < mid < len(text) - 1 and (text[mid] in dm.NO_START or not dm.is_wide(text[mid - 1])):
+        mid += 1  # never a closing mark first, never inside a Latin word or number
+    return text[:mid] + "\n" + text[mid:]
+
+
 def pie_that_reads(c: dict) -> dict:
     """A pie reads with a few large shares; more than 6 slices or a slice under 3 % becomes a
     bar chart sorted by value (the order a reader compares shares in)."""
@@ -157,7 +172,11 @@ def add_chart(deck: Deck, slide, c: dict, x: int, y: int, w: int, h: int, takeaw
     c = pie_that_reads(c)
     ctype = c.get("type", ctype)
     data = CategoryChartData()
-    data.categories = [_label(v) for v in c["categories"]]
+    labels = [_label(v) for v in c["categories"]]
+    if ctype in ("bar", "stacked_bar"):  # long labels on two lines: the bars keep their width
+        limit = 0.28 * w / (14 * dm.EMU_PER_PT)
+        labels = [two_lines(t) if dm.text_em(t) > limit else t for t in labels]
+    data.categories = labels
     for ser in c["series"]:
         data.add_series(_label(ser.get("name", "")), ser["values"], number_format=c.get("number_format"))
     frame = slide.shapes.add_chart(CHART_TYPES[ctype], x, y, w, h, data)
