@@ -160,10 +160,63 @@ def empty_placeholder(prs):
     _box(slide, 1, 2, 6, 1, "Content without a title", 20)
 
 
+def per_char_wrap(prs):
+    """Two-character labels in a column too narrow for them: set one character per line."""
+    frame = _table(_blank(prs), [["项目", "说明"], ["背景", "固态电池界面问题"], ["方法", "原子层沉积包覆"]], 0.6, 1.2, 6.0, 16, 0.8)
+    frame.table.columns[0].width = Inches(0.45)
+    frame.table.columns[1].width = Inches(5.55)
+
+
+ORPHAN_TEXT = "这是一段会留下孤字的话"
+
+
+def orphan_char(prs):
+    """Eleven characters in a box ten and a half wide: the last one alone on its line."""
+    _box(_blank(prs), 1, 1, 3.12, 1.2, ORPHAN_TEXT, 20, name="Orphan")
+
+
+def level_inversion(prs):
+    slide = prs.slides.add_slide(prs.slide_layouts[1])
+    slide.shapes.title.text = "Findings"
+    slide.shapes.title.text_frame.paragraphs[0].runs[0].font.size = Pt(32)
+    tf = slide.placeholders[1].text_frame
+    for i, (text, level, size) in enumerate((("Main point", 0, 18), ("A detail set larger than its point", 1, 24))):
+        p = tf.paragraphs[0] if i == 0 else tf.add_paragraph()
+        p.level = level
+        r = p.add_run()
+        r.text = text
+        r.font.size = Pt(size)
+
+
+def half_empty(prs):
+    """A title and two short lines pinned under it: the lower 70 % of the slide is empty."""
+    slide = prs.slides.add_slide(prs.slide_layouts[5])  # Title Only
+    slide.shapes.title.text = "Two points only"
+    _box(slide, 0.6, 1.7, 12, 0.9, "First point\nSecond point", 20)
+
+
+def narrow_table(prs):
+    """A table at half the content width whose cells wrap: the 70 %-wide tables of the issue."""
+    _table(_blank(prs), [["Item", "Notes"], ["Coating", "Atomic layer deposition of a five nanometre niobate layer"],
+                         ["Cells", "Pouch cells of one ampere-hour cycled at half C for five hundred cycles"]],
+           0.6, 1.2, 6.0, 16, 1.0)
+
+
+def wide_bar_labels(prs):
+    """Bar-chart category labels taking half the chart's width."""
+    data = CategoryChartData()
+    data.categories = ["华东区域渠道合作伙伴收入合计", "华南区域渠道合作伙伴收入合计", "西部区域渠道合作伙伴收入合计"]
+    data.add_series("收入", (6.2, 4.1, 1.8))
+    frame = _blank(prs).shapes.add_chart(XL_CHART_TYPE.BAR_CLUSTERED, Inches(0.6), Inches(1), Inches(6), Inches(4.5), data)
+    frame.chart.font.size = Pt(14)
+
+
+# Some defect slides also show a second, true finding of the space rules (a narrow table whose
+# cells wrap; a slide with one short line under its title): listed with them.
 DEFECTS: dict[str, tuple[Callable, set[tuple[int, str, str]]]] = {
     "overflow_text": (overflow_text, {(1, "overflow", "error")}),
-    "overflow_table": (overflow_table, {(1, "overflow", "error")}),
-    "caption_over_table": (caption_over_table, {(1, "overlap", "error")}),
+    "overflow_table": (overflow_table, {(1, "overflow", "error"), (1, "table-width", "warning")}),
+    "caption_over_table": (caption_over_table, {(1, "overlap", "error"), (1, "table-width", "warning")}),
     "table_in_footer": (table_in_footer, {(1, "footer", "error")}),
     "group_off_slide": (group_off_slide, {(1, "off-slide", "error")}),
     "overlap": (overlap, {(1, "overlap", "error")}),
@@ -171,10 +224,16 @@ DEFECTS: dict[str, tuple[Callable, set[tuple[int, str, str]]]] = {
     "small_font": (small_font, {(1, "readability", "warning")}),
     "too_many_bullets": (too_many_bullets, {(1, "readability", "warning")}),
     "long_text": (long_text, {(1, "readability", "warning")}),
-    "title_smaller_than_body": (title_smaller_than_body, {(1, "readability", "warning")}),
+    "title_smaller_than_body": (title_smaller_than_body, {(1, "readability", "warning"), (1, "empty-area", "warning")}),
     "white_on_white": (white_on_white, {(1, "low-contrast", "error")}),
     "crowded_labels": (crowded_labels, {(1, "chart", "warning")}),
     "empty_placeholder": (empty_placeholder, {(1, "empty-placeholder", "warning")}),
+    "per_char_wrap": (per_char_wrap, {(1, "per-char-wrap", "error"), (1, "table-width", "warning")}),
+    "orphan_char": (orphan_char, {(1, "orphan", "warning")}),
+    "half_empty": (half_empty, {(1, "empty-area", "warning")}),
+    "narrow_table": (narrow_table, {(1, "table-width", "warning")}),
+    "wide_bar_labels": (wide_bar_labels, {(1, "chart", "warning")}),
+    "level_inversion": (level_inversion, {(1, "level-inversion", "warning"), (1, "empty-area", "warning")}),
 }
 
 

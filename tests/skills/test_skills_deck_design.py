@@ -125,7 +125,8 @@ def test_layout_vocabulary(tmp_path):
     assert {"Quote", "Quote Mark", "Quote Source"} <= names[10]
     layouts = [s.slide_layout.name for s in prs.slides]
     assert layouts[0] == layouts[-1] == "Title Slide" and layouts[2] == "Section Header" and layouts[4] == "Title and Content"
-    assert "15.4 亿" in next(sh for sh in prs.slides[1].shapes if sh.name == "KPI Text 1").text_frame.text
+    # the number keeps its unit: a no-break space, so "亿" never starts a line alone
+    assert "15.4\u00a0亿" in next(sh for sh in prs.slides[1].shapes if sh.name == "KPI Text 1").text_frame.text
     # the rule under a title starts where the title's text starts, not at its box
     slide = prs.slides[4]
     rule = next(sh for sh in slide.shapes if sh.name == "Title Rule")

@@ -16,7 +16,8 @@ CHECK_DECK = SKILLS / "ppt" / "scripts" / "check_deck.py"
 
 
 def _titles(prs) -> list[str]:
-    return [s.shapes.title.text_frame.text if s.shapes.title is not None else "" for s in prs.slides]
+    """Titles as read, with the no-break space that keeps a number with its unit read as a space."""
+    return [s.shapes.title.text_frame.text.replace("\u00a0", " ") if s.shapes.title is not None else "" for s in prs.slides]
 
 
 def test_outline_json_builds_an_editable_deck(deck_run):

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,9 +33,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pptx import Presentation  # noqa: E402
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER  # noqa: E402
+from pptx.oxml.ns import qn  # noqa: E402
 
+import deck_grid as grid  # noqa: E402
+import deck_inherit as inh  # noqa: E402
 import deck_measure as dm  # noqa: E402
 import deck_rules as rules  # noqa: E402
+import deck_space as space  # noqa: E402
 from deck_measure import EMU_PER_IN, EMU_PER_PT, text_height, wrapped_lines  # noqa: E402,F401 - used by callers
 from deck_read import (  # noqa: E402,F401
     DEFAULT_SIZE_PT,
@@ -46,6 +49,7 @@ from deck_read import (  # noqa: E402,F401
     _insets,
     _master_sizes,
     _wrap_mode,
+    cell_lines,
     paragraphs_of,
     table_height,
 )
@@ -92,8 +96,11 @@ class SlideCheck:
         self.si, self.slide, self.ctx = si, slide, ctx
         self.issues: list[Issue] = []
         self.boxes: list[tuple[str, tuple[int, int, int, int], str]] = []
-        self.fills: list[tuple[tuple[int, int, int, int], str]] = []  # filled shapes, in z-order
+        self.cmap = inh.colour_map(slide)
+        # filled shapes, in z-order: the master's and the layout's first (a cover panel, a band)
+        self.fills: list[tuple[tuple[int, int, int, int], str | None]] = rules.backdrop(slide, ctx["theme"], self.cmap)
         self.main_content: tuple[int, int] | None = None
+        self.panels: list[tuple[int, int, int, int]] = []
         self.title_sizes: list[float] = []
         self.body_sizes: list[float] = []
 
@@ -115,6 +122,10 @@ class SlideCheck:
             elif getattr(shape, "has_table", False) and shape.has_table:
                 need = table_height(shape.table, self.ctx["master"], self.ctx["theme"])
                 used, kind = (x, y, w, max(h, need)), "table"
+                self.table_typography(shape)
+                narrow = space.narrow_table(shape, self.ctx["content_w"], list(cell_lines(shape.table, self.ctx["theme"])))
+                if narrow:
+                    self.add(*narrow)
                 if y + need > sh + TOL:
                     self.add("overflow", "error", name, f"table '{name}' grows to about {_fmt_in(need)} tall and runs off the "
                              "slide bottom: fewer rows, shorter cells or a smaller font")
@@ -123,13 +134,15 @@ class SlideCheck:
                 self.chart(shape)
             elif shape.shape_type == MSO_SHAPE_TYPE.PICTURE:
                 kind, used = "picture", rect
+                self.fills.append((rect, None))  # text on a photo: its colour is not judged
                 if w * h >= 0.9 * sw * sh:
                     continue  # a background picture, under everything on purpose
             else:
                 kind, used = None, rect
-            fill = rules.own_fill(shape, self.ctx["theme"]) if shape.shape_type == MSO_SHAPE_TYPE.AUTO_SHAPE else None
+            fill = rules.own_fill(shape, self.ctx["theme"], self.cmap) if shape.shape_type == MSO_SHAPE_TYPE.AUTO_SHAPE else None
             if fill:
                 self.fills.append((rect, fill))
+                self.panels.append(rect)
                 if self.main_content is None or w * h > self.main_content[1]:
                     self.main_content = (x, w * h)  # a panel or card is where its content starts
             if kind is None:
@@ -149,6 +162,10 @@ class SlideCheck:
         if self.title_sizes and self.body_sizes and min(self.title_sizes) < max(self.body_sizes):
             self.add("readability", "warning", "title", f"the title ({min(self.title_sizes):.0f} pt) is smaller than the body "
                      f"text ({max(self.body_sizes):.0f} pt): shorten the title instead of shrinking it")
+        if not grid.composed(self.slide):
+            empty = space.empty_area(self.boxes, self.panels, sh, FOOTER_BAND)
+            if empty:
+                self.add(*empty)
 
     def text(self, shape, rect):
         x, y, w, h = rect
@@ -176,6 +193,8 @@ class SlideCheck:
         elif need > h * 1.05 + 0.03 * EMU_PER_IN:
             self.add("overflow", "error", name, f"text in '{name}' needs about {_fmt_in(need)} of height but the box is "
                      f"{_fmt_in(h)}: shorten or split the text, or make the box larger")
+        if wrap and not _vertical(shape.text_frame):
+            self.typography(shape, paras, w - left_in - right_in)
         used_h = min(h, need)
         anchor = _anchor(shape)
         top = y if anchor == "t" else y + h - used_h if anchor == "b" else y + (h - used_h) // 2
@@ -185,7 +204,7 @@ class SlideCheck:
         self.readability(shape, paras)
         self.contrast(shape, used, paras)
         if rules.is_title(shape):
-            self.ctx["titles"].append((self.si, x, y))
+            self.ctx["titles"].append((self.si, x, y, grid.layout_position(shape)))
             self.title_sizes.append(max(sz for t, sz, *_ in paras if t.strip()))
             return "title", used
         if rules.ph_type(shape) in rules.BODY_TYPES:
@@ -202,20 +221,62 @@ class SlideCheck:
         if len(items) > MAX_BULLETS:
             self.add("readability", "warning", name, f"'{name}' has {len(items)} bullets (more than {MAX_BULLETS}): split the "
                      "slide or move detail to the notes")
+        self.levels(shape, paras)
         text = "".join(items)
         cjk = sum(1 for c in text if dm.is_wide(c))
         if cjk > LONG_TEXT_CJK or len(text) - cjk > LONG_TEXT_LATIN:
             self.add("readability", "warning", name, f"'{name}' holds {len(text)} characters: a slide is not a page; keep the "
                      "point on the slide and move the rest to the notes")
 
+    def typography(self, shape, paras, width: int) -> None:
+        """CJK line breaking as it renders: a label set one character per line (a column too
+        narrow for it) is an error; a lone character on a paragraph's last line a warning."""
+        for text, size, margin, _, fam, *_ in paras:
+            if text.strip() and self.line_breaks(shape.name, text, dm.wrap(text, width - margin, size, fam), f"'{shape.name}'"):
+                return
+
+    def table_typography(self, shape) -> None:
+        for ri, ci, text, lines in cell_lines(shape.table, self.ctx["theme"]):
+            if self.line_breaks(shape.name, text, lines, f"table '{shape.name}', row {ri + 1}, column {ci + 1}"):
+                return
+
+    def line_breaks(self, name: str, text: str, lines: list[str], where: str) -> bool:
+        if dm.per_character(lines):
+            self.add("per-char-wrap", "error", name, f"'{text[:20]}' ({where}) is set one character per line "
+                     f"({len(lines)} lines): widen the column or box, or shorten the label")
+            return True
+        if dm.orphan(lines):
+            self.add("orphan", "warning", name, f"'{text[:20]}…' ({where}) leaves '{dm.core(lines[-1])}' alone on its "
+                     "last line: shorten or reword it")
+            return True
+        return False
+
+    def levels(self, shape, paras) -> None:
+        """A sub-level rendered larger than the level it belongs to (a template's untouched
+        level-2 size under a shrunk level 1) inverts the list's hierarchy."""
+        parents: dict[int, float] = {}
+        for (text, size, *_), p in zip(paras, shape.text_frame.paragraphs):
+            if not text.strip():
+                continue
+            level = p.level or 0
+            parent = parents.get(level - 1)
+            if parent is not None and size > parent + 0.5:
+                self.add("level-inversion", "warning", shape.name, f"in '{shape.name}' a level-{level + 1} item is "
+                         f"{size:.0f} pt under a {parent:.0f} pt level-{level} item: sub-points must not be larger")
+                return
+            parents = {k: v for k, v in parents.items() if k < level}
+            parents[level] = size
+
     def contrast(self, shape, used, paras) -> None:
         theme = self.ctx["theme"]
-        fg = rules.text_colour(shape, theme)
-        bg = rules.own_fill(shape, theme)
+        fg = rules.text_colour(shape, theme, self.cmap)
+        bg = rules.own_fill(shape, theme, self.cmap)
         if bg is None:
             cx, cy = used[0] + used[2] // 2, used[1] + used[3] // 2
             under = [c for r, c in self.fills if r[0] <= cx <= r[0] + r[2] and r[1] <= cy <= r[1] + r[3]]
-            bg = under[-1] if under else self.ctx["background"](self.slide)
+            bg = under[-1] if under else self.ctx["background"](self.slide, self.cmap)
+        if bg is None:  # on a picture: the colour behind the text is unknown
+            return
         ratio = rules.contrast(fg, bg)
         size = max(sz for t, sz, *_ in paras if t.strip())
         need = 3.0 if size >= 18 else 4.5
@@ -253,51 +314,34 @@ class SlideCheck:
                              f"{100 * inter / smaller:.0f}% of the smaller one{grown}")
 
 
+def _vertical(text_frame) -> bool:
+    body = text_frame._txBody.find(qn("a:bodyPr"))
+    return body is not None and (body.get("vert") or "horz") != "horz"
+
+
 def check(path: str | Path) -> dict:
     prs = Presentation(str(path))
     sw, sh = int(prs.slide_width), int(prs.slide_height)
     theme = rules.ThemeInfo(prs)
-    ctx = {"sw": sw, "sh": sh, "master": _master_sizes(prs), "theme": theme, "titles": [],
-           "background": lambda slide: rules.background(slide, theme)}
+    lefts = [int(ph.left) for slide in prs.slides for ph in slide.slide_layout.placeholders
+             if rules.ph_type(ph) in rules.TITLE_TYPES and ph.left is not None and 0 < int(ph.left) < sw // 4]
+    margin = min(lefts) if lefts else int(sw * 0.045)
+    ctx = {"sw": sw, "sh": sh, "master": _master_sizes(prs), "theme": theme, "titles": [], "content_w": sw - 2 * margin,
+           "background": lambda slide, cmap=None: rules.background(slide, theme, cmap)}
     issues: list[Issue] = []
     content_lefts: list[tuple[int, int]] = []
     for si, slide in enumerate(prs.slides, start=1):
         one = SlideCheck(si, slide, ctx)
         one.run()
         issues += one.issues
-        if one.main_content is not None:
+        if one.main_content is not None and not grid.composed(slide):
             content_lefts.append((si, one.main_content[0]))
-    issues.extend(_drift(ctx["titles"], content_lefts))
+    issues.extend(Issue(*finding) for finding in grid.drift(ctx["titles"], content_lefts, grid.grid_lines(prs)))
     issues.sort(key=lambda i: (i.slide, i.severity != "error"))
     errors = [asdict(i) for i in issues if i.severity == "error"]
     warnings = [asdict(i) for i in issues if i.severity == "warning"]
     return {"file": str(path), "slides": len(prs.slides), "slide_size_in": [round(sw / EMU_PER_IN, 3), round(sh / EMU_PER_IN, 3)],
             "errors": errors, "warnings": warnings}
-
-
-def _drift(titles, content_lefts) -> list[Issue]:
-    """Positions a few hundredths to a few tenths of an inch off the usual one are misalignments."""
-    issues: list[Issue] = []
-    small = int(0.4 * EMU_PER_IN)
-    if len(titles) >= 3:
-        # Across all slides: big differences are different layouts on purpose, small ones are drift.
-        mode_x = Counter(x for _, x, _ in titles).most_common(1)[0][0]
-        mode_y = Counter(y for _, _, y in titles).most_common(1)[0][0]
-        for si, x, y in titles:
-            dx, dy = abs(x - mode_x), abs(y - mode_y)
-            if dx >= small or dy >= small:
-                continue
-            if dx > TOL or dy > TOL:
-                issues.append(Issue(si, "grid-drift", "warning", "title",
-                                    f"title sits {_fmt_in(max(dx, dy))} off the position the other slides use"))
-    lefts = [x for _, x in content_lefts]
-    if len(lefts) >= 3:
-        mode = Counter(lefts).most_common(1)[0][0]
-        for si, x in content_lefts:
-            if TOL < abs(x - mode) < small // 2:
-                issues.append(Issue(si, "grid-drift", "warning", "content",
-                                    f"main content starts {_fmt_in(abs(x - mode))} off the left edge most slides use"))
-    return issues
 
 
 def format_report(report: dict) -> str:

@@ -28,6 +28,8 @@ from pptx.util import Emu, Inches, Pt
 
 import deck_measure as dm
 import deck_themes
+import deck_typeset as typeset
+from deck_rules import contrast, legible
 from deck_themes import Theme
 
 INSET_LR, INSET_TB = 91440, 45720
@@ -91,6 +93,8 @@ class Deck:
             self.theme = theme or deck_themes.resolve(None)
             deck_themes.apply_theme(self.prs, self.theme, lang)
         self.templated = bool(template)
+        grounds = (self.theme.background, self.theme.surface)
+        self._ink = {c: legible(c, grounds) for c in self.theme.palette}
         self.last_title_size = 99.0
         self.W, self.H = int(self.prs.slide_width), int(self.prs.slide_height)
         self.M = int(self.W * 0.045)
@@ -108,6 +112,14 @@ class Deck:
             self._template_geometry()
         else:
             self._layout_geometry()
+
+    def ink(self, colour: str) -> str:
+        """A palette colour as text colour: darkened where it would not read on the slide or a card."""
+        return self._ink.get(colour) or legible(colour, (self.theme.background, self.theme.surface))
+
+    def on(self, fill: str) -> str:
+        """Text colour on a filled shape: white, or the text colour when white would not read."""
+        return "FFFFFF" if contrast("FFFFFF", fill) >= 3.0 else self.theme.text
 
     # -- geometry ------------------------------------------------------------------------------
     @property
@@ -265,10 +277,15 @@ class Deck:
                 p.space_before = Pt(space)
             self.add_runs(p, text, None if size is None else self.level_size(size, level), bold=bold, colour=colour,
                           heading=heading)
+        self.no_orphans(shape, heading)
+
+    def no_orphans(self, shape, heading: bool = False) -> None:
+        typeset.no_orphans(shape, lambda bold: self.fam(bold, heading), heading)
 
     def add_runs(self, p, text: str, size: float | None, **style) -> None:
         """One run per piece: chemical formulas get real subscripts (Li6PS5Cl -> Li₆PS₅Cl), by the
         rendering layer's rule, shared with the documents."""
+        text = dm.glue(text)
         pieces = FORMULAS.split_formulas(text) if FORMULAS is not None else [(text, "")]
         for piece, kind in pieces:
             run = p.add_run()

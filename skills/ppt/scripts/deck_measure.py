@@ -17,6 +17,7 @@ zcbot uses), measured by laying decks out in LibreOffice and reading the heights
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 EMU_PER_PT = 12700
@@ -64,8 +65,19 @@ def has_cjk(text: str) -> bool:
     return any(is_wide(c) for c in text)
 
 
+# Kinsoku (避头尾): characters that never start a line, and ones that never end one. Both
+# renderers apply these rules; a no-break space or a word joiner glues its neighbours.
+NO_START = set("，。、；：！？）」』】》〉〕”’…‥·・ー～%‰℃,.;:!?)]}") | set("ぁぃぅぇぉっゃゅょァィゥェォッャュョ")
+NO_END = set("（「『【《〈〔“‘([{")
+GLUE = ("\u00a0", "\u2060")
+
+
 def char_em(ch: str, fam: str = "dejavu") -> float:
     """Advance width of one character in ems."""
+    if ch == "\u2060":
+        return 0.0
+    if ch == "\u00a0":
+        ch = " "
     if is_wide(ch):
         return 1.0
     code = ord(ch)
@@ -97,7 +109,22 @@ def _tokens(text: str) -> list[str]:
             word += ch
     if word:
         tokens.append(word)
-    return tokens
+    return _kinsoku(tokens)
+
+
+def _kinsoku(tokens: list[str]) -> list[str]:
+    """Join tokens that may not be broken apart: closing punctuation to what precedes it,
+    opening punctuation to what follows, and anything around a no-break space / word joiner
+    ("3.8\u00a0倍" stays one unit)."""
+    out: list[str] = []
+    for tok in tokens:
+        if out and (tok[0] in NO_START or tok[0] in GLUE or out[-1].rstrip(" ")[-1:] in NO_END
+                    or out[-1][-1:] in GLUE):
+            if not out[-1].endswith(" "):  # a space before it is a real break opportunity
+                out[-1] += tok
+                continue
+        out.append(tok)
+    return out
 
 
 def wrap(text: str, width_emu: int, size_pt: float, fam: str = "dejavu") -> list[str]:
@@ -132,6 +159,36 @@ def wrap(text: str, width_emu: int, size_pt: float, fam: str = "dejavu") -> list
     return out
 
 
+_NUM_SPACE_UNIT = re.compile(r"(?<![A-Za-z])(\d(?:[\d.,]*\d)?)[ ](?=[\u3400-\u9fff%‰℃])")
+_NUM_UNIT = re.compile(r"(?<![A-Za-z\d.,])(\d(?:[\d.,]*\d)?)(?=[\u3400-\u9fff])")
+
+
+def glue(text: str) -> str:
+    """Numbers kept with their unit: "3.8 倍" gets a no-break space, "3.8倍" a word joiner, so
+    neither renderer leaves the unit alone at the start of the next line."""
+    text = _NUM_SPACE_UNIT.sub("\\1\u00a0", text)
+    return _NUM_UNIT.sub("\\1\u2060", text)
+
+
+def core(line: str) -> str:
+    """A line without spaces, joiners and the punctuation that may not start a line."""
+    return "".join(c for c in line if c not in NO_START and c not in GLUE and not c.isspace())
+
+
+def orphan(lines: list[str]) -> bool:
+    """A paragraph whose last line holds one lone CJK character (plus punctuation)."""
+    if len(lines) < 2:
+        return False
+    last = core(lines[-1])
+    return len(last) == 1 and is_wide(last)
+
+
+def per_character(lines: list[str]) -> bool:
+    """Text set one character per line (a short label in a column too narrow for it)."""
+    cores = [core(ln) for ln in lines if core(ln)]
+    return len(cores) >= 2 and all(len(c) <= 1 for c in cores)
+
+
 def wrapped_lines(text: str, width_emu: int, size_pt: float, fam: str = "dejavu") -> int:
     if width_emu <= 0:
         return max(1, len(text))
@@ -164,6 +221,11 @@ def cell_height(paragraphs: list[tuple[str, float, str]], width_emu: int) -> int
     return int(total)
 
 
+def is_short_label(text: str) -> bool:
+    """Up to six CJK characters (with a few Latin ones): a label that must stay on one line."""
+    return has_cjk(text) and len(core(text)) <= 6 and " " not in text.strip()
+
+
 def column_widths(rows: list[list[str]], total_emu: int, size_pt: float, fam: str = "dejavu",
                   inset_emu: int = 2 * 91440) -> list[int]:
     """Content-sized column widths summing to `total_emu`: a column gets what its longest cell
@@ -177,7 +239,8 @@ def column_widths(rows: list[list[str]], total_emu: int, size_pt: float, fam: st
     for c in range(ncols):
         cells = [r[c] for r in rows if c < len(r)]
         natural.append(max(text_em(x, fam) * em for x in cells) + inset_emu)
-        words = [w for x in cells for w in _tokens(x)]
+        # a short label ("项目", "背景与目标") is one unit: it is never broken per character
+        words = [x for x in cells if is_short_label(x)] + [w for x in cells if not is_short_label(x) for w in _tokens(x)]
         longest_word.append(max([text_em(w.rstrip(), fam) * em for w in words] or [0]) + inset_emu)
     floor = [max(min(n, total_emu * 0.9 / ncols), lw) for n, lw in zip(natural, longest_word)]
     if sum(natural) <= total_emu:

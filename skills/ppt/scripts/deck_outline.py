@@ -13,7 +13,7 @@ from pathlib import Path
 
 CHART_KINDS = ("bar", "column", "stacked_bar", "stacked_column", "line", "pie", "doughnut", "area")
 SLIDE_TYPES = ("title", "section", "bullets", "two_column", "comparison", "table", "chart", "image", "kpis", "cards",
-               "timeline", "process", "quote", "closing")
+               "timeline", "process", "quote", "closing", "summary")
 THEMES = ("corporate", "academic", "minimal")
 # Kinds that hold a list of items, with how many fit a slide and the keys an item needs.
 ITEM_KINDS = {"kpis": ("kpis", 1, 4, "value"), "cards": ("cards", 2, 4, "title"),

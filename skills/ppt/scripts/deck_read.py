@@ -9,6 +9,7 @@ from __future__ import annotations
 from pptx.enum.shapes import MSO_SHAPE_TYPE
 from pptx.oxml.ns import qn
 
+import deck_inherit as inh
 import deck_measure as dm
 import deck_rules as rules
 from deck_measure import EMU_PER_IN
@@ -43,17 +44,12 @@ def _master_sizes(prs) -> dict[str, list[float]]:
 
 
 def _layout_size(shape, level: int) -> float | None:
-    """A placeholder's size inherited from its layout placeholder's list style."""
+    """A placeholder's size inherited through its own, its layout's and its master's list
+    styles and the master's text styles (deck_inherit)."""
     try:
-        layout_ph = shape._base_placeholder
-    except Exception:  # noqa: BLE001
+        return inh.inherited(shape, level, "sz")
+    except Exception:  # noqa: BLE001 - a shape outside a slide
         return None
-    if layout_ph is None:
-        return None
-    d = layout_ph._element.find(f".//{qn('a:lstStyle')}/{qn(f'a:lvl{level + 1}pPr')}/{qn('a:defRPr')}")
-    if d is not None and d.get("sz"):
-        return int(d.get("sz")) / 100.0
-    return None
 
 
 def _font_scale(text_frame) -> tuple[float, float]:
@@ -131,6 +127,8 @@ def paragraphs_of(shape, master: dict, theme: rules.ThemeInfo | None = None) -> 
             margin = int(ppr.get("marL"))
         elif shape.is_placeholder and not title:
             margin = int((0.375 + 0.42 * level) * EMU_PER_IN)
+        if ppr is not None and ppr.get("marR") is not None:
+            margin += int(ppr.get("marR"))  # a right indent narrows the line the same way
         before = 0.0 if title else size * 0.2 if shape.is_placeholder else 0.0
         if p.space_before is not None:
             before = p.space_before.pt
@@ -150,10 +148,18 @@ def _wrap_mode(text_frame) -> tuple[bool, bool]:
 
 
 def _anchor(shape) -> str:
-    body = shape.text_frame._txBody.find(qn("a:bodyPr"))
-    anchor = body.get("anchor") if body is not None else None
-    if anchor:
-        return anchor
+    """The vertical anchor: the shape's own, else its layout's and master's placeholder's."""
+    holder = shape
+    for _ in range(3):
+        body = holder._element.find(f"{qn('p:txBody')}/{qn('a:bodyPr')}")
+        if body is not None and body.get("anchor"):
+            return body.get("anchor")
+        try:
+            holder = holder._base_placeholder if holder.is_placeholder else None
+        except Exception:  # noqa: BLE001 - the end of the chain
+            holder = None
+        if holder is None:
+            break
     if rules.is_title(shape):
         return "ctr"
     return "ctr" if shape.shape_type == MSO_SHAPE_TYPE.AUTO_SHAPE else "t"
@@ -180,3 +186,19 @@ def table_height(table, master=None, theme: rules.ThemeInfo | None = None) -> in
     return total
 
 
+
+
+def cell_lines(table, theme: rules.ThemeInfo):
+    """(row, column, text, lines) of every non-empty cell paragraph, wrapped in its column."""
+    for ri, row in enumerate(table.rows):
+        for ci, cell in enumerate(row.cells):
+            width = int(table.columns[ci].width) if ci < len(table.columns) else 0
+            ml = cell.margin_left if cell.margin_left is not None else INSET_LR
+            mr = cell.margin_right if cell.margin_right is not None else INSET_LR
+            for p in cell.text_frame.paragraphs:
+                text = _para_text(p)
+                if not text.strip():
+                    continue
+                sizes, fam, _ = _para_font(p, theme, False)
+                size = max(sizes) if sizes else DEFAULT_SIZE_PT
+                yield ri, ci, text, dm.wrap(text, width - int(ml) - int(mr), size, fam)

@@ -11,6 +11,7 @@ from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER
 from pptx.opc.constants import RELATIONSHIP_TYPE as RT
 from pptx.oxml.ns import qn
 
+import deck_inherit as inh
 import deck_measure as dm
 
 A = "http://schemas.openxmlformats.org/drawingml/2006/main"
@@ -92,17 +93,10 @@ class ThemeInfo:
         for alias, key in aliases.items():
             self.colours[alias] = self.colours.get(key, "000000")
 
-    def colour(self, el) -> str | None:
-        """The hex colour of a fill/colour element (srgbClr or schemeClr), or None."""
-        if el is None:
-            return None
-        srgb = el.find(qn("a:srgbClr"))
-        if srgb is not None:
-            return srgb.get("val")
-        scheme = el.find(qn("a:schemeClr"))
-        if scheme is not None:
-            return self.colours.get(scheme.get("val"))
-        return None
+    def colour(self, el, cmap: dict[str, str] | None = None) -> str | None:
+        """The hex colour of a fill/colour element (srgbClr, schemeClr through the slide's colour
+        map, with its modifiers), or None."""
+        return inh.resolve_colour(el, self.colours, cmap)
 
     def font(self, name: str | None, heading: bool) -> str:
         if not name or name.startswith("+"):
@@ -110,45 +104,90 @@ class ThemeInfo:
         return name
 
 
-def text_colour(shape, theme: ThemeInfo) -> str:
-    """The colour most of the shape's text is drawn in (run, paragraph default, or the theme's
-    text colour tx1)."""
-    for r in shape._element.iter(qn("a:rPr"), qn("a:defRPr")):
-        fill = r.find(qn("a:solidFill"))
-        c = theme.colour(fill)
-        if c:
-            return c
-    return theme.colours["dk1"]
+def text_colour(shape, theme: ThemeInfo, cmap: dict[str, str] | None = None) -> str:
+    """The colour most of the shape's text is drawn in, resolved through the run, the shape's,
+    the layout's and the master's list styles and the colour map (deck_inherit)."""
+    cmap = cmap or dict(inh.DEFAULT_MAP)
+    counts: dict[str, int] = {}
+    for colour, n in inh.run_colours(shape, theme.colours, cmap):
+        counts[colour] = counts.get(colour, 0) + n
+    if not counts:
+        return theme.colours.get(cmap.get("tx1", "dk1"), "000000")
+    return max(counts, key=lambda c: counts[c])
 
 
-def own_fill(shape, theme: ThemeInfo) -> str | None:
+def own_fill(shape, theme: ThemeInfo, cmap: dict[str, str] | None = None) -> str | None:
     sppr = shape._element.find(qn("p:spPr"))
     if sppr is None:
         return None
     fill = sppr.find(qn("a:solidFill"))
     if fill is not None:
-        return theme.colour(fill)
+        return theme.colour(fill, cmap)
+    grad = sppr.find(qn("a:gradFill"))
+    if grad is not None:
+        return _gradient(grad, theme, cmap)
     style = shape._element.find(qn("p:style"))
     if style is not None and sppr.find(qn("a:noFill")) is None and shape.shape_type == MSO_SHAPE_TYPE.AUTO_SHAPE:
         ref = style.find(qn("a:fillRef"))
         if ref is not None and ref.get("idx") not in ("0", None):
-            return theme.colour(ref)
+            return theme.colour(ref, cmap)
     return None
 
 
-def background(slide, theme: ThemeInfo) -> str:
+def _gradient(grad, theme: ThemeInfo, cmap) -> str | None:
+    """A gradient judged by the mean of its stops (text on it sits on some blend of them)."""
+    stops = [theme.colour(gs, cmap) for gs in grad.iter(qn("a:gs"))]
+    stops = [c for c in stops if c]
+    if not stops:
+        return None
+    chans = [sum(int(c[i:i + 2], 16) for c in stops) // len(stops) for i in (0, 2, 4)]
+    return "".join(f"{v:02X}" for v in chans)
+
+
+def background(slide, theme: ThemeInfo, cmap: dict[str, str] | None = None) -> str | None:
+    """The slide's background colour (slide, else layout, else master); None for a picture
+    background, whose colour behind the text is unknown (not judged)."""
+    cmap = cmap or inh.colour_map(slide)
     for holder in (slide, slide.slide_layout, slide.slide_layout.slide_master):
         bg = holder._element.find(f"{qn('p:cSld')}/{qn('p:bg')}")
         if bg is None:
             continue
-        fill = bg.find(f"{qn('p:bgPr')}/{qn('a:solidFill')}")
-        if fill is not None:
-            return theme.colour(fill) or "FFFFFF"
+        pr = bg.find(qn("p:bgPr"))
+        if pr is not None:
+            if pr.find(qn("a:solidFill")) is not None:
+                return theme.colour(pr.find(qn("a:solidFill")), cmap) or "FFFFFF"
+            if pr.find(qn("a:gradFill")) is not None:
+                return _gradient(pr.find(qn("a:gradFill")), theme, cmap)
+            return None  # a picture or pattern
         ref = bg.find(qn("p:bgRef"))
         if ref is not None:
-            return theme.colour(ref) or "FFFFFF"
-        return "FFFFFF"  # a picture or gradient background: not judged
-    return theme.colours.get("lt1", "FFFFFF")
+            return theme.colour(ref, cmap) or "FFFFFF"
+        return None
+    return theme.colours.get(cmap.get("bg1", "lt1"), "FFFFFF")
+
+
+def backdrop(slide, theme: ThemeInfo, cmap: dict[str, str]) -> list[tuple[tuple[int, int, int, int], str | None]]:
+    """Filled shapes the master and the layout draw under the slide's content (a brand band, a
+    full-bleed cover panel), bottom first; a picture's colour is unknown (None: not judged)."""
+    out: list = []
+    layout = slide.slide_layout
+    holders = [layout]
+    if layout._element.get("showMasterSp") not in ("0", "false"):
+        holders.insert(0, layout.slide_master)
+    for holder in holders:
+        for shape in holder.shapes:
+            if shape.is_placeholder:
+                continue
+            rect = _rect(shape)
+            if rect is None:
+                continue
+            if shape.shape_type == MSO_SHAPE_TYPE.PICTURE:
+                out.append((rect, None))
+                continue
+            fill = own_fill(shape, theme, cmap)
+            if fill:
+                out.append((rect, fill))
+    return out
 
 
 def _lum(hex_colour: str) -> float:
@@ -162,6 +201,17 @@ def _lum(hex_colour: str) -> float:
 def contrast(a: str, b: str) -> float:
     la, lb = sorted((_lum(a), _lum(b)), reverse=True)
     return (la + 0.05) / (lb + 0.05)
+
+
+def legible(colour: str, backgrounds: tuple[str, ...], need: float = 3.2) -> str:
+    """The colour, darkened in steps (same hue) until it reads on every background: a light
+    brand accent (gold, sky blue) still colours the text it heads, legibly."""
+    out = colour
+    for step in range(1, 12):
+        if all(contrast(out, bg) >= need for bg in backgrounds):
+            return out
+        out = "".join(f"{int(int(colour[i:i + 2], 16) * (1 - 0.07 * step)):02X}" for i in (0, 2, 4))
+    return out
 
 
 # ---- charts --------------------------------------------------------------------------------
@@ -191,11 +241,16 @@ def crowded_labels(shape) -> str | None:
     em = size * dm.EMU_PER_PT
     if "bar" in name and "column" not in name:
         per = h / len(cats)
-        if per < size * 1.25 * dm.EMU_PER_PT:
+        lines = max(c.count("\n") + 1 for c in cats)  # a label broken in two needs two lines
+        if per < size * 1.25 * lines * dm.EMU_PER_PT:
             return f"{len(cats)} bars in {h / dm.EMU_PER_IN:.1f} in: the category labels overlap; fewer categories or a taller chart"
+        share = max(dm.text_em(line) for c in cats for line in c.split("\n")) * em / int(shape.width)
+        if share > 0.35:
+            return (f"the category labels take {100 * share:.0f}% of the chart's width, leaving the bars little room: "
+                    "shorter labels, or a table")
         return None
     per = w / len(cats)
-    widest = max(dm.text_em(c) for c in cats) * em
+    widest = max(dm.text_em(line) for c in cats for line in c.split("\n")) * em
     if widest > per * 1.9 or (widest > per and len(cats) > 6):
         return (f"{len(cats)} category labels up to {widest / dm.EMU_PER_IN:.1f} in wide share {per / dm.EMU_PER_IN:.1f} in each: "
                 "they will be rotated or skipped; use a bar chart, shorter labels or fewer categories")

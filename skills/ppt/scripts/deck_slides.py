@@ -15,47 +15,83 @@ from pathlib import Path
 
 from pptx.enum.shapes import PP_PLACEHOLDER
 from pptx.enum.text import MSO_ANCHOR, PP_ALIGN
-from pptx.util import Inches
+from pptx.util import Inches, Pt
 
+import deck_inherit as inh
 import deck_measure as dm
 from deck_build import INSET_LR, INSET_TB, Deck, rgb, set_bullet
 from deck_outline import norm_bullets
 
-BULLET_SIZES = (28, 26, 24, 22, 20, 18, 16)
+BULLET_SIZES = (20, 18, 16)  # body text 16-20 pt: the space is filled by layout, not by type size
 NUMERIC = re.compile(r"^[\s+\-−±$¥€£~≈<>]*[\d.,]+\s*(%|‰|pt|x|k|m|bn|亿|万|元|倍)?\s*$", re.I)
 
 
-def _spread(deck: Deck, paras, width: int, height: int, size: float, placeholder: bool) -> float:
-    """Points between paragraphs so the list uses most of the height (capped: a loose list of
-    three reads better than three lines pinned to the top, but not one spread like a table)."""
-    if len(paras) < 2:
-        return 0.0
-    used = deck.need(paras, width, size, placeholder, space=0.0)
-    spare = max(0.0, height * 0.78 - used) / 12700
-    return round(min(spare / (len(paras) - 1), size * 1.6), 1)
+def _spread(deck: Deck, paras, width: int, height: int, size: float, placeholder: bool) -> tuple[float, float]:
+    """(points between top-level items, points before a sub-point): the spare height goes
+    between the groups, so a sub-point stays with its parent and the list uses most of the
+    height (capped: a loose list of three reads better than three lines pinned to the top, but
+    not one spread like a table)."""
+    tight = round(size * 0.3, 1)
+    gaps = sum(1 for i, (_, level) in enumerate(paras) if i and level == 0)
+    subs = sum(1 for i, (_, level) in enumerate(paras) if i and level > 0)
+    if not gaps:
+        return tight, tight
+    used = deck.need(paras, width, size, placeholder, space=0.0) + subs * tight * 12700
+    spare = max(0.0, height * 0.85 - used) / 12700
+    return round(min(spare / gaps, size * 3.5), 1), tight
 
 
 def fill_list(deck: Deck, shape, paras, rect, sizes=BULLET_SIZES, placeholder=True, bullets=True, colour=None):
     x, y, w, h = rect
     own = deck.templated and placeholder
-    if own:  # the template's body size first, smaller only when it does not fit
-        sizes = tuple(z for z in range(int(deck.tpl_body), 15, -2))
+    base = 0.0
+    if own:  # the template's body size first (its layout's, else its master's), smaller only when it does not fit
+        base = inh.inherited(shape, 0, "sz") or deck.tpl_body
+        sizes = tuple(z for z in range(int(base), 15, -2)) or (16,)
     sizes = tuple(z for z in sizes if z <= deck.last_title_size - 2) or sizes[-1:]
     size = deck.fit(paras, w, h, sizes, placeholder, space=0.0) or sizes[-1]
-    space = _spread(deck, paras, w, h, size, placeholder)
+    space, tight = _spread(deck, paras, w, h, size, placeholder)
     # the fit used no spacing: make sure the spacing still fits, else keep it tight
-    if deck.need(paras, w, size, placeholder, space=space) > h * 0.97:
-        space = size * 0.3
-    deck.set_text(shape, paras, deck.own_size(size, deck.tpl_body) if own else size, space=space,
-                  bullets=bullets, colour=None if own else (colour or deck.theme.text))
+    gaps = sum(1 for i, (_, level) in enumerate(paras) if i and level == 0)
+    subs = len(paras) - 1 - gaps
+    if deck.need(paras, w, size, placeholder, space=0.0) + (gaps * space + subs * tight) * 12700 > h * 0.97:
+        space = tight
+    written: float | None = size
+    if own and size >= base and _monotonic(shape, {lv for _, lv in paras}):
+        written = None  # the template's own sizes fit and keep its levels in order
+    deck.set_text(shape, paras, written, space=space, bullets=bullets, colour=None if own else (colour or deck.theme.text))
+    for p in list(shape.text_frame.paragraphs)[1:]:
+        if (p.level or 0) > 0:
+            p.space_before = Pt(tight)
     return size
+
+
+def _monotonic(shape, levels: set[int]) -> bool:
+    """Whether the template's inherited sizes never grow with the level (a template whose body
+    sets level 1 to 20 pt and leaves level 2 at the master's 28 pt does not)."""
+    sizes = [inh.inherited(shape, lv, "sz") for lv in range(max(levels) + 1)] if levels else []
+    known = [z for z in sizes if z is not None]
+    return all(b <= a for a, b in zip(known, known[1:]))
+
+
+def template_fit(deck: Deck, shape, paras, floor: float, **kw) -> float | None:
+    """With a template, the size its placeholder gives the text when that fits the placeholder's
+    box (None: nothing written), else the largest that does, down to `floor`."""
+    if not shape.is_placeholder or shape.width is None:
+        return None
+    base = inh.inherited(shape, 0, "sz") or 18.0
+    sizes = [base - 2 * i for i in range(40) if base - 2 * i >= floor] or [floor]
+    size = deck.fit(paras, int(shape.width), int(shape.height), sizes, False, **kw) or sizes[-1]
+    return None if size >= base else size
 
 
 def heading(deck: Deck, shape, text: str, w: int, h: int, sizes, anchor, align=PP_ALIGN.LEFT) -> None:
     """A big heading (title, section, closing) fitted to its box; with a template, its own look."""
     size = deck.fit([(text, 0)], w, h, sizes, False, bold=True, heading=True) or sizes[-1]
     own = deck.templated
-    deck.set_text(shape, [(text, 0)], None if own else size, bold=None if own else deck.theme.heading_bold or size >= 36,
+    if own:
+        size = template_fit(deck, shape, [(text, 0)], 24, bold=True, heading=True)
+    deck.set_text(shape, [(text, 0)], size, bold=None if own else deck.theme.heading_bold or size >= 36,
                   colour=None if own else deck.theme.title, align=None if own else align, bullets=False, heading=True)
     shape.text_frame.vertical_anchor = anchor
 
@@ -80,7 +116,9 @@ def title_slide(deck: Deck, s: dict):
             deck.place(sub, x, sy, w, sh)
         paras = [(line, 0) for chunk in lines for line in str(chunk).split("\n")]
         size = deck.fit(paras, w, sh, (22, 20, 18, 16), False) or 16
-        deck.set_text(sub, paras, None if deck.templated else size, colour=None if deck.templated else t.muted,
+        if deck.templated:
+            size = template_fit(deck, sub, paras, 14)
+        deck.set_text(sub, paras, size, colour=None if deck.templated else t.muted,
                       align=None if deck.templated else PP_ALIGN.LEFT, bullets=False)
         sub.text_frame.vertical_anchor = MSO_ANCHOR.TOP
     deck.drop_unused(slide, keep)
@@ -156,17 +194,18 @@ def two_column_slide(deck: Deck, s: dict, boxed: bool = False):
             deck.place(box, x, y, col_w, h)
         rect = (int(box.left), int(box.top), int(box.width), int(box.height))
         all_paras = ([(head, 0)] if head else []) + paras
-        fill_list(deck, box, all_paras or [("", 0)], rect, sizes=(24, 22, 20, 18, 16),
+        fill_list(deck, box, all_paras or [("", 0)], rect, sizes=(20, 18, 16),
                   bullets=True if box.is_placeholder else "manual")
         if head:
             first = box.text_frame.paragraphs[0]
             for run in first.runs:
                 run.font.bold = True
-                run.font.color.rgb = rgb(t.palette[ci])
+                run.font.color.rgb = rgb(deck.ink(t.palette[ci]))
             ppr = first._p.get_or_add_pPr()
             ppr.set("marL", "0")
             ppr.set("indent", "0")
             set_bullet(ppr, "a:buNone")
+            deck.no_orphans(box)
     deck.drop_unused(slide, keep)
     if panel_paras:
         _panels(deck, slide, panel_paras, col_w)
@@ -179,7 +218,7 @@ def _panels(deck: Deck, slide, columns, col_w: int) -> None:
     pad, head_h = Inches(0.2), Inches(0.85)
     inner = col_w - 2 * pad
     size = 16
-    for size in (26, 24, 22, 20, 18, 16):
+    for size in (20, 18, 16):
         if size <= deck.last_title_size - 2 and all(
                 deck.need(p, inner, size, False, space=size * 0.6) <= deck.body_h - head_h - 2 * pad for _, _, p in columns):
             break
@@ -192,7 +231,7 @@ def _panels(deck: Deck, slide, columns, col_w: int) -> None:
         top = deck.body_top + pad
         if head:
             deck.textbox(slide, x + pad - INSET_LR, top, inner + 2 * INSET_LR, head_h - pad, [(head, 0)], 24,
-                         f"Panel Head {ci + 1}", bold=True, colour=colour, heading=True)
+                         f"Panel Head {ci + 1}", bold=True, colour=deck.ink(colour), heading=True)
         box = deck.textbox(slide, x + pad - INSET_LR, deck.body_top + head_h + pad, inner + 2 * INSET_LR,
                            h - head_h - 2 * pad, [], None, f"Panel Text {ci + 1}")
         deck.set_text(box, paras or [("", 0)], size, colour=t.text, bullets="manual", space=size * 0.6)
@@ -201,20 +240,39 @@ def _panels(deck: Deck, slide, columns, col_w: int) -> None:
 def table_geometry(deck: Deck, cols: list[str], rows: list[list[str]], width: int, height: int):
     """(font size, column widths, row heights): content-sized columns, CJK-aware row heights."""
     fam = deck.fam()
-    for size in (18, 16, 14, 13, 12):
+    for size in (20, 18, 16, 14, 13, 12) if len(rows) <= 4 else (18, 16, 14, 13, 12):
         widths = dm.column_widths([cols, *rows], width, size, fam)
         heights = []
         for ri, row in enumerate([cols, *rows]):
             need = max(dm.cell_height([(c, size, deck.fam(ri == 0))], w - 2 * INSET_LR) for c, w in zip(row, widths))
             heights.append(need + 2 * INSET_TB)
         if sum(heights) <= height:
-            # a short table gets roomier rows (up to 0.6 in) instead of a block in the top third
-            target = min(height * 0.8, len(heights) * 548640)
+            # a short table gets roomier rows (up to 0.8 in) instead of a block in the top third
+            target = min(height * 0.8, len(heights) * 731520)  # rows up to 0.8 in
             if sum(heights) < target:
                 extra = (target - sum(heights)) / len(heights)
                 heights = [int(h + extra) for h in heights]
             return size, widths, heights
     return size, widths, heights
+
+
+ABOVE, BELOW = "1E7B34", "B3261E"  # on target / off target: green and red that read on white and tints
+
+
+def emphasis(rule, cols: list[str], ci: int, value: str) -> str | None:
+    """The colour of a cell the data emphasises: `"emphasis": {"column": "同比", "above": 15,
+    "below": 13}` marks values at or above / at or below a target in that column."""
+    if not isinstance(rule, dict) or ci >= len(cols) or cols[ci] != str(rule.get("column")):
+        return None
+    m = re.search(r"[-+−]?\d+(?:\.\d+)?", value.replace(",", ""))
+    if not m:
+        return None
+    number = float(m.group().replace("−", "-"))
+    if isinstance(rule.get("above"), (int, float)) and number >= rule["above"]:
+        return ABOVE
+    if isinstance(rule.get("below"), (int, float)) and number <= rule["below"]:
+        return BELOW
+    return None
 
 
 def table_slide(deck: Deck, s: dict):
@@ -224,7 +282,7 @@ def table_slide(deck: Deck, s: dict):
     cols = [str(c) for c in data["columns"]]
     rows = [[("" if v is None else str(v)) for v in r] for r in data["rows"]]
     cap_h = int(deck.H * 0.07) if s.get("caption") else 0
-    width = deck.body_w if len(cols) > 2 else int(deck.body_w * 0.7)
+    width = deck.body_w  # tables take the content width (a narrow one only looked unfinished)
     size, widths, heights = table_geometry(deck, cols, rows, width, deck.body_h - cap_h)
     frame = slide.shapes.add_table(len(rows) + 1, len(cols), deck.M, deck.body_top, width, sum(heights))
     frame.name = "Table"
@@ -242,7 +300,9 @@ def table_slide(deck: Deck, s: dict):
             p = cell.text_frame.paragraphs[0]
             numeric = bool(NUMERIC.match(value))
             p.alignment = PP_ALIGN.CENTER if r == 0 else (PP_ALIGN.RIGHT if numeric else PP_ALIGN.LEFT)
-            deck.add_runs(p, value, size, bold=(r == 0), colour="FFFFFF" if r == 0 else t.text)
+            mark = emphasis(data.get("emphasis"), cols, ci, value) if r else None
+            deck.add_runs(p, value, size, bold=(r == 0 or mark is not None),
+                          colour=deck.on(t.accent) if r == 0 else (mark or t.text))
             cell.fill.solid()
             cell.fill.fore_color.rgb = rgb(t.accent if r == 0 else (t.surface if r % 2 == 0 else "FFFFFF"))
     if cap_h:
@@ -282,7 +342,7 @@ def quote_slide(deck: Deck, s: dict):
     t = deck.theme
     x, w = deck.M + Inches(1.0), deck.W - 2 * deck.M - Inches(2.0)
     deck.textbox(slide, x - Inches(0.9), int(deck.H * 0.16), Inches(1.2), Inches(1.4), [("“", 0)], 96, "Quote Mark",
-                 colour=t.accent, bold=True, heading=True)
+                 colour=deck.ink(t.accent), bold=True, heading=True)
     qy, qh = int(deck.H * 0.28), int(deck.H * 0.38)
     paras = [(str(s["quote"]), 0)]
     size = deck.fit(paras, w, qh, (32, 30, 28, 26, 24), False, heading=True) or 24

@@ -34,7 +34,7 @@ class Theme:
     surface: str            # card / panel fill
     palette: tuple[str, ...]  # accent1..6: charts, KPI numbers, rules
     title_rule: str = "short"  # short | full | none: the line under slide titles
-    title_size: float = 30.0
+    title_size: float = 24.0  # an action title: a sentence, set like a consultant's headline
     body_size: float = 20.0
     from_template: bool = False
     heading_bold: bool = True
@@ -58,7 +58,7 @@ THEMES: dict[str, Theme] = {
         "minimal", "Arial", "Microsoft YaHei", "Arial", "Microsoft YaHei",
         text="334155", title="0F172A", muted="64748B", background="FFFFFF", surface="F1F5F9",
         palette=("0F766E", "B45309", "475569", "0369A1", "94A3B8", "334155"), title_rule="none",
-        heading_bold=False, title_size=32.0),
+        heading_bold=False, title_size=26.0),
 }
 DEFAULT_THEME = "corporate"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from lxml import etree
 from pptx.chart.data import CategoryChartData
-from pptx.enum.chart import XL_CHART_TYPE, XL_LEGEND_POSITION
+from pptx.enum.chart import XL_CHART_TYPE, XL_LABEL_POSITION, XL_LEGEND_POSITION
 from pptx.enum.shapes import MSO_SHAPE
 from pptx.enum.text import MSO_ANCHOR, PP_ALIGN
 from pptx.oxml.ns import qn
@@ -78,10 +78,105 @@ def _colour_series(deck: Deck, chart, ctype: str) -> None:
             plot.overlap = 100
 
 
-def add_chart(deck: Deck, slide, c: dict, x: int, y: int, w: int, h: int):
+def two_lines(text: str) -> str:
+    """A category label broken into two balanced lines (at a space near the middle for Latin
+    text, in the middle for Chinese); LibreOffice and PowerPoint both honour the line break."""
+    if "\n" in text or len(text) < 6:
+        return text
+    mid = len(text) // 2
+    spaces = [i for i, ch in enumerate(text) if ch == " "]
+    if spaces and not dm.has_cjk(text):
+        cut = min(spaces, key=lambda i: abs(i - mid))
+        return text[:cut] + "\n" + text[cut + 1:]
+    while 0 < mid < len(text) - 1 and (text[mid] in dm.NO_START or not dm.is_wide(text[mid - 1])):
+        mid += 1  # never a closing mark first, never inside a Latin word or number
+    return text[:mid] + "\n" + text[mid:]
+
+
+def pie_that_reads(c: dict) -> dict:
+    """A pie reads with a few large shares; more than 6 slices or a slice under 3 % becomes a
+    bar chart sorted by value (the order a reader compares shares in)."""
     ctype = c.get("type", c.get("kind", "column"))
+    if ctype not in ("pie", "doughnut"):
+        return c
+    values = [v or 0 for v in c["series"][0]["values"]]
+    total = sum(values) or 1
+    if len(values) <= 6 and min(values) / total >= 0.03:
+        return c
+    order = sorted(range(len(values)), key=lambda i: values[i])  # a bar chart draws the first category at the bottom
+    ser = {**c["series"][0], "values": [c["series"][0]["values"][i] for i in order]}
+    return {**c, "type": "bar", "categories": [c["categories"][i] for i in order], "series": [ser], "legend": False,
+            "data_labels": True}
+
+
+def key_point(c: dict, takeaway: str | None) -> tuple[int, int, str] | None:
+    """(series, category, label) of the datum the slide is about: the outline's `highlight`
+    ({"category", "series", "label"}), else with a takeaway the category it names (else the
+    last) in the last series. None for pies and charts without a takeaway or highlight."""
+    ctype = c.get("type", c.get("kind", "column"))
+    if ctype not in ("column", "bar", "line", "area") or not (c.get("highlight") or takeaway):
+        return None
+    cats = [str(v) for v in c["categories"]]
+    names = [str(ser.get("name", "")) for ser in c["series"]]
+    want = c.get("highlight") or {}
+    ci = cats.index(str(want["category"])) if str(want.get("category")) in cats else None
+    if ci is None and takeaway:
+        named = [i for i, cat in enumerate(cats) if cat and cat in str(takeaway)]
+        ci = named[-1] if named else None
+    ci = len(cats) - 1 if ci is None else ci
+    si = names.index(str(want["series"])) if str(want.get("series")) in names else len(names) - 1
+    value = c["series"][si]["values"][ci]
+    if value is None:
+        return None
+    label = str(want.get("label") or _formatted(value, str(c.get("number_format") or "")))
+    return si, ci, label
+
+
+def _formatted(value, fmt: str) -> str:
+    """A value as the chart's Excel number format shows it (the common formats)."""
+    decimals = len(fmt.split(".")[1].split("%")[0].split('"')[0]) if "." in fmt else 0
+    if fmt.endswith("%") and '"' not in fmt:
+        return f"{value * 100:,.{decimals}f}%"
+    text = f"{value:,.{decimals}f}" if fmt else (f"{value:,.1f}" if isinstance(value, float) and value % 1 else f"{value:,}")
+    return text + ("%" if fmt.endswith('"%"') else "")
+
+
+def highlight(deck: Deck, chart, c: dict, ctype: str, takeaway: str | None) -> None:
+    """The key datum labelled on its bar or point, bold in the accent colour: the reader sees
+    where the takeaway's number is."""
+    key = key_point(c, takeaway)
+    if key is None:
+        return
+    si, ci, label = key
+    series = chart.plots[0].series[si]
+    if chart.plots[0].has_data_labels:  # the point's own label must not switch off its neighbours'
+        series.data_labels.show_value = True
+        series.data_labels.font.size = Pt(12)
+        if c.get("number_format"):
+            series.data_labels.number_format = c["number_format"]
+            series.data_labels.number_format_is_linked = False
+    point = series.points[ci]
+    dl = point.data_label
+    dl.has_text_frame = True
+    dl.text_frame.text = label
+    dl.position = XL_LABEL_POSITION.ABOVE if ctype == "line" else XL_LABEL_POSITION.OUTSIDE_END
+    for p in dl.text_frame.paragraphs:
+        for r in p.runs:
+            r.font.bold = True
+            r.font.size = Pt(16)
+            r.font.color.rgb = rgb(deck.ink(deck.theme.palette[si % len(deck.theme.palette)]))
+
+
+def add_chart(deck: Deck, slide, c: dict, x: int, y: int, w: int, h: int, takeaway: str | None = None):
+    ctype = c.get("type", c.get("kind", "column"))
+    c = pie_that_reads(c)
+    ctype = c.get("type", ctype)
     data = CategoryChartData()
-    data.categories = [_label(v) for v in c["categories"]]
+    labels = [_label(v) for v in c["categories"]]
+    if ctype in ("bar", "stacked_bar"):  # long labels on two lines: the bars keep their width
+        limit = 0.28 * w / (14 * dm.EMU_PER_PT)
+        labels = [two_lines(t) if dm.text_em(t) > limit else t for t in labels]
+    data.categories = labels
     for ser in c["series"]:
         data.add_series(_label(ser.get("name", "")), ser["values"], number_format=c.get("number_format"))
     frame = slide.shapes.add_chart(CHART_TYPES[ctype], x, y, w, h, data)
@@ -107,6 +202,7 @@ def add_chart(deck: Deck, slide, c: dict, x: int, y: int, w: int, h: int):
         if c.get("number_format"):
             labels.number_format = c["number_format"]
             labels.number_format_is_linked = False
+    highlight(deck, chart, c, ctype, takeaway)
     chart.has_title = bool(c.get("title"))
     if c.get("title"):
         chart.chart_title.text_frame.text = _label(c["title"])
@@ -148,7 +244,7 @@ def chart_slide(deck: Deck, s: dict):
         tf.margin_left = tf.margin_right = Inches(0.25)
         paras = ([(str(takeaway), 0)] if takeaway else []) + side
         inner = (px, deck.body_top, panel_w - Inches(0.5) + 2 * deck_build.INSET_LR, deck.body_h)
-        fill_list(deck, panel, paras, inner, sizes=(24, 22, 20, 18, 16), placeholder=False,
+        fill_list(deck, panel, paras, inner, sizes=(20, 18, 16), placeholder=False,
                   bullets="manual" if side else False)
         for p in tf.paragraphs:
             p.alignment = PP_ALIGN.LEFT
@@ -160,9 +256,10 @@ def chart_slide(deck: Deck, s: dict):
             deck_build.set_bullet(ppr, "a:buNone")
             for r in first.runs:
                 r.font.bold = True
-                r.font.color.rgb = rgb(deck.theme.accent)
+                r.font.color.rgb = rgb(deck.ink(deck.theme.accent))
+            deck.no_orphans(panel)  # measured again: bold and without the bullet indent
         w = deck.body_w - panel_w - gap
-    add_chart(deck, slide, s["chart"], x, deck.body_top, w, deck.body_h - cap_h)
+    add_chart(deck, slide, s["chart"], x, deck.body_top, w, deck.body_h - cap_h, takeaway)
     if cap_h:
         caption(deck, slide, s["caption"], deck.body_bottom - cap_h + int(deck.H * 0.01))
     return slide
@@ -193,7 +290,7 @@ def kpis_slide(deck: Deck, s: dict):
         inner = w - 2 * deck_build.INSET_LR
         size = next((z for z in (value_size, value_size - 6, value_size - 12, value_size - 18, 28)
                      if dm.wrapped_lines(value, inner, z, deck.fam(bold=True)) == 1), 28)  # a number on one line
-        deck.set_text(box, [(value, 0)], size, bold=True, colour=colour, align=PP_ALIGN.CENTER, bullets=False)
+        deck.set_text(box, [(value, 0)], size, bold=True, colour=deck.ink(colour), align=PP_ALIGN.CENTER, bullets=False)
         for text, sz, col in ((item.get("label"), 20, deck.theme.text), (item.get("note"), 14, deck.theme.muted)):
             if text:
                 p = tf.add_paragraph()
@@ -218,7 +315,7 @@ def cards_slide(deck: Deck, s: dict):
     bodies = [([(str(it["text"]), 0)] if it.get("text") else []) + norm_bullets(it.get("bullets"), "") for it in items]
     avail = deck.body_h - head_h - 2 * pad
     size = 16
-    for size in (24, 22, 20, 18, 16):
+    for size in (20, 18, 16):
         if size <= deck.last_title_size - 2 and all(deck.need(b, inner_w, size, False, space=size * 0.5) <= avail
                                                    for b in bodies if b):
             break
@@ -229,7 +326,7 @@ def cards_slide(deck: Deck, s: dict):
         colour = deck.theme.palette[i % len(deck.theme.palette)] if not deck.templated else deck.theme.accent
         _card(deck, slide, x, deck.body_top, w, card_h, f"Card {i + 1}", colour)
         head = deck.textbox(slide, x + pad - deck_build.INSET_LR, deck.body_top + pad, inner_w + 2 * deck_build.INSET_LR,
-                            head_h - pad, [(f"{i + 1:02d}", 0)], 28, f"Card Head {i + 1}", bold=True, colour=colour,
+                            head_h - pad, [(f"{i + 1:02d}", 0)], 28, f"Card Head {i + 1}", bold=True, colour=deck.ink(colour),
                             heading=True)
         p = head.text_frame.add_paragraph()
         deck.add_runs(p, str(item.get("title", "")), 22 if n <= 3 else 20, bold=True, colour=deck.theme.title, heading=True)
@@ -248,22 +345,26 @@ def timeline_slide(deck: Deck, s: dict, numbered: bool):
     steps = s["steps"]
     n = len(steps)
     col = deck.body_w // n
-    line_y = deck.body_top + int(deck.body_h * 0.28)
+    dot, label_h, under = Inches(0.5), Inches(0.7), Inches(0.25)
+    texts = [[(str(st.get("title", "")), 0)] + ([(str(st["text"]), 0)] if st.get("text") else []) for st in steps]
+    need = max(deck.need(p, col, 20, False, space=6) for p in texts)
+    # the composition (labels, line, texts) sits in the middle of the body, not pinned to its top
+    block = label_h + dot + under + need
+    line_y = deck.body_top + max(0, (deck.body_h - block) // 2) + label_h + dot // 2
     deck.rect(slide, deck.M + col // 2, line_y - Inches(0.02), col * (n - 1), Inches(0.04), deck.theme.muted, "Timeline")
-    dot = Inches(0.5)
     for i, step in enumerate(steps):
         cx = deck.M + col * i + col // 2
         colour = deck.theme.palette[0] if not deck.templated else deck.theme.accent
         marker = deck.rect(slide, cx - dot // 2, line_y - dot // 2, dot, dot, colour, f"Step Marker {i + 1}", MSO_SHAPE.OVAL)
         if numbered:
-            deck.set_text(marker, [(str(i + 1), 0)], 16, bold=True, colour="FFFFFF", align=PP_ALIGN.CENTER, bullets=False)
+            deck.set_text(marker, [(str(i + 1), 0)], 16, bold=True, colour=deck.on(colour), align=PP_ALIGN.CENTER, bullets=False)
             marker.text_frame.margin_left = marker.text_frame.margin_right = 0
         if step.get("label"):
-            deck.textbox(slide, cx - col // 2 + Inches(0.05), deck.body_top, col - Inches(0.1), Inches(0.7),
-                         [(str(step["label"]), 0)], 18, f"Step Label {i + 1}", bold=True, colour=colour,
+            deck.textbox(slide, cx - col // 2 + Inches(0.05), line_y - dot // 2 - label_h, col - Inches(0.1), label_h,
+                         [(str(step["label"]), 0)], 18, f"Step Label {i + 1}", bold=True, colour=deck.ink(colour),
                          align=PP_ALIGN.CENTER).text_frame.vertical_anchor = MSO_ANCHOR.BOTTOM
-        ty = line_y + dot // 2 + Inches(0.25)
-        paras = [(str(step.get("title", "")), 0)] + ([(str(step["text"]), 0)] if step.get("text") else [])
+        ty = line_y + dot // 2 + under
+        paras = texts[i]
         rect = (deck.M + col * i, ty, col, deck.body_bottom - ty)
         box = deck.textbox(slide, *rect, [], None, f"Step Text {i + 1}")
         size = deck.fit(paras, rect[2], rect[3], (20, 18, 16), False) or 16

@@ -26,10 +26,12 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import check_deck  # noqa: E402
+import deck_blocks as db  # noqa: E402
 import deck_slides as ds  # noqa: E402
 import deck_themes  # noqa: E402
 import deck_visuals as dv  # noqa: E402
 from deck_build import Deck  # noqa: E402
+from deck_classify import classify  # noqa: E402
 from deck_outline import OutlineError, norm_bullets, read_outline, slide_type, validate  # noqa: E402
 
 MAX_BULLETS = 7   # more goes on a continuation slide (the checker warns above 8)
@@ -80,7 +82,7 @@ def split_long(outline: dict, zh: bool) -> tuple[list[dict], list[dict]]:
 KINDS = {  # slide kind -> builder(deck, slide dict, outline folder, section number)
     "title": lambda d, s, b, n: ds.title_slide(d, s),
     "section": lambda d, s, b, n: ds.section_slide(d, s, n),
-    "bullets": lambda d, s, b, n: ds.bullets_slide(d, s),
+    "bullets": lambda d, s, b, n: db.rows_slide(d, s) if db.fits_rows(d, s) else ds.bullets_slide(d, s),
     "two_column": lambda d, s, b, n: ds.two_column_slide(d, s),
     "comparison": lambda d, s, b, n: ds.two_column_slide(d, s, boxed=True),
     "table": lambda d, s, b, n: ds.table_slide(d, s),
@@ -103,12 +105,22 @@ def build(outline: dict, out: Path, base: Path, template: Path | None = None, si
                                                        ea_font or outline.get("ea_font"))
     deck = Deck(chosen, template, outline.get("size", size), lang)
     slides, notes = split_long(outline, deck.zh)
-    section = 0
-    for s in slides:
+    section, section_name = 0, None
+    track = bool(outline.get("tracker"))
+    for at, s in enumerate(slides):
+        if slide_type(s) == "summary":  # the deck's storyline on one slide, as numbered rows
+            s = {**s, "type": "bullets", "bullets": db.summary_points(slides, at, slide_type)}
+        s = classify(s)  # numbers -> KPI cards, dated items -> timeline, ... (a `type` forces the kind)
         kind = slide_type(s)
         if kind == "section":
             section += 1
+            section_name = str(s.get("title", ""))
+        saved = db.reserve_source(deck, s)
         slide = KINDS.get(kind, KINDS["bullets"])(deck, s, base, section)
+        db.source_line(deck, slide, s)
+        deck.body_rect = saved
+        if track and kind not in ("title", "section", "closing", "quote"):
+            db.tracker(deck, slide, section_name)
         if kind not in ("title", "section", "closing"):
             deck.add_number(slide)
         deck.notes(slide, s.get("notes"))
