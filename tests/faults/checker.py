@@ -70,6 +70,9 @@ def _check_run(verdict: Verdict, rec: RunRecord, stored: list[dict[str, Any]] | 
     status = done["data"].get("status")
     verdict.counts[f"done_{status}"] += 1
     names = follower.names()
+    errors = [e for e in follower.events if e["event"] == "error" and "id" in e]
+    if status == "error" and errors:
+        verdict.counts[f"error_{errors[-1]['data'].get('code') or 'uncoded'}"] += 1
     if status not in ("ok", "cancelled") and "error" not in names:
         verdict.fail("lost", f"{name}: done {status} without an error event saying why: {names[-5:]}")
     if status == "cancelled" and rec.cancel_after is None:

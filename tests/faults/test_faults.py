@@ -5,7 +5,8 @@ reproduce or explore); the nemesis' and the checker's lines (shown with -s) name
 - a paused stream leader (SIGSTOP past the election timeout, then SIGCONT: a stale leader comes back);
 - the node holding a runner's NATS connection partitioned from the other two, then healed;
 - the node holding a gateway's NATS connection partitioned, then healed;
-- PostgreSQL stopped mid-run for longer than the runs' redeliveries (ack_wait 3 s x 5), then restarted.
+- PostgreSQL stopped mid-run for longer than the runs' redeliveries (ack_wait 3 s x 5), then restarted;
+- a mixed nemesis (pause, partition, kill) drawn from a seed, also the soak entry (`SOAK_SECONDS`).
 """
 
 from __future__ import annotations
@@ -25,18 +26,22 @@ from tests.faults.nemesis import Fault, Nemesis, schedule
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]
 
 LOAD_SECONDS = 22.0
+# The mixed nemesis as a soak: `ZCBOT_FAULT_SECONDS=600 ZCBOT_FAULT_SEED=7 pytest -m heavy -s
+# tests/faults -k mixed` runs it for ten minutes and prints the checker's verdict.
+SOAK_SECONDS = float(os.environ.get("ZCBOT_FAULT_SECONDS", LOAD_SECONDS))
 
 
 def seed_of(default: int) -> int:
     return int(os.environ.get("ZCBOT_FAULT_SEED", default))
 
 
-async def run_scenario(env: FaultEnv, nemesis: Nemesis, seed: int, faults: Awaitable[None]) -> Verdict:
+async def run_scenario(env: FaultEnv, nemesis: Nemesis, seed: int, faults: Awaitable[None],
+                       seconds: float = LOAD_SECONDS) -> Verdict:
     load = Load(env.stack, seed)
     await load.login()
     load.t0 = nemesis.t0 = time.monotonic()
     started = time.monotonic()
-    await asyncio.gather(load.run(LOAD_SECONDS), faults)
+    await asyncio.gather(load.run(seconds), faults)
     verdict = await check(load, env.db_url)
     dead = [f"{p.name} exited {p.returncode}" for p in env.stack.procs if not p.alive]
     for what in dead:
@@ -81,4 +86,17 @@ async def test_postgres_stopped_longer_than_the_redeliveries(fault_env: FaultEnv
             nemesis.record("postgres started")
 
     verdict = await run_scenario(fault_env, nemesis, seed, outage())
+    assert verdict.ok, f"seed {seed}: {verdict.summary()}\n{fault_env.stack.logs(1500)}"
+
+
+async def test_a_mixed_nemesis_from_a_seed(fault_env: FaultEnv, nemesis: Nemesis) -> None:
+    """Pauses, partitions and kills of the stream leaders and of the nodes the services use, drawn
+    from the seed (the soak entry: ZCBOT_FAULT_SECONDS, ZCBOT_FAULT_SEED)."""
+    seed = seed_of(4205)
+    targets = ("runs-leader", "events-leader", f"node-of:{service_pid(fault_env, 'runner')}",
+               f"node-of:{service_pid(fault_env, 'gateway')}")
+    faults = schedule(seed, ("pause", "partition", "kill"), targets, count=10_000, window=SOAK_SECONDS,
+                      duration=(3.0, 8.0))
+    print(f"seed {seed}: schedule {faults}")
+    verdict = await run_scenario(fault_env, nemesis, seed, nemesis.run(faults), seconds=SOAK_SECONDS)
     assert verdict.ok, f"seed {seed}: {verdict.summary()}\n{fault_env.stack.logs(1500)}"
