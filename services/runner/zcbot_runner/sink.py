@@ -164,7 +164,7 @@ class BusEventSink:
             last = await self.js.get_last_msg(self.stream, self.subject)
         except Exception:  # unknown: counted as lost, never reported stored
             return None
-        return int(last.seq) if (last.headers or {}).get("Nats-Msg-Id") == msg_id else None
+        return last.seq if (last.headers or {}).get("Nats-Msg-Id") == msg_id else None
 
     def _give_up(self, event: ev.RunEvent, exc: BaseException) -> None:
         """Counted, never silent: the run's end reports it. Later events of a long outage get one try
