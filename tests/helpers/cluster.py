@@ -1,13 +1,14 @@
 """A 3-node NATS JetStream cluster and zcbot's services on it, all as real processes (issue 23).
 
-Used by `tests/cluster/` and by the bench's cluster figures (`bench/cluster.py`), so both start the
-cluster the same way:
+Used by `tests/cluster/`, the fault suite (`tests/faults/`) and the bench's cluster figures
+(`bench/cluster.py`), so all start the cluster the same way:
 
 - `NatsCluster`: `size` `nats-server -js` processes (`EmbeddedNats`), each with its own client port,
   route port and store dir, routes to the others, and the configuration `zcbot up` writes
   (`NatsCredentials.write_server_config`: one user per service with its subject permissions, an
   admin, no anonymous clients) plus the cluster block and JetStream's sync policy. A node can be
-  killed with SIGKILL and restarted on the same ports and store.
+  killed with SIGKILL and restarted on the same ports and store, or paused (SIGSTOP/SIGCONT); with
+  `own_groups` each node runs under a group id of its own, for the fault suite's nftables rules.
 - `ClusterStack`: the services (`python -m zcbot_devstack.cli NAME`, `helpers.procs.ServiceProcess`)
   given the server list in `ZCBOT_NATS_URL`, `ZCBOT_JS_REPLICAS`, their own NATS identity and the
   environment `zcbot up` gives each (`bootstrap.service_env`: the executor without secrets, the
