@@ -1,13 +1,14 @@
 """A 3-node NATS JetStream cluster and zcbot's services on it, all as real processes (issue 23).
 
-Used by `tests/cluster/` and by the bench's cluster figures (`bench/cluster.py`), so both start the
-cluster the same way:
+Used by `tests/cluster/`, the fault suite (`tests/faults/`) and the bench's cluster figures
+(`bench/cluster.py`), so all start the cluster the same way:
 
 - `NatsCluster`: `size` `nats-server -js` processes (`EmbeddedNats`), each with its own client port,
   route port and store dir, routes to the others, and the configuration `zcbot up` writes
   (`NatsCredentials.write_server_config`: one user per service with its subject permissions, an
   admin, no anonymous clients) plus the cluster block and JetStream's sync policy. A node can be
-  killed with SIGKILL and restarted on the same ports and store.
+  killed with SIGKILL and restarted on the same ports and store, or paused (SIGSTOP/SIGCONT); with
+  `own_groups` each node runs under a group id of its own, for the fault suite's nftables rules.
 - `ClusterStack`: the services (`python -m zcbot_devstack.cli NAME`, `helpers.procs.ServiceProcess`)
   given the server list in `ZCBOT_NATS_URL`, `ZCBOT_JS_REPLICAS`, their own NATS identity and the
   environment `zcbot up` gives each (`bootstrap.service_env`: the executor without secrets, the
@@ -17,9 +18,11 @@ cluster the same way:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import secrets
+import signal
 import sys
 import time
 import urllib.request
@@ -50,6 +53,7 @@ class NatsNode:
     cluster_port: int
     config: Path
     data_dir: Path
+    gid: int | None = None  # the node's own group id, when the cluster is made for fault tests
     server: EmbeddedNats | None = None
 
     @property
@@ -65,12 +69,15 @@ class NatsCluster:
     """`size` clustered nats-server processes under `root` (one directory per node)."""
 
     def __init__(self, root: Path, creds: NatsCredentials, topo: Topology, size: int = 3,
-                 sync_interval: str = SYNC_INTERVAL, cluster_name: str = "zcbot") -> None:
+                 sync_interval: str = SYNC_INTERVAL, cluster_name: str = "zcbot", own_groups: bool = False) -> None:
+        """`own_groups`: each node runs under a group id of its own (root only), so nftables rules can
+        tell its packets from the other nodes' (`tests/faults/nemesis.py`)."""
         self.root = Path(root)
         self.creds = creds
         self.topo = topo
         self.nodes: list[NatsNode] = []
         ports = [(free_port(), free_port()) for _ in range(size)]
+        gid_base = 61000 + 4 * secrets.randbelow(1000)  # unlikely to meet another test's cluster
         for i, (port, cluster_port) in enumerate(ports):
             name = f"n{i}"
             data_dir = self.root / name
@@ -85,16 +92,44 @@ class NatsCluster:
                 "routes": [f"nats://127.0.0.1:{c}" for j, (_, c) in enumerate(ports) if j != i],
             }
             config.write_text(json.dumps(conf, indent=2))
-            self.nodes.append(NatsNode(name, port, cluster_port, config, data_dir))
+            self.nodes.append(NatsNode(name, port, cluster_port, config, data_dir,
+                                       gid_base + i if own_groups else None))
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> Self:
         for node in self.nodes:
             self._start(node)
+        # On a thread of its own: start() may be called from a fixture while an event loop runs.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, self.wait_formed()).result()
         return self
 
+    async def wait_formed(self, timeout: float = 60.0) -> None:
+        """Until JetStream places a stream on every node: a stream declared before the nodes have
+        found each other fails with "no suitable peers for placement" (a loaded machine)."""
+        from nats.js.api import StorageType
+
+        nc = await self.admin()
+        try:
+            js = nc.jetstream()
+            name = f"PROBE_{secrets.token_hex(3)}"
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    await js.add_stream(name=name, subjects=[f"_probe.{name}"], num_replicas=len(self.nodes),
+                                        storage=StorageType.MEMORY)
+                    await js.delete_stream(name)
+                    return
+                except Exception:  # not formed yet: no meta leader, too few peers, a timeout
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
+        finally:
+            await nc.close()
+
     def _start(self, node: NatsNode) -> None:
-        node.server = EmbeddedNats(node.data_dir, port=node.port, extra_args=["-c", str(node.config)]).start()
+        node.server = EmbeddedNats(node.data_dir, port=node.port, extra_args=["-c", str(node.config)],
+                                   group=node.gid).start()
 
     def node(self, name: str) -> NatsNode:
         return next(n for n in self.nodes if n.name == name)
@@ -107,12 +142,26 @@ class NatsCluster:
         node.server.process.wait()
         node.server = None
 
+    def pid(self, name: str) -> int:
+        node = self.node(name)
+        assert node.server is not None and node.server.process is not None, f"{name} is not running"
+        return node.server.process.pid
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP one node: its sockets stay open, it answers nothing (a stalled VM, a long GC)."""
+        os.kill(self.pid(name), signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        os.kill(self.pid(name), signal.SIGCONT)
+
     def restart(self, name: str) -> None:
         """Start a killed node again on its ports and store (it catches up from the others)."""
         self._start(self.node(name))
 
     def stop(self) -> None:
         for node in self.nodes:
+            if node.running:  # a paused node would ignore the SIGTERM of its stop
+                self.resume(node.name)
             if node.server is not None:
                 node.server.stop()
                 node.server = None

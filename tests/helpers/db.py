@@ -64,11 +64,14 @@ def roles(url: str, task_id: str) -> list[str]:
     return [r[0] for r in db_rows(url, "select payload->>'role' from messages where task_id=:t order by idx", t=task_id)]
 
 
-def assert_consistent(url: str) -> None:
-    """The invariants after any fault, over every task of the database."""
-    stuck = db_rows(url, "select task_id, run_status from tasks where run_status in ('waiting','queued','running','cancelling')")
+def assert_consistent(url: str, tasks: list[str] | None = None) -> None:
+    """The invariants after any fault, over every task of the database (or only `tasks`)."""
+    only = "" if tasks is None else " and task_id = any(:tasks)"
+    stuck = db_rows(url, "select task_id, run_status from tasks where run_status in "
+                         "('waiting','queued','running','cancelling')" + only, tasks=tasks)
     assert not stuck, f"tasks left active: {stuck}"
-    rows = db_rows(url, "select task_id, idx, kind, payload::text from messages order by task_id, idx")
+    rows = db_rows(url, "select task_id, idx, kind, payload::text from messages where true" + only +
+                        " order by task_id, idx", tasks=tasks)
     by_task: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
     for task_id, idx, kind, payload in rows:
         by_task.setdefault(task_id, []).append((idx, kind, json.loads(payload)))

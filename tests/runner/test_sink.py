@@ -184,3 +184,33 @@ async def test_a_discarded_sink_drops_what_is_queued_and_publishes_nothing_more(
     assert sink.seq == sent and sent <= 2  # RunStart, at most one Warn in flight
     assert isinstance(events[0], ev.RunStart) and len(events) <= sent
     assert not any(isinstance(e, (ev.Done, ev.TextDelta)) for e in events)
+
+
+async def test_a_superseded_attempts_late_event_is_refused_by_the_stream(nats_server_url: str,
+                                                                          bus_prefix: str) -> None:
+    """Issue 42 (seed 4201, a paused stream leader): attempt 1's publish reached the stream after
+    attempt 2 had started streaming (it was in a stalled server's socket), so the client read a chunk of
+    the dead attempt in the middle of the new answer. Every event after a sink's first is published only
+    if the sink's previous event is still the task's last: the late one is refused and counted lost,
+    attempt 2's events go on."""
+    topo = Topology(bus_prefix)
+    async with contextlib.AsyncExitStack() as closing:
+        nc = await connect(nats_server_url, "sink-fence")
+        closing.push_async_callback(nc.close)
+        js = nc.jetstream()
+        await ensure_topology(js, topo)
+        first = BusEventSink(js, topo, "task6", "run6", attempt=1)
+        await first.emit(ev.RunStart(run_id="run6", task_id="task6", model_profile="fake", attempt=1))
+        await first.emit(ev.Warn(run_id="run6", msg="a1"))
+        await first.flush()
+        second = BusEventSink(js, topo, "task6", "run6", attempt=2)
+        await second.emit(ev.RunStart(run_id="run6", task_id="task6", model_profile="fake", attempt=2))
+        await second.flush()
+        await first.emit(ev.Warn(run_id="run6", msg="late from attempt 1"))
+        await first.flush()
+        await second.emit(ev.Warn(run_id="run6", msg="a2"))
+        await second.emit(ev.Done(run_id="run6", status="ok"))
+        await second.flush()
+        raws = await _stored_raw(js, topo, "task6")
+    assert first.lost == 1 and second.lost == 0
+    assert [r.headers["Nats-Msg-Id"] for r in raws] == ["run6:1:1", "run6:1:2", "run6:2:1", "run6:2:2", "run6:2:3"]

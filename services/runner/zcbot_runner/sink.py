@@ -38,12 +38,15 @@ ACK_TIMEOUT_SECONDS = 2.0  # one publish's wait for its ack, doubled per retry (
 ACK_TIMEOUT_MAX_SECONDS = 5.0
 RETRY_MAX_DELAY_SECONDS = 1.0
 _DELTAS = (ev.TextDelta, ev.ReasoningDelta)
+EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a refused expected last (subject) sequence
 
 
 class BusEventSink:
     def __init__(self, js: JetStreamContext, topo: Topology, task_id: str, run_id: str, *, attempt: int = 1,
                  retry_seconds: float = 30.0) -> None:
         self.js = js
+        self.stream = topo.events_stream
         self.subject = topo.event_subject(task_id)
         self.run_id = run_id
         # The attempt is part of the id: a redelivered run's events are new events, not duplicates.
@@ -66,6 +69,12 @@ class BusEventSink:
         self.republished = 0
         self.lost = 0
         self.discarded = False  # the run is another runner's now: nothing more is published
+        # The stream sequence of this sink's last stored event. Each later event is published only if it
+        # is still the last one of the task's subject (`Nats-Expected-Last-Subject-Sequence`): a superseded
+        # attempt's publish that reaches the stream late (sent to a stalled server, or flushed from the
+        # client's buffer after a reconnect) is refused instead of landing in the middle of the next
+        # attempt's answer (issue 42, seed 4201: a paused stream leader).
+        self.last_stored: int | None = None
         nc = getattr(js, "_nc", None)  # the server's limit (1 MB unless raised), learnt at connect
         self.max_bytes = int(getattr(nc, "max_payload", 0) or ev.DEFAULT_MAX_PAYLOAD)
 
@@ -110,16 +119,22 @@ class BusEventSink:
         an earlier try was stored after all) until stored or the outage outlasts `retry_seconds`."""
         event, data = ev.fit_event(event, self.max_bytes)  # over the max payload: cut, with a marker
         self.seq += 1
-        headers = {"Nats-Msg-Id": f"{self._id_prefix}{self.seq}"}
+        msg_id = f"{self._id_prefix}{self.seq}"
+        headers = {"Nats-Msg-Id": msg_id}
+        if self.last_stored is not None:
+            headers[EXPECTED_LAST_SUBJECT_SEQ] = str(self.last_stored)
         loop = asyncio.get_running_loop()
         tries = 0
         while True:
             try:
                 timeout = min(ACK_TIMEOUT_SECONDS * 2 ** tries, ACK_TIMEOUT_MAX_SECONDS)
-                await self.js.publish(self.subject, data, timeout=timeout, headers=headers)
-            except (MaxPayloadError, BadRequestError) as exc:  # this event can never be stored
-                self._give_up(event, exc)
-                return
+                ack = await self.js.publish(self.subject, data, timeout=timeout, headers=headers)
+            except (MaxPayloadError, BadRequestError) as exc:
+                stored = await self._stored_by_an_earlier_try(exc, msg_id) if tries else None
+                if stored is None:  # this event can never be stored (too big, or another writer moved the subject on)
+                    self._give_up(event, exc)
+                    return
+                ack_seq = stored
             except Exception as exc:  # no ack: an election, NATS reconnecting, a slow leader
                 now = loop.time()
                 if self._outage_since is None:
@@ -132,9 +147,24 @@ class BusEventSink:
                 metrics.EVENTS_REPUBLISHED.inc()
                 await asyncio.sleep(min(0.05 * 2 ** tries, RETRY_MAX_DELAY_SECONDS))
                 continue
+            else:
+                ack_seq = ack.seq
             self.published += 1
+            self.last_stored = ack_seq
             self._outage_since = None
             return
+
+    async def _stored_by_an_earlier_try(self, exc: BaseException, msg_id: str) -> int | None:
+        """The sequence of this event when a try whose ack was lost stored it (JetStream checks the
+        expected last sequence before the duplicate window, so the republish is refused, not acked as a
+        duplicate): the subject's last message is then this very one."""
+        if getattr(exc, "err_code", None) != WRONG_LAST_SEQUENCE:
+            return None
+        try:
+            last = await self.js.get_last_msg(self.stream, self.subject)
+        except Exception:  # unknown: counted as lost, never reported stored
+            return None
+        return last.seq if (last.headers or {}).get("Nats-Msg-Id") == msg_id else None
 
     def _give_up(self, event: ev.RunEvent, exc: BaseException) -> None:
         """Counted, never silent: the run's end reports it. Later events of a long outage get one try

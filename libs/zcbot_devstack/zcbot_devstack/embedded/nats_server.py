@@ -48,9 +48,13 @@ class EmbeddedNats(EmbeddedServer):
         extra_args: list[str] | None = None,
         new_process_group: bool = True,
         start_timeout: float = 20.0,
+        group: int | None = None,
     ) -> None:
         super().__init__(data_dir, port)
         self.extra_args = list(extra_args or [])
+        # A group id of the server's own (root only): the fault tests' firewall rules tell one node's
+        # packets from the others' by it (`meta skgid`), as every node shares 127.0.0.1.
+        self.group = group
         self.new_process_group = new_process_group
         self.start_timeout = start_timeout
 
@@ -91,6 +95,7 @@ class EmbeddedNats(EmbeddedServer):
                     process_group=0 if self.new_process_group else None,
                     preexec_fn=death_signal_preexec(signal.SIGKILL),
                     close_fds=True,
+                    group=self.group,
                 )
             self.process, self.port = proc, port  # stop() works even if start() is interrupted
             if self._wait_ready(proc, port, offset):
