@@ -18,7 +18,7 @@ import pytest
 
 from zcbot_devstack.bootstrap import choose_port
 from zcbot_devstack.embedded import free_port, port_is_free
-from zcbot_devstack.output import render_line
+from zcbot_devstack.output import quiet_drops, render_line
 from zcbot_devstack.services import NAMES, SERVICE_PORT_ENV
 
 STANDIN = Path(__file__).resolve().parents[1] / "helpers" / "standin_service.py"
@@ -236,6 +236,18 @@ def test_up_gives_up_on_a_service_that_keeps_crashing(os_tmp_dir: Path) -> None:
     assert "runner    | boom" in text and "gave up after 1 restarts" in text
     assert "zcbot is up" not in text and text.rstrip().endswith("stopped")
     assert port_is_free(ports["gateway"])
+
+
+@pytest.mark.parametrize(("line", "dropped"), [
+    ('{"level": "info", "msg": "Uvicorn running on http://127.0.0.1:9"}', True),
+    ('{"level": "debug", "msg": "tick"}', True),
+    ('{"level": "info", "msg": "stopping 1 background job…", "announce": true}', False),
+    ('{"level": "warning", "msg": "disk quota: no kernel enforcement"}', False),
+    ("info is a word, not a log record", False),
+])
+def test_quiet_output_drops_only_unannounced_debug_and_info_records(line: str, dropped: bool) -> None:
+    assert quiet_drops(line + "\n") is dropped
+    assert "announce" not in render_line(line)
 
 
 def test_render_line_compacts_json_logs() -> None:

@@ -62,14 +62,12 @@ class _PrefixHandler(logging.Handler):
         self.setFormatter(self.json)
 
     def emit(self, record: logging.LogRecord) -> None:
-        from zcbot_devstack.output import render_line
-
         try:
             line = self.format(record)
         except Exception:  # as logging.Handler.emit: a bad record must not kill its caller
             self.handleError(record)
             return
-        self.emit_line(current_service.get() or SUPERVISOR, render_line(line))
+        self.emit_line(current_service.get() or SUPERVISOR, line)
 
 
 def _no_library_handlers() -> None:

@@ -3,7 +3,8 @@ rendered for a human reader as `level msg key=value` (+ traceback lines).
 
 Quiet by default (`zcbot up --verbose`: every line): a service's debug and info lines are dropped
 (uvicorn's `Uvicorn running on http://…` of the health ports looked like URLs to open); its
-warnings, errors and non-log output, and everything `zcbot up` itself says (`say`), are printed."""
+warnings, errors and non-log output, lines logged with `announce` set, and everything `zcbot up`
+itself says (`say`), are printed."""
 
 from __future__ import annotations
 
@@ -21,17 +22,31 @@ _QUIET_LEVELS = ("debug", "info")
 _DROP_KEYS = ("ts", "service", "logger", "taskName", "color_message", "litellm_redacted")
 
 
-def render_line(line: str) -> str:
-    """A JSON log line as `level msg key=value ...` (+ traceback lines); other lines unchanged."""
-    text = line.rstrip("\r\n")
+def _record(text: str) -> dict[str, object] | None:
+    """A JSON log record (a dict with `msg`), or None for any other line."""
     if not text.startswith("{"):
-        return text
+        return None
     try:
         body = json.loads(text)
     except ValueError:
+        return None
+    return body if isinstance(body, dict) and "msg" in body else None
+
+
+def quiet_drops(line: str) -> bool:
+    """Whether quiet output drops this line: a debug or info log record, unless it is marked
+    `announce` (news for the operator, such as a shutdown's "stopping 2 background jobs…")."""
+    body = _record(line.rstrip("\r\n"))
+    return body is not None and str(body.get("level", "info")) in _QUIET_LEVELS and not body.get("announce")
+
+
+def render_line(line: str) -> str:
+    """A JSON log line as `level msg key=value ...` (+ traceback lines); other lines unchanged."""
+    text = line.rstrip("\r\n")
+    body = _record(text)
+    if body is None:
         return text
-    if not isinstance(body, dict) or "msg" not in body:
-        return text
+    body.pop("announce", None)
     level = str(body.pop("level", "info"))
     msg = str(body.pop("msg"))
     exc = body.pop("exc", None)
@@ -63,11 +78,11 @@ class Printer:
             label = f"\x1b[{_COLORS.get(name, '0')}m{label}\x1b[0m"
         return label
 
-    def emit(self, name: str, text: str) -> None:
-        """A service's line (dropped when quiet and it is a debug or info log line)."""
-        if self.quiet and text.split(" ", 1)[0] in _QUIET_LEVELS:
+    def emit(self, name: str, line: str) -> None:
+        """A service's line, rendered (dropped when quiet and it is a debug or info log line)."""
+        if self.quiet and quiet_drops(line):
             return
-        self.say(name, text)
+        self.say(name, render_line(line))
 
     def say(self, name: str, text: str) -> None:
         """Always printed."""

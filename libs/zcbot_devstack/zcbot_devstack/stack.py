@@ -50,7 +50,7 @@ from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, EmbeddedServ
 from zcbot_devstack.embedded.nats_auth import NatsCredentials
 from zcbot_devstack.groups import group_leftovers
 from zcbot_devstack.launch import INTERPRETER_ENV, Child, Launcher
-from zcbot_devstack.output import Printer, render_line
+from zcbot_devstack.output import Printer
 from zcbot_devstack.preflight import PortInUse, check_ports, model_word, office_word
 from zcbot_devstack.prepare_db import prepare as prepare_database
 from zcbot_devstack.readiness import FOREIGN, health_host, readiness
@@ -321,7 +321,7 @@ class Stack:
     def _pump(self, name: str, proc: Child) -> None:
         assert proc.stdout is not None
         for raw in iter(proc.stdout.readline, b""):
-            self.printer.emit(name, render_line(raw.decode(errors="replace")))
+            self.printer.emit(name, raw.decode(errors="replace"))
         proc.stdout.close()
 
     def _reap(self, svc: _Service, now: float) -> None:

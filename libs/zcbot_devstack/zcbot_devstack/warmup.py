@@ -22,4 +22,5 @@ def warm_previews(env: Mapping[str, str], say: Callable[[str], None], stopping: 
         if not stopping.is_set():
             say(f"document previews ready ({took or 0:.1f}s)")
     except Exception as exc:  # noqa: BLE001 - a failed warm-up only means a slower first preview
-        say(f"document previews: the warm-up failed ({exc}); the first preview will take longer")
+        if not stopping.is_set():  # (a stop kills the conversion: no failure worth saying)
+            say(f"document previews: the warm-up failed ({exc}); the first preview will take longer")

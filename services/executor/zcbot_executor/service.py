@@ -185,7 +185,7 @@ class ExecutorService:
             return  # they outlive this executor; the next start here adopts them
         await self.procs.watch.stop()  # no time-limit pass racing the kills
         killed = await self.procs.watch.stop_all(bg_watch.SHUTDOWN, announce=lambda n: log.info(
-            "stopping %s…", bg_watch.jobs(n)))
+            "stopping %s…", bg_watch.jobs(n), extra={"announce": True}))
         if killed:
             log.info("background jobs stopped", extra={"proc_ids": killed})
 
