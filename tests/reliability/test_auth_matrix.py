@@ -104,6 +104,9 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/v1/admin/usage/models"): Route(admin=True),
     ("GET", "/v1/admin/usage/users"): Route(admin=True),
     ("GET", "/v1/admin/storage/users"): Route(admin=True),
+    ("POST", "/v1/admin/purge"): Route(json={"older_than": "30d"}, admin=True),  # a dry run
+    ("GET", "/v1/admin/orphans"): Route(admin=True),
+    ("POST", "/v1/admin/orphans/delete"): Route(json={"user_id": "nobody", "path": "x", "confirm": False}, admin=True),
     # In this order for the admin's pass: created, then changed, then listed.
     ("POST", "/v1/admin/users"): Route(json={"email": MEMBER, "password": "member-secret-1"}, admin=True),
     ("PUT", "/v1/admin/users/{email}/role"): Route(json={"role": "admin"}, admin=True),
@@ -267,14 +270,16 @@ async def test_other_users_resources_are_404_and_untouched(world: World) -> None
 
 async def test_admin_routes_need_the_admin_role(world: World) -> None:
     admin_routes = {key: route for key, route in ROUTES.items() if route.admin}
-    assert len(admin_routes) == 11
+    assert len(admin_routes) == 14
     for user in (OWNER, OTHER):
         for (method, path), route in admin_routes.items():
             r = await _call(world, method, path, route, bearer(world.tokens[user]))
             assert r.status_code == 403 and r.json()["detail"] == "admin role required", (user, path, r.text)
     for (method, path), route in admin_routes.items():
         r = await _call(world, method, path, route, bearer(world.tokens[ADMIN]))
-        assert r.status_code == (201 if (method, path) == ("POST", "/v1/admin/users") else 200), (path, r.text)
+        # an orphan delete without confirm=true is the admin's 400 (past the role gate), never a deletion
+        expected = {("POST", "/v1/admin/users"): 201, ("POST", "/v1/admin/orphans/delete"): 400}
+        assert r.status_code == expected.get((method, path), 200), (path, r.text)
     # The role is read per request, and a role change revokes the tokens issued before it: demote
     # the admin, the same token is refused at once (401), and a new one is not an admin's (403).
     await db_exec_async(world.settings.zcbot_db_url, "update users set role = 'user' where user_id = %s", ADMIN)
