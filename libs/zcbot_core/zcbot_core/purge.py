@@ -22,9 +22,9 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.db.models import DataEvent, Message, Task
@@ -114,8 +114,10 @@ async def _delete_batch(s: AsyncSession, ids: list[str], report: PurgeReport) ->
     for user, prev, cur in (await s.execute(select(DataEvent.user_id, DataEvent.prev_hash, DataEvent.content_hash)
                                             .where(DataEvent.task_id.in_(ids)))).all():
         digests[user].update(d for d in (prev, cur) if d)
-    report.data_events += (await s.execute(delete(DataEvent).where(DataEvent.task_id.in_(ids)))).rowcount or 0
-    report.messages += (await s.execute(delete(Message).where(Message.task_id.in_(ids)))).rowcount or 0
+    events = cast(CursorResult[Any], await s.execute(delete(DataEvent).where(DataEvent.task_id.in_(ids))))
+    messages = cast(CursorResult[Any], await s.execute(delete(Message).where(Message.task_id.in_(ids))))
+    report.data_events += events.rowcount or 0
+    report.messages += messages.rowcount or 0
     await s.execute(delete(Task).where(Task.task_id.in_(ids)))
     return digests
 

@@ -368,7 +368,7 @@ class ExecLoop:
         if self.calls_dir:
             _unlink(os.path.join(self.calls_dir, call.id + ".pgid"))
         duration = round(time.monotonic() - call.started, 3)
-        meta = {"exit_code": code, "duration": duration, "output_bytes": call.total,
+        meta: dict[str, object] = {"exit_code": code, "duration": duration, "output_bytes": call.total,
                 "truncated": call.total > len(call.head) + len(call.tail)}
         text = call.text()
         saved = call.close_spill()

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from zcbot_core import orphans
 from zcbot_core.purge import parse_age, purge_deleted
 from zcbot_gateway.deps import AdminUser, RuntimeDep, SettingsDep
-from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep, invalid_query
+from zcbot_gateway.http import MAX_PAGE_SIZE, Paging, invalid_query, paging
 from zcbot_gateway.lang import LangDep
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
-OrphanPaging = PagingDep(MAX_PAGE_SIZE, MAX_PAGE_SIZE)
+OrphanPaging = Annotated[Paging, Depends(paging(MAX_PAGE_SIZE, MAX_PAGE_SIZE))]
 
 
 class PurgeIn(BaseModel):
@@ -53,12 +53,12 @@ async def purge(body: PurgeIn, admin: AdminUser, rt: RuntimeDep, settings: Setti
 
 
 @router.get("/orphans")
-async def list_orphans(admin: AdminUser, rt: RuntimeDep, settings: SettingsDep, paging: OrphanPaging,
+async def list_orphans(admin: AdminUser, rt: RuntimeDep, settings: SettingsDep, page: OrphanPaging,
                        user_id: Annotated[str | None, Query(max_length=128, pattern=r"^[A-Za-z0-9_-]+$")] = None,
                        ) -> dict[str, Any]:
     """Folders no task references (nothing is deleted here)."""
     found = await orphans.find_orphans(rt.sessions, settings.storage_root, user_id)
-    return paging.slice([o.as_json() for o in found], total_bytes=sum(o.bytes for o in found))
+    return page.slice([o.as_json() for o in found], total_bytes=sum(o.bytes for o in found))
 
 
 @router.post("/orphans/delete")
