@@ -28,6 +28,7 @@ from zcbot_core.paths import user_root
 from zcbot_core.pptx_guard import make_pptx_guard_hook
 from zcbot_core.service import Runtime
 from zcbot_core.skills import SkillPaths, discovery_block, registry_for_user
+from zcbot_core.tools.image_gen import image_profile, register_image_gen_tool
 from zcbot_core.tools.image_tool import register_image_tool
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.schedule_tools import register_schedule_tools
@@ -117,7 +118,7 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
 
 class HostToolKit:
     """`extend_run` plus the host tools that hold a client for the runner's lifetime (`web_search`,
-    `web_fetch`) or need configuration (`look_at_image`), each registered only when configured.
+    `web_fetch`) or need configuration (`look_at_image`, `generate_image`), each registered only when configured.
     Built once when the runner starts, from the runner's settings (a bad value stopped it there)."""
 
     def __init__(self, rt: Runtime, settings: RunnerSettings) -> None:
@@ -135,6 +136,10 @@ class HostToolKit:
         if self.host_settings.vision_profile:
             register_image_tool(toolbox, settings, rt.sessions, profile_name=self.host_settings.vision_profile,
                                 max_side=self.host_settings.vision_max_side)
+        image_gen = image_profile(settings, self.host_settings.image_profile)  # read per run: a key set later counts
+        if image_gen is not None:
+            register_image_gen_tool(toolbox, settings, rt.sessions, profile=image_gen,
+                                    cost_usd=self.host_settings.image_cost_usd, ledger=quota.Ledger.from_settings(settings))
 
     async def aclose(self) -> None:
         await self.web.close()
