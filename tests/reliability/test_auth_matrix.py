@@ -93,6 +93,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/v1/channels"): Route(),
     ("PUT", "/v1/channels/wecom"): Route(json={"userid": "someone"}),
     ("POST", "/v1/channels/wecom/verify"): Route(json={"code": "123456"}),
+    ("POST", "/v1/channels/wecom/oauth"): Route(),
     ("POST", "/v1/channels/ilink/login"): Route(),
     ("GET", "/v1/channels/ilink/login"): Route(query={"wait": 0}),
     ("DELETE", "/v1/channels/{channel}"): Route(owned=True),
@@ -219,10 +220,12 @@ async def test_the_table_covers_every_route(world: World) -> None:
     # Every schema operation except the logins declares the bearer scheme.
     for method, path in ROUTES:
         assert doc["paths"][path][method.lower()].get("security"), (method, path)
-    # /v1 routes outside the schema are exactly the signature-authenticated WeCom callback.
+    # /v1 routes outside the schema are exactly the signature-authenticated WeCom callback and the
+    # WeCom scan's redirect (authenticated by its one-time state, tests/channels/test_wecom_binding.py).
     routes = _app_routes(world.client.app.router.routes)  # type: ignore[attr-defined]
     hidden = {(method, path) for method, path, in_schema in routes if path.startswith("/v1") and not in_schema}
-    assert hidden == {("GET", "/v1/channels/wecom/callback"), ("POST", "/v1/channels/wecom/callback")}, hidden
+    assert hidden == {("GET", "/v1/channels/wecom/callback"), ("POST", "/v1/channels/wecom/callback"),
+                      ("GET", "/v1/channels/wecom/oauth/callback")}, hidden
 
 
 async def test_every_route_rejects_every_bad_credential_with_401(world: World) -> None:
