@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from typing import Protocol
@@ -32,6 +33,7 @@ class StoppingService(Protocol):
 
     name: str
     proc: Child | None
+    readers: list[threading.Thread]  # the threads copying its output (joined after a kill)
 
     @property
     def alive(self) -> bool: ...
