@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.executor_stack import Stack
 from zcbot_core.tools.results import MODEL_LIMIT
 from zcbot_executor import tools_exec
@@ -25,6 +27,27 @@ def _saved(one: Stack, output: str) -> tuple[str, Path]:
 
 def test_sandbox_limit_is_the_model_limit() -> None:
     assert tools_exec.MODEL_CHARS == MODEL_LIMIT  # the sandbox module cannot import zcbot_core
+
+
+@pytest.mark.parametrize("first", [100, 10_000, 16_000, 16_001, 65_536])
+def test_the_saved_file_is_whole_however_the_pipe_reads_come(tmp_path: Path, first: int) -> None:
+    """A loaded machine reads the pipe in uneven chunks: a small read, then full 64K ones (the first
+    version lost what the 64K tail had dropped before the file was opened)."""
+    data = b"".join(b"%06d-" % i + b"y" * 33 + b"\n" for i in range(10_000))  # 400 000 bytes
+    call = tools_exec.Call("c1", 0, -1, 1.0, None)
+    call.spill_dir = str(tmp_path / "outputs")
+    sizes = [first] + [tools_exec.READ_CHUNK] * (len(data) // tools_exec.READ_CHUNK + 1)
+    at = 0
+    for n in sizes:
+        if at < len(data):
+            call.feed(data[at:at + n])
+            at += n
+    rel = call.close_spill()
+    assert rel is not None and (tmp_path / "outputs" / rel.rsplit("/", 1)[1]).read_bytes() == data
+    small = tools_exec.Call("c2", 0, -1, 1.0, None)
+    small.spill_dir = str(tmp_path / "small")
+    small.feed(b"z" * 16_000)
+    assert small.close_spill() is None and not (tmp_path / "small").exists()
 
 
 async def test_long_output_is_saved_and_readable(one: Stack) -> None:

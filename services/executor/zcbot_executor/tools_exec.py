@@ -102,8 +102,15 @@ class Call:
         self.spill_error: str | None = None
 
     def feed(self, data: bytes) -> None:
+        if self.spill_fd is None and self.spill_dir and not self.spill_error and self.total + len(data) > MODEL_CHARS:
+            # bytes >= characters: up to MODEL_CHARS bytes the model sees everything, so no file. Opened
+            # before this chunk is taken in: what came before (<= MODEL_CHARS) is all in `head` still.
+            self._open_spill()
+            if self.spill_fd is not None:
+                self._spill(bytes(self.head))
+        if self.spill_fd is not None:
+            self._spill(data)
         self.total += len(data)
-        chunk = data
         room = OUTPUT_HEAD - len(self.head)
         if room > 0:
             self.head += data[:room]
@@ -112,13 +119,6 @@ class Call:
             self.tail += data
             if len(self.tail) > OUTPUT_TAIL:
                 del self.tail[: len(self.tail) - OUTPUT_TAIL]
-        if self.spill_fd is not None:
-            self._spill(chunk)
-        elif self.spill_dir and not self.spill_error and self.total > MODEL_CHARS:
-            # bytes >= characters: below MODEL_CHARS bytes the model sees everything, so no file.
-            # The first time past it everything so far is still in head + tail (48K + 16K >= one chunk).
-            self._open_spill()
-            self._spill(bytes(self.head) + bytes(self.tail))
 
     def _open_spill(self) -> None:
         name = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(4).hex()}.txt"
