@@ -264,3 +264,17 @@ def test_a_runs_preparer_returns_fresh_dicts_each_call() -> None:
     first[2]["tool_calls"][0]["function"]["arguments"] = "{}"
     first[2]["cache_control"] = {"type": "ephemeral"}
     assert dumps(prepare(body, P())) == expected
+
+
+def test_compressed_long_output_points_at_its_saved_file() -> None:
+    """A shell output kept in the task folder (issue 40): the compressed result names the file to read."""
+    from zcbot_core.agent.context import compressed_text
+    from zcbot_core.tools.results import truncate_for_model
+
+    shown, cut = truncate_for_model("r" * 30_000, saved=".zcbot/outputs/20261207-101010-0a1b2c3d.txt", total=30_001)
+    assert cut
+    text = compressed_text(shown, tool="shell", idx=7)
+    assert "`.zcbot/outputs/20261207-101010-0a1b2c3d.txt`" in text and "read" in text
+    assert "re-run the tool" not in text and COMPRESSED_TAG in text
+    plain = compressed_text("r" * 30_000, tool="shell", idx=7)
+    assert "message idx 7" in plain and ".zcbot/outputs" not in plain

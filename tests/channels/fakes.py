@@ -116,12 +116,20 @@ class FakeWeCom(_Server):
         self.errors: list[int] = []  # errcodes answered
         self.violations: list[str] = []
         self.sent_event = asyncio.Event()
+        self.scan_codes: dict[str, str | None] = {}  # OAuth code -> the scanner's UserID (None: not a member)
 
     # ---- control ------------------------------------------------------------------------------
     def expire_tokens(self) -> None:
         """Every issued token now answers 42001 (expired)."""
         for tok in self.tokens:
             self.tokens[tok] = 0.0
+
+    def scan(self, userid: str | None) -> str:
+        """Someone scans the wwlogin QR in WeCom and confirms: the one-time code WeCom puts on the
+        redirect (`redirect_uri?code=CODE&state=STATE&appid=CORPID`, as WeCom's docs give it)."""
+        code = secrets.token_urlsafe(24)
+        self.scan_codes[code] = userid
+        return code
 
     def texts_to(self, user: str) -> list[str]:
         return [m.content or "" for m in self.sent if m.touser == user and m.msgtype == "text"]
@@ -167,6 +175,7 @@ class FakeWeCom(_Server):
             Route("/cgi-bin/gettoken", self.gettoken, methods=["GET"]),
             Route("/cgi-bin/message/send", self.message_send, methods=["POST"]),
             Route("/cgi-bin/media/upload", self.media_upload, methods=["POST"]),
+            Route("/cgi-bin/auth/getuserinfo", self.auth_getuserinfo, methods=["GET"]),
         ]
 
     def _err(self, code: int, msg: str, **extra: Any) -> JSONResponse:
@@ -193,6 +202,22 @@ class FakeWeCom(_Server):
         self.tokens[tok] = time.monotonic() + 7200
         self.issued.append(tok)
         return JSONResponse({"errcode": 0, "errmsg": "ok", "access_token": tok, "expires_in": 7200})
+
+    async def auth_getuserinfo(self, request: Request) -> JSONResponse:
+        """The shapes of WeCom's `auth/getuserinfo` (developer docs, 获取访问用户身份): a member ->
+        `userid` (+ `user_ticket` for the snsapi_privateinfo scope), a non-member -> `openid` and
+        `external_userid`; a used or unknown code -> 40029."""
+        bad = self._check_token(request)
+        if bad is not None:
+            return bad
+        code = request.query_params.get("code", "")
+        if code not in self.scan_codes:
+            return self._err(40029, "invalid code")
+        userid = self.scan_codes.pop(code)
+        if userid is None:
+            return JSONResponse({"errcode": 0, "errmsg": "ok", "openid": "o" + secrets.token_hex(8),
+                                 "external_userid": "wm" + secrets.token_hex(8)})
+        return JSONResponse({"errcode": 0, "errmsg": "ok", "userid": userid})
 
     async def message_send(self, request: Request) -> JSONResponse:
         bad = self._check_token(request)

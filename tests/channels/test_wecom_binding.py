@@ -99,3 +99,55 @@ async def test_codes_expire_unknown_members_are_refused_and_a_proven_binding_sur
         [view] = (await c.get("/v1/channels")).json()["items"]
         assert view["userid"] == "dora_w" and view["status"] == "active" and view["code_pending"] is False
         assert (await c.post("/v1/channels/wecom/verify", json={"code": code})).status_code == 400
+
+
+async def test_binding_by_scanning_the_wecom_qr(chan: ChannelStack) -> None:
+    """Seed 003 §8.7 (issue 40): the wwlogin QR scan proves the member without typing a code. The
+    redirect WeCom makes (`?code&state&appid`) is replayed against the real gateway; the fake WeCom
+    answers `auth/getuserinfo` in its documented shapes (member, non-member, used code)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    fake = chan.wecom
+    fake.members.update({"erin_w"})
+    erin = await chan.user_headers("erin")
+    async with chan.client(erin) as c:
+        r = await c.post("/v1/channels/wecom/oauth")
+        assert r.status_code == 200, r.text
+        url = urlsplit(r.json()["url"])
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        assert url.path.endswith("/wwlogin/sso/login") and r.json()["expires_in"] == 600
+        assert query["appid"] == fake.corp_id and query["agentid"] == str(fake.agent_id)
+        assert query["login_type"] == "CorpApp" and query["redirect_uri"].endswith("/v1/channels/wecom/oauth/callback")
+        state = query["state"]
+
+        # someone outside the enterprise scans: refused, and the state is used up
+        back = await c.get("/v1/channels/wecom/oauth/callback",
+                           params={"code": fake.scan(None), "state": state, "appid": fake.corp_id})
+        assert back.status_code == 303 and back.headers["location"] == "/?wecom_binding=wecom_binding_refused"
+        back = await c.get("/v1/channels/wecom/oauth/callback",
+                           params={"code": fake.scan("erin_w"), "state": state, "appid": fake.corp_id})
+        assert back.headers["location"] == "/?wecom_binding=wecom_binding_refused"  # a used state
+        [view] = (await c.get("/v1/channels")).json()["items"]
+        assert view["status"] != "active"
+
+        # a fresh link, scanned by the member: bound, no code typed, no bearer on the redirect
+        state = parse_qs(urlsplit((await c.post("/v1/channels/wecom/oauth")).json()["url"]).query)["state"][0]
+    async with chan.client() as anonymous:
+        back = await anonymous.get("/v1/channels/wecom/oauth/callback",
+                                   params={"code": fake.scan("erin_w"), "state": state, "appid": fake.corp_id})
+        assert back.status_code == 303 and back.headers["location"] == "/?wecom_binding=ok", back.text
+    async with chan.client(erin) as c:
+        [view] = (await c.get("/v1/channels")).json()["items"]
+        assert view["status"] == "active" and view["userid"] == "erin_w" and view["method"] == "oauth"
+        assert "oauth" not in view and state not in str(view)
+
+    # another account scanning with erin's WeCom cannot take it; a forged state binds nobody
+    frank = await chan.user_headers("frank")
+    async with chan.client(frank) as c:
+        state = parse_qs(urlsplit((await c.post("/v1/channels/wecom/oauth")).json()["url"]).query)["state"][0]
+        back = await c.get("/v1/channels/wecom/oauth/callback", params={"code": fake.scan("erin_w"), "state": state})
+        assert back.headers["location"] == "/?wecom_binding=wecom_user_taken"
+        back = await c.get("/v1/channels/wecom/oauth/callback", params={"code": fake.scan("erin_w"), "state": "forged"})
+        assert back.headers["location"] == "/?wecom_binding=wecom_binding_refused"
+        assert all(v["status"] != "active" for v in (await c.get("/v1/channels")).json()["items"])
+    assert not fake.violations

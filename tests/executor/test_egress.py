@@ -204,3 +204,24 @@ def test_allowlist_entries_and_decisions() -> None:
     assert allow.decide("127.0.0.2", 9000).address == "127.0.0.2"  # an IP literal entry: exactly that
     assert not allow.decide("127.0.0.2", 9001).allowed and not allow.decide("127.0.0.1", 9000).allowed
     assert allow.decide("[::1]", 8080).allowed and not allow.decide("evil.example.com", 443).allowed
+
+
+def test_default_allowlist_has_github_and_mirrors_each_explained() -> None:
+    """Seed 003 §7.5 #2: "pypi/github/npm + mirrors" by default, so `git clone https://github.com/...`
+    and release downloads work without configuration (issue 40)."""
+    from zcbot_executor.config import DEFAULT_EGRESS_ALLOW, DEFAULT_EGRESS_HOSTS, ExecutorSettings
+    from zcbot_executor.egress.allowlist import Allowlist, parse_entry
+
+    hosts = [h for h, _why in DEFAULT_EGRESS_HOSTS]
+    for needed in ("pypi.org", "files.pythonhosted.org", "registry.npmjs.org", "github.com", "codeload.github.com",
+                   "objects.githubusercontent.com", "raw.githubusercontent.com", "pypi.tuna.tsinghua.edu.cn",
+                   "registry.npmmirror.com"):
+        assert needed in hosts, needed
+    assert len(set(hosts)) == len(hosts) and all(len(why) > 10 for _h, why in DEFAULT_EGRESS_HOSTS)
+    for host in hosts:
+        parse_entry(host)
+    assert ExecutorSettings().zcbot_egress_allow == DEFAULT_EGRESS_ALLOW == ",".join(hosts)
+    allow = Allowlist(hosts, resolver=lambda h, p: ["140.82.112.3"])
+    assert allow.decide("github.com", 443).allowed and allow.decide("codeload.github.com", 443).allowed
+    assert not allow.decide("gist.github.com", 443).allowed  # names, not their subdomains
+    assert not allow.decide("github.com", 22).allowed  # https only (and 80): no git over ssh

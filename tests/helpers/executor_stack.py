@@ -78,11 +78,12 @@ class Stack:
                 await asyncio.sleep(0.05)
         return await self.nc.request(subject, payload, timeout=timeout)
 
-    async def executor(self, host: str = "h1", **overrides: Any) -> ExecutorService:
+    async def executor(self, host: str = "h1", env: dict[str, str] | None = None, **overrides: Any) -> ExecutorService:
+        """`env`: extra settings variables; `overrides`: ExecutorConfig fields."""
         nc = await nats.connect(self.url)
         js = nc.jetstream()
         await ensure_topology(js, self.topo)
-        settings = make_settings(self.root / "home", self.storage, host)
+        settings = make_settings(self.root / "home", self.storage, host, **(env or {}))
         config = ExecutorConfig.from_settings(settings)
         config = replace(config, **{"idle_seconds": 30.0, "drain_grace_seconds": 5.0, **overrides})
         svc = ExecutorService(settings, config=config)

@@ -93,6 +93,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/v1/channels"): Route(),
     ("PUT", "/v1/channels/wecom"): Route(json={"userid": "someone"}),
     ("POST", "/v1/channels/wecom/verify"): Route(json={"code": "123456"}),
+    ("POST", "/v1/channels/wecom/oauth"): Route(),
     ("POST", "/v1/channels/ilink/login"): Route(),
     ("GET", "/v1/channels/ilink/login"): Route(query={"wait": 0}),
     ("DELETE", "/v1/channels/{channel}"): Route(owned=True),
@@ -104,6 +105,9 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/v1/admin/usage/models"): Route(admin=True),
     ("GET", "/v1/admin/usage/users"): Route(admin=True),
     ("GET", "/v1/admin/storage/users"): Route(admin=True),
+    ("POST", "/v1/admin/purge"): Route(json={"older_than": "30d"}, admin=True),  # a dry run
+    ("GET", "/v1/admin/orphans"): Route(admin=True),
+    ("POST", "/v1/admin/orphans/delete"): Route(json={"user_id": "nobody", "path": "x", "confirm": False}, admin=True),
     # In this order for the admin's pass: created, then changed, then listed.
     ("POST", "/v1/admin/users"): Route(json={"email": MEMBER, "password": "member-secret-1"}, admin=True),
     ("PUT", "/v1/admin/users/{email}/role"): Route(json={"role": "admin"}, admin=True),
@@ -217,10 +221,12 @@ async def test_the_table_covers_every_route(world: World) -> None:
     # Every schema operation except the logins declares the bearer scheme.
     for method, path in ROUTES:
         assert doc["paths"][path][method.lower()].get("security"), (method, path)
-    # /v1 routes outside the schema are exactly the signature-authenticated WeCom callback.
+    # /v1 routes outside the schema are exactly the signature-authenticated WeCom callback and the
+    # WeCom scan's redirect (authenticated by its one-time state, tests/channels/test_wecom_binding.py).
     routes = _app_routes(world.client.app.router.routes)  # type: ignore[attr-defined]
     hidden = {(method, path) for method, path, in_schema in routes if path.startswith("/v1") and not in_schema}
-    assert hidden == {("GET", "/v1/channels/wecom/callback"), ("POST", "/v1/channels/wecom/callback")}, hidden
+    assert hidden == {("GET", "/v1/channels/wecom/callback"), ("POST", "/v1/channels/wecom/callback"),
+                      ("GET", "/v1/channels/wecom/oauth/callback")}, hidden
 
 
 async def test_every_route_rejects_every_bad_credential_with_401(world: World) -> None:
@@ -268,14 +274,16 @@ async def test_other_users_resources_are_404_and_untouched(world: World) -> None
 
 async def test_admin_routes_need_the_admin_role(world: World) -> None:
     admin_routes = {key: route for key, route in ROUTES.items() if route.admin}
-    assert len(admin_routes) == 12
+    assert len(admin_routes) == 15
     for user in (OWNER, OTHER):
         for (method, path), route in admin_routes.items():
             r = await _call(world, method, path, route, bearer(world.tokens[user]))
             assert r.status_code == 403 and r.json()["detail"] == "admin role required", (user, path, r.text)
     for (method, path), route in admin_routes.items():
         r = await _call(world, method, path, route, bearer(world.tokens[ADMIN]))
-        assert r.status_code == (201 if (method, path) == ("POST", "/v1/admin/users") else 200), (path, r.text)
+        # an orphan delete without confirm=true is the admin's 400 (past the role gate), never a deletion
+        expected = {("POST", "/v1/admin/users"): 201, ("POST", "/v1/admin/orphans/delete"): 400}
+        assert r.status_code == expected.get((method, path), 200), (path, r.text)
     # The role is read per request, and a role change revokes the tokens issued before it: demote
     # the admin, the same token is refused at once (401), and a new one is not an admin's (403).
     await db_exec_async(world.settings.zcbot_db_url, "update users set role = 'user' where user_id = %s", ADMIN)

@@ -26,7 +26,7 @@ SETTINGS_CLASSES = (
     ("channel adapters: the gateway's WeCom callback and the channels service",
      "zcbot_core.channels.settings:ChannelSettings"),
     ("channels service", "zcbot_channels.config:ChannelsServiceSettings"),  # after the adapters': it holds them
-    ("runner host tools: web_search, web_fetch, look_at_image", "zcbot_core.web.settings:HostToolSettings"),
+    ("runner host tools: web_search, web_fetch, look_at_image, generate_image", "zcbot_core.web.settings:HostToolSettings"),
     ("runner", "zcbot_runner.config:RunnerSettings"),  # after the host tools: it holds them too
     ("backups (restic CronJob; issue 29)", "zcbot_core.filehistory.backup:BackupSettings"),
 )

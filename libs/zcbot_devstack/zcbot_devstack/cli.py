@@ -1,4 +1,5 @@
-"""The `zcbot` command: `up` (the whole stack), each service alone, `db upgrade`, `bus setup`, `user`, `probe`.
+"""The `zcbot` command: `up` (the whole stack), each service alone, `db upgrade`, `bus setup`, `user`,
+`admin` (purge, orphans), `probe`.
 
 `zcbot user` works on `ZCBOT_DB_URL`, else on the database of the `zcbot up` running with the same
 ZCBOT_HOME (its `stack.json`); the rules (no silent overwrite, never without an admin) are
@@ -13,6 +14,7 @@ import sys
 from zcbot_core import __version__
 from zcbot_core.config import ConfigError, get_settings
 from zcbot_core.errors import ZcbotError
+from zcbot_devstack.admin_cli import add_admin_parsers, run_admin
 from zcbot_devstack.services import BY_NAME, NAMES
 
 # Settings classes each service reads beyond the shared zcbot_core.config.Settings (settings_doc's refs).
@@ -199,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     bus_sub.add_parser("setup", help="declare the streams, KV buckets and durable consumers (needs ZCBOT_NATS_URL "
                        "and the setup identity in ZCBOT_NATS_USER/ZCBOT_NATS_PASSWORD); the services may not")
     _add_user_parsers(sub)
+    add_admin_parsers(sub)
     probe = sub.add_parser("probe", help="reconcile a model profile's claims with real calls")
     probe.add_argument("--profile", default=None, help="profile name (default: ZCBOT_DEFAULT_MODEL)")
     probe.add_argument("--long-context", action="store_true",
@@ -253,6 +256,8 @@ def main(argv: list[str] | None = None) -> None:
             code = _cmd_bus(args)
         elif args.cmd == "user":
             code = _cmd_user(args)
+        elif args.cmd == "admin":
+            code = run_admin(args)
         else:
             code = _cmd_probe(args)
     except ConfigError as exc:

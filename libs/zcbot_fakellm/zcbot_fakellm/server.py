@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from zcbot_fakellm import replies
+from zcbot_fakellm import images, replies
 from zcbot_fakellm.http1 import STREAM_LIMIT, Conn, Request, error_body, read_requests
 from zcbot_fakellm.script import DEFAULT_TEXT_CHUNKS, Turn, plan_of, select_turn, validate_turns
 from zcbot_fakellm.wire import strict_problem
@@ -22,7 +22,8 @@ READ_AHEAD = 4
 class FakeLLM:
     """In-process (or standalone) fake of an OpenAI-compatible chat-completions API.
 
-    Endpoints: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``, and
+    Endpoints: ``POST /v1/chat/completions`` (streaming and not), ``POST /v1/images/generations``
+    (Seedream on ARK: ``images.py``), ``GET /v1/models``, and
     for control ``POST /_script {"key", "turns"}``, ``DELETE /_script``,
     ``GET /_requests``, ``DELETE /_requests``, ``GET /_health``.
 
@@ -88,6 +89,10 @@ class FakeLLM:
         """The strict-mode refusals sent, oldest first (a test can assert there were none)."""
         self._hits: dict[int, int] = {}  # id(turn) -> requests served from it (for `fail_first`)
         self.active_responses = 0
+        self.image_requests: list[dict[str, Any]] = []
+        """Bodies of received image requests (``images.py``), oldest first."""
+        self.image_error: dict[str, Any] | None = None
+        """``{"status", "message", "code"?}``: answer image requests with this error instead."""
         """Chat completions currently being produced; returns to 0 once clients are gone,
         which lets tests assert that cancelled requests did not leak server-side work."""
 
@@ -154,6 +159,7 @@ class FakeLLM:
     def clear_requests(self) -> None:
         """Forget recorded requests (``DELETE /_requests``)."""
         self.requests.clear()
+        self.image_requests.clear()
 
     def select_turn(self, messages: Sequence[Mapping[str, Any]]) -> Turn:
         """Pick the turn for a request's ``messages`` (public so tests can reason about it; see
@@ -228,6 +234,8 @@ class FakeLLM:
         path = req.path.rstrip("/") or "/"
         if path in ("/v1/chat/completions", "/chat/completions") and req.method == "POST":
             return await self._chat_completions(req, conn)
+        if path in ("/v1/images/generations", "/images/generations") and req.method == "POST":
+            return await self._images(req, conn)
         if path == "/v1/messages" and req.method == "POST":
             # Anthropic's Messages API: served from `raw` turns only (recorded Anthropic streams); the
             # strict checks are OpenAI's and DeepSeek's, so they do not apply here.
@@ -260,6 +268,30 @@ class FakeLLM:
             await conn.send_json(
                 404, error_body(404, f"no route {req.method} {req.path}"), keep_alive=keep_alive
             )
+        return keep_alive
+
+    # -- images -----------------------------------------------------------------------------
+
+    async def _images(self, req: Request, conn: Conn) -> bool:
+        keep_alive = req.keep_alive
+        try:
+            body = json.loads(req.body)
+        except ValueError as exc:
+            await conn.send_json(400, error_body(400, f"invalid request: {exc}"), keep_alive=keep_alive)
+            return keep_alive
+        self.image_requests.append(body)
+        if self.image_error is not None:
+            status = int(self.image_error.get("status", 500))
+            await conn.send_json(status, error_body(status, str(self.image_error.get("message", "fake image error")),
+                                                    code=self.image_error.get("code")), keep_alive=keep_alive)
+            return keep_alive
+        try:
+            reply = images.answer(body, self.base_url)
+        except images.ImageRequestError as exc:
+            await conn.send_json(400, error_body(400, str(exc), type_="BadRequest", code="InvalidParameter"),
+                                 keep_alive=keep_alive)
+            return keep_alive
+        await conn.send_json(200, reply, keep_alive=keep_alive)
         return keep_alive
 
     # -- chat completions -----------------------------------------------------------------

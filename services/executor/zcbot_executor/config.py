@@ -22,7 +22,24 @@ from zcbot_core.config import Settings
 from zcbot_core.skills import SkillPaths
 from zcbot_executor.egress.allowlist import parse_entry
 
-DEFAULT_EGRESS_ALLOW = "pypi.org,files.pythonhosted.org,registry.npmjs.org"
+# The sandboxes' default egress allowlist (seed 003 §7.5 #2: "pypi/github/npm + mirrors"), one host
+# per line with what it is for. Names only: ports 443 and 80, the name itself (no subdomains).
+DEFAULT_EGRESS_HOSTS: tuple[tuple[str, str], ...] = (
+    ("pypi.org", "pip: the package index"),
+    ("files.pythonhosted.org", "pip: the package files the index points to"),
+    ("registry.npmjs.org", "npm: the registry (metadata and tarballs)"),
+    ("github.com", "git clone/fetch over https, release and archive URLs (they redirect below)"),
+    ("codeload.github.com", "archive downloads (github.com/<o>/<r>/archive/... redirects here)"),
+    ("objects.githubusercontent.com", "release assets and LFS objects (github.com/.../releases/download redirects here)"),
+    ("release-assets.githubusercontent.com", "release assets (GitHub's newer download host for the same URLs)"),
+    ("raw.githubusercontent.com", "raw files (install scripts, single files of a repository)"),
+    ("pypi.tuna.tsinghua.edu.cn", "PyPI mirror in China (Tsinghua TUNA): ZCBOT_EGRESS_PIP_INDEX_URL"),
+    ("mirrors.aliyun.com", "PyPI and npm mirrors in China (Alibaba Cloud)"),
+    ("mirrors.cloud.tencent.com", "PyPI and npm mirrors in China (Tencent Cloud)"),
+    ("registry.npmmirror.com", "npm mirror in China (npmmirror, formerly the Taobao registry)"),
+    ("cdn.npmmirror.com", "npmmirror's tarball host (its registry answers point here)"),
+)
+DEFAULT_EGRESS_ALLOW = ",".join(host for host, _why in DEFAULT_EGRESS_HOSTS)
 
 
 def sanitize_host(name: str) -> str:
@@ -114,8 +131,9 @@ class ExecutorSettings(Settings):
     zcbot_egress_pip_index_url: str | None = Field(default=None, alias="ZCBOT_EGRESS_PIP_INDEX_URL", description=(
         "PIP_INDEX_URL inside sandboxes (a mirror; its host must be on ZCBOT_EGRESS_ALLOW)"))
     zcbot_user_egress_mb_per_day: int = Field(default=2048, ge=0, alias="ZCBOT_USER_EGRESS_MB_PER_DAY", description=(
-        "egress cap per user: MB both ways through the egress proxy in the last 24 hours, counted per executor "
-        "host in memory (N hosts: N× the cap); at the cap new connections get 403 and open ones are closed (0: no cap)"))
+        "egress cap per user: MB both ways through the egress proxy in the last 24 hours, on every executor host "
+        "(counted in PostgreSQL through a runner; each host's own count when none answers); at the cap new "
+        "connections get 403 and open ones are closed (0: no cap)"))
     zcbot_sandbox_user_venv: bool = Field(default=True, alias="ZCBOT_SANDBOX_USER_VENV", description=(
         "give each user a venv at <user_root>/.venv (created on first use, first on the sandbox PATH)"))
 

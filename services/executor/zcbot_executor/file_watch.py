@@ -139,7 +139,7 @@ class FileWatch:
         dirs: set[str] = set()
         if not r.is_dir(rel):
             return files, dirs, True
-        for path, st in r.walk_files(rel, skip=lambda name: name in ("node_modules", "__pycache__", ".venv"), dirs=True):
+        for path, st in r.walk_files(rel, skip=lambda name: name in ("node_modules", "__pycache__", ".venv", ".zcbot"), dirs=True):
             if len(files) + len(dirs) >= SCAN_MAX_FILES:
                 return files, dirs, False
             if stat.S_ISDIR(st.st_mode):

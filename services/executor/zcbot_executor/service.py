@@ -57,6 +57,7 @@ from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeo
 from zcbot_core.worker import TaskGroup
 from zcbot_executor import bg_files, bg_watch, metrics, procs_api
 from zcbot_executor.config import ExecutorConfig
+from zcbot_executor.egress.shared import nats_report
 from zcbot_executor.file_watch import MAX_FILE_CHANGES, FileWatch
 from zcbot_executor.leases import LeaseKeeper
 from zcbot_executor.procs import ProcManager, sweep_procs
@@ -102,6 +103,8 @@ class ExecutorService:
         self.ended_runs = EndedRuns(rt.nc, rt.js, rt.topo)  # a grant is good only while its run has not ended
         await self.ended_runs.start()
         await self.backend.start()
+        if self.backend.egress is not None:  # the byte cap counted across hosts (PostgreSQL, via a runner)
+            self.backend.egress.share(nats_report(rt.nc, rt.topo, self.host))
         self.pool = SandboxPool(self.backend, self.config.idle_seconds, on_close=self._sandbox_closed,
                                 on_change=metrics.SANDBOXES.set)
         self.pool.start()

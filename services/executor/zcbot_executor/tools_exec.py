@@ -28,6 +28,10 @@ OUTPUT_HEAD = 48 * 1024
 OUTPUT_TAIL = 16 * 1024
 OUTPUT_KILL_BYTES = 10 * 1024 * 1024
 READ_CHUNK = 65536
+# Past the model's limit the whole output is kept in the task folder (issue 40, seed 003 §8.2), written
+# here inside the sandbox so it counts in the user's disk quota like any file the command makes.
+MODEL_CHARS = 16_000  # = zcbot_core.tools.results.MODEL_LIMIT (this module cannot import it; a test pins it)
+OUTPUTS_DIR = ".zcbot/outputs"
 
 
 def kill_group(pgid: int) -> None:
@@ -92,8 +96,20 @@ class Call:
         self.pidfd: int | None = None
         self.exited = False
         self.reason: str | None = None  # timeout | cancelled | flood
+        self.spill_dir: str | None = None  # the task folder's .zcbot/outputs (real path)
+        self.spill_name: str | None = None
+        self.spill_fd: int | None = None
+        self.spill_error: str | None = None
 
     def feed(self, data: bytes) -> None:
+        if self.spill_fd is None and self.spill_dir and not self.spill_error and self.total + len(data) > MODEL_CHARS:
+            # bytes >= characters: up to MODEL_CHARS bytes the model sees everything, so no file. Opened
+            # before this chunk is taken in: what came before (<= MODEL_CHARS) is all in `head` still.
+            self._open_spill()
+            if self.spill_fd is not None:
+                self._spill(bytes(self.head))
+        if self.spill_fd is not None:
+            self._spill(data)
         self.total += len(data)
         room = OUTPUT_HEAD - len(self.head)
         if room > 0:
@@ -103,6 +119,45 @@ class Call:
             self.tail += data
             if len(self.tail) > OUTPUT_TAIL:
                 del self.tail[: len(self.tail) - OUTPUT_TAIL]
+
+    def _open_spill(self) -> None:
+        name = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(4).hex()}.txt"
+        try:
+            os.makedirs(self.spill_dir, exist_ok=True)
+            self.spill_fd = os.open(os.path.join(self.spill_dir, name),
+                                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            self.spill_name = name
+        except OSError as exc:
+            self.spill_error = exc.strerror or str(exc)
+
+    def _spill(self, data: bytes) -> None:
+        try:
+            while data and self.spill_fd is not None:
+                data = data[os.write(self.spill_fd, data):]
+        except OSError as exc:  # quota reached (EDQUOT/ENOSPC) or the file limit: no half file left behind
+            self.spill_error = exc.strerror or str(exc)
+            self.drop_spill()
+
+    def close_spill(self) -> str | None:
+        """The saved file's path relative to the task folder when the model cannot see the whole
+        output; the file is removed otherwise (or when it could not be written whole)."""
+        if self.spill_fd is None:
+            return None
+        os.close(self.spill_fd)
+        self.spill_fd = None
+        complete = self.total <= len(self.head) + len(self.tail)
+        if complete and len(self.text()) <= MODEL_CHARS:
+            self.drop_spill()
+            return None
+        return f"{OUTPUTS_DIR}/{self.spill_name}"
+
+    def drop_spill(self) -> None:
+        if self.spill_fd is not None:
+            os.close(self.spill_fd)
+            self.spill_fd = None
+        if self.spill_dir and self.spill_name:
+            _unlink(os.path.join(self.spill_dir, self.spill_name))
+        self.spill_name = None
 
     def text(self) -> str:
         head = self.head.decode("utf-8", errors="replace")
@@ -247,6 +302,7 @@ class ExecLoop:
             os.close(out_w)
             os.close(devnull)
         call = Call(call_id, pid, out_r, timeout, tmpfile)
+        call.spill_dir = os.path.join(cwd, OUTPUTS_DIR)
         try:  # CPU-time backstop per call; the wall-clock deadline is the real limit
             import resource
 
@@ -312,9 +368,14 @@ class ExecLoop:
         if self.calls_dir:
             _unlink(os.path.join(self.calls_dir, call.id + ".pgid"))
         duration = round(time.monotonic() - call.started, 3)
-        meta = {"exit_code": code, "duration": duration, "output_bytes": call.total,
+        meta: dict[str, object] = {"exit_code": code, "duration": duration, "output_bytes": call.total,
                 "truncated": call.total > len(call.head) + len(call.tail)}
         text = call.text()
+        saved = call.close_spill()
+        if saved:
+            meta["output_file"] = saved
+        elif call.spill_error:
+            meta["output_file_error"] = call.spill_error
         if call.reason == "timeout":
             meta["timed_out"] = True
             err = (f"timed out after {call.timeout:g} s; the command and all its processes were killed. "

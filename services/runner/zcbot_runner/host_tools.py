@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import update
 
 from zcbot_core import quota, safe_fs
+from zcbot_core.agent.lang import say
 from zcbot_core.agent.prompt import PromptContext
 from zcbot_core.bus import RunRequest
 from zcbot_core.bus import events as ev
@@ -27,6 +28,7 @@ from zcbot_core.paths import user_root
 from zcbot_core.pptx_guard import make_pptx_guard_hook
 from zcbot_core.service import Runtime
 from zcbot_core.skills import SkillPaths, discovery_block, registry_for_user
+from zcbot_core.tools.image_gen import image_profile, register_image_gen_tool
 from zcbot_core.tools.image_tool import register_image_tool
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.schedule_tools import register_schedule_tools
@@ -42,7 +44,11 @@ class ModelSwitcher:
     """`load_skill` of a built-in skill with `model:` switches the run's model (seed 003 §3.5).
 
     The switch takes effect at the next LLM call (the loop reads `loop.profile` each step) and is
-    persisted on the task; an unknown profile keeps the current model and says so.
+    persisted on the task, with a `model_switch` event. "切失败降级原模型": a profile that cannot be
+    used (unknown, invalid, its API key not set) is not switched to, and the run says so in the
+    user's language; a switched-to profile whose first call fails (after its retries) is switched
+    back (`loop.switch_back`), persisted and announced the same way, and the step is tried again on
+    the original model. Once the new model has answered, a later failure is an ordinary one.
     """
 
     def __init__(self, rt: Runtime, task_id: str, run_id: str, emit: Callable[[ev.RunEvent], Awaitable[None]]) -> None:
@@ -57,16 +63,33 @@ class ModelSwitcher:
             return False
         try:
             profile = get_profile(self.rt.settings, profile_name)
+            profile.api_key()  # MissingApiKey (a ConfigError) now rather than at the next call
         except ConfigError as exc:
-            await self.emit(ev.Warn(run_id=self.run_id, msg=f"model switch skipped: {exc}"))
+            await self.emit(ev.Warn(run_id=self.run_id, msg=say(
+                "model_switch_skipped_warn", self.loop.lang, profile=profile_name, detail=exc,
+                current=self.loop.profile.name)))
             return False
-        previous = self.loop.profile.name
+        previous = self.loop.profile
+        await self._use(profile, previous.name, "skill")
+
+        async def switch_back(exc: BaseException) -> bool:
+            if self.loop.profile is not profile:
+                return False
+            await self.emit(ev.Warn(run_id=self.run_id, msg=say(
+                "model_switch_fallback_warn", self.loop.lang, profile=profile.name, detail=exc,
+                current=previous.name)))
+            await self._use(previous, profile.name, "fallback")
+            return True
+
+        self.loop.switch_back = switch_back
+        return True
+
+    async def _use(self, profile: Any, previous: str, reason: str) -> None:
         self.loop.profile = profile
         async with self.rt.sessions() as session, session.begin():
             await session.execute(update(Task).where(Task.task_id == self.task_id).values(model_profile=profile.name))
         await self.emit(ev.ModelSwitch(run_id=self.run_id, from_profile=previous, to_profile=profile.name,
-                                       reason="skill"))
-        return True
+                                       reason=reason))
 
 
 async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunRequest, prompt: PromptContext,
@@ -95,7 +118,7 @@ async def extend_run(rt: Runtime, toolbox: RunnerToolBox, task: Any, req: RunReq
 
 class HostToolKit:
     """`extend_run` plus the host tools that hold a client for the runner's lifetime (`web_search`,
-    `web_fetch`) or need configuration (`look_at_image`), each registered only when configured.
+    `web_fetch`) or need configuration (`look_at_image`, `generate_image`), each registered only when configured.
     Built once when the runner starts, from the runner's settings (a bad value stopped it there)."""
 
     def __init__(self, rt: Runtime, settings: RunnerSettings) -> None:
@@ -113,6 +136,10 @@ class HostToolKit:
         if self.host_settings.vision_profile:
             register_image_tool(toolbox, settings, rt.sessions, profile_name=self.host_settings.vision_profile,
                                 max_side=self.host_settings.vision_max_side)
+        image_gen = image_profile(settings, self.host_settings.image_profile)  # read per run: a key set later counts
+        if image_gen is not None:
+            register_image_gen_tool(toolbox, settings, rt.sessions, profile=image_gen,
+                                    cost_usd=self.host_settings.image_cost_usd, ledger=quota.Ledger.from_settings(settings))
 
     async def aclose(self) -> None:
         await self.web.close()

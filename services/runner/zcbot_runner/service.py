@@ -8,6 +8,7 @@ from typing import Any
 
 from nats.js.api import ConsumerConfig
 
+from zcbot_core import egress_usage
 from zcbot_core.bus import BusDecodeError, CancelRequest, decode
 from zcbot_core.bus.topology import file_changes_consumer_config, max_deliveries_advisory, runs_consumer_config
 from zcbot_core.bus.topology_setup import stream_limits
@@ -59,6 +60,8 @@ class RunnerService:
         self._background.spawn(register_liveness(rt, self.runner_id, self._stopping))
         self._exhausted_sub = await rt.nc.subscribe(max_deliveries_advisory(rt.topo), cb=self._on_exhausted,
                                                     queue=rt.topo.runner_advisories_queue_group)
+        # the executors' egress bytes: recorded in PostgreSQL, answered with each user's total (the cap)
+        self._egress_sub = await egress_usage.serve(rt.nc, rt.topo, rt.sessions)
         self._background.spawn(Reaper(rt, self.runner_id, self._executing).loop(self._stopping))
         log.info("runner started", extra={"runner_id": self.runner_id})
 
@@ -95,10 +98,11 @@ class RunnerService:
         await self.worker.wait(DRAIN_GRACE_SECONDS)
         await self._background.cancel(wait=0)
         await self._cancel_sub.unsubscribe()
-        try:
-            await self._exhausted_sub.unsubscribe()
-        except Exception:
-            pass
+        for sub in (self._exhausted_sub, self._egress_sub):
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
         await self.worker.close()
         await self.file_worker.wait(5.0)
         await self.file_worker.close()

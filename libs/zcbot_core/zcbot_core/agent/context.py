@@ -35,6 +35,7 @@ Token counts are estimated by `agent.tokens` (no tokenizer; microseconds per mes
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -51,6 +52,7 @@ MIN_COMPRESS_CHARS = 1200
 PREVIEW_CHARS = 400
 """Head of a compressed tool result kept verbatim."""
 COMPRESSED_TAG = "[compressed:"
+SAVED_OUTPUT = re.compile(r"saved in the task folder as `(\.zcbot/outputs/[^`\s]+)`")  # tools/results.py's notice
 
 
 class IndexedMessage(dict):  # type: ignore[type-arg]
@@ -256,6 +258,9 @@ def compressed_text(content: str, *, tool: str, idx: int | None, call: dict[str,
     if tool == "load_skill":
         pointer = (f"{COMPRESSED_TAG} {omitted} more characters of this skill text; the full text is stored in this "
                    f"task's history ({where}); call load_skill{_skill_label(call)} again if you need it]")
+    elif saved := SAVED_OUTPUT.search(content):  # a long shell/run_python output kept in the task folder
+        pointer = (f"{COMPRESSED_TAG} {omitted} more characters; the command's full output is saved in the task "
+                   f"folder as `{saved.group(1)}`: read it with `read` (offset/limit) rather than re-running]")
     else:
         pointer = (f"{COMPRESSED_TAG} {omitted} more characters; full result stored in this task's history ({where}); "
                    "re-run the tool or read the file to see it again]")

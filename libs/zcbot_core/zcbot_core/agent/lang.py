@@ -78,6 +78,15 @@ _TEXTS: dict[str, dict[Lang, str]] = {
         "en": "{count} run events could not be stored (the message bus was unavailable), so the streamed answer may be "
               "incomplete; the conversation itself is saved: reload the task to see all of it.",
     },
+    # a built-in skill's `model:` (seed 003 §3.5 "切失败降级原模型"): the switch failed, the model stays
+    "model_switch_skipped_warn": {
+        "zh": "技能建议使用模型 `{profile}`，但无法切换（{detail}）；继续使用当前模型 `{current}`。",
+        "en": "the skill prefers model `{profile}` but it cannot be used ({detail}); continuing with `{current}`",
+    },
+    "model_switch_fallback_warn": {
+        "zh": "切换到的模型 `{profile}` 调用失败（{detail}）；已改回原来的模型 `{current}` 继续。",
+        "en": "the switched-to model `{profile}` failed ({detail}); switched back to `{current}` to continue",
+    },
     "wall_clock_stop": {
         "zh": "已停止：本次运行超过了 {seconds} 秒的总时长上限（进展正常的运行也会在这里暂停）。",
         "en": "stopped: the run exceeded its wall-clock limit of {seconds} s (a backstop; the run was still working).",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -158,6 +159,9 @@ class AgentLoop:
         self.repeat = RepeatGuard()
         self.stall = StallGuard()
         self.lang: Lang = "zh"  # set from the window at the start of each run
+        # Armed by a skill's model switch until the new model first answers: called with the error
+        # of a failed call, True when it switched back (the step is then tried again once).
+        self.switch_back: Callable[[BaseException], Awaitable[bool]] | None = None
 
     async def emit(self, event: ev.RunEvent) -> None:
         await self.sink.emit(event)
@@ -261,6 +265,17 @@ class AgentLoop:
         return body
 
     async def _llm_step(self, messages: list[dict[str, Any]], step: int) -> LlmResult:
+        try:
+            result = await self._llm_step_once(messages, step)
+        except (LlmCallError, MissingApiKey) as exc:
+            back, self.switch_back = self.switch_back, None
+            if back is None or not await back(exc):
+                raise
+            result = await self._llm_step_once(messages, step)
+        self.switch_back = None  # the model answered: the switch held
+        return result
+
+    async def _llm_step_once(self, messages: list[dict[str, Any]], step: int) -> LlmResult:
         outgoing, schemas = self._outgoing(messages), self.tools.schemas() or None
         held = None if self.budget is None else await self.budget.reserve(self.profile, outgoing, schemas, self.lang)
         try:

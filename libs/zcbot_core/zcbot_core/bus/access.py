@@ -126,15 +126,18 @@ def _permissions(service: str, topo: Topology) -> Permissions:
         return Permissions(publish=(*js, *submit, ends_runs, f"{p}.chin.*", f"{p}.push.*", f"{p}.exec.bgstop",
                                     f"{p}.exec.procs"),  # the web's process cards (ProcsRequest)
                            subscribe=(own_inbox,))  # events arrive through a JetStream consumer's inbox
-    if service == "runner":
+    if service == "runner":  # responds: the executors' egress usage reports (recorded, answered with totals)
         return Permissions(
             publish=(*js, *submit, f"{p}.ev.*", f"{p}.exec.*.call", f"{p}.exec.*.cancel", leases),
-            subscribe=(own_inbox, f"{p}.cancel.*",
-                       f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{topo.runs_stream}.{topo.runners_consumer}"))
+            subscribe=(own_inbox, f"{p}.cancel.*", topo.egress_usage_subject(),
+                       f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{topo.runs_stream}.{topo.runners_consumer}"),
+            responds=True)
     if service == "executor":
         return Permissions(
             # fchg: a background process's file changes (runner records them; no other identity may)
-            publish=(*js, _kv(topo.sandbox_leases_bucket), "$SRV.>", topo.file_changes_subject()),
+            # egress.usage: its users' egress bytes, for the cap counted in PostgreSQL (a runner answers)
+            publish=(*js, _kv(topo.sandbox_leases_bucket), "$SRV.>", topo.file_changes_subject(),
+                     topo.egress_usage_subject()),
             subscribe=(own_inbox, f"{p}.exec.*.call", f"{p}.exec.*.cancel", f"{p}.exec.bgstop", f"{p}.exec.procs",
                        "$SRV.>"),
             responds=True)

@@ -169,3 +169,23 @@ class ChannelInbound:
     msg_type: str
     fields: dict[str, Any]
     received_at: float
+
+
+@message("egress_usage")
+@dataclass
+class EgressUsageReport:
+    """An executor's egress bytes since its last report, per user and hour (epoch seconds // 3600);
+    `users` with no bytes only ask for their totals (a user's first connection on this host)."""
+
+    host: str
+    bytes: dict[str, dict[str, int]] = field(default_factory=dict)  # user -> {hour: bytes}
+    users: list[str] = field(default_factory=list)
+
+
+@message("egress_usage_reply")
+@dataclass
+class EgressUsageReply:
+    """Each reported or asked-for user's bytes over the window, every host counted."""
+
+    totals: dict[str, int] = field(default_factory=dict)
+    window_seconds: int = 86400

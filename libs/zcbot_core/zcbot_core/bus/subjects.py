@@ -105,6 +105,11 @@ class Topology:
         return f"{self.runners_consumer}-advisories"
 
     @property
+    def egress_usage_queue_group(self) -> str:
+        """The runners, for egress usage reports (one runner records each)."""
+        return f"{self.prefix}-egress-usage"
+
+    @property
     def channels_push_queue_group(self) -> str:
         """The channels service replicas, for push requests (one replica delivers each)."""
         return f"{self.prefix}-channels"
@@ -153,6 +158,11 @@ class Topology:
     def file_changes_subject(self) -> str:
         """`FileChangesReport`s: what a background process did to the user's files, once it ended."""
         return f"{self.prefix}.fchg"
+
+    def egress_usage_subject(self) -> str:
+        """`EgressUsageReport`s (executor -> a runner, request/reply): bytes through the egress proxy,
+        recorded in PostgreSQL; the reply is each user's total across hosts (the per-user cap)."""
+        return f"{self.prefix}.egress.usage"
 
     def channel_inbound_subject(self, channel: str) -> str:
         """Inbound channel messages received by a gateway, handled durably by the channels service."""

@@ -74,7 +74,7 @@ def usable(binding: Any) -> bool:
 
 
 PUBLIC_KEYS = {
-    WECOM: ("userid",),
+    WECOM: ("userid", "method"),  # method: how it was proven (code | oauth)
     ILINK: ("ilink_bot_id", "ilink_user_id", "session", "paused_until", "context_token_at"),
 }
 

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from zcbot_core.config import ConfigError, load_settings
 
 DEFAULT_WECOM_BASE_URL = "https://qyapi.weixin.qq.com"
+DEFAULT_WECOM_LOGIN_URL = "https://login.work.weixin.qq.com/wwlogin/sso/login"  # the QR scan page (wwlogin)
 DEFAULT_ILINK_BASE_URL = "https://ilinkai.weixin.qq.com"
 DEFAULT_ILINK_CDN_BASE_URL = "https://novac2c.cdn.weixin.qq.com/c2c"
 
@@ -36,6 +37,11 @@ class ChannelSettings(BaseSettings):
                                       description="WeCom callback EncodingAESKey")
     wecom_base_url: str = Field(default=DEFAULT_WECOM_BASE_URL, alias="ZCBOT_WECOM_BASE_URL",
                                 description="WeCom API base")
+    wecom_login_url: str = Field(default=DEFAULT_WECOM_LOGIN_URL, alias="ZCBOT_WECOM_LOGIN_URL",
+                                 description="WeCom's QR login page (wwlogin) of the scan-to-bind flow")
+    wecom_oauth_redirect_url: str | None = Field(default=None, alias="ZCBOT_WECOM_OAUTH_REDIRECT_URL", description=(
+        "where WeCom sends the scanner back: this gateway's https://<host>/v1/channels/wecom/oauth/callback on the "
+        "app's trusted domain (default: built from the request's address)"))
     ilink_base_url: str = Field(default=DEFAULT_ILINK_BASE_URL, alias="ZCBOT_ILINK_BASE_URL",
                                 description="iLink (personal WeChat ClawBot) API base")
     ilink_cdn_base_url: str = Field(default=DEFAULT_ILINK_CDN_BASE_URL, alias="ZCBOT_ILINK_CDN_BASE_URL",
@@ -79,7 +85,7 @@ class ChannelSettings(BaseSettings):
                 raise ValueError("ZCBOT_WECOM_AGENT_ID must be the app's numeric AgentId")
         return value
 
-    @field_validator("wecom_base_url", "ilink_base_url", "ilink_cdn_base_url")
+    @field_validator("wecom_base_url", "wecom_login_url", "ilink_base_url", "ilink_cdn_base_url")
     @classmethod
     def _no_trailing_slash(cls, value: str) -> str:
         return value.rstrip("/")

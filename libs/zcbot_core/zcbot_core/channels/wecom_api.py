@@ -109,12 +109,15 @@ class WeComClient:
             return self._token
 
     async def _call(self, path: str, *, params: dict[str, str] | None = None, json_body: Any = None,
-                    content: bytes | None = None, headers: dict[str, str] | None = None) -> dict[str, Any]:
+                    content: bytes | None = None, headers: dict[str, str] | None = None,
+                    get: bool = False) -> dict[str, Any]:
         token = await self.access_token()
         for attempt in (1, 2):
             query = {**(params or {}), "access_token": token}
             try:
-                if json_body is not None:
+                if get:
+                    r = await self.http.get(f"{self.cs.wecom_base_url}{path}", params=query)
+                elif json_body is not None:
                     data = json.dumps(json_body, ensure_ascii=False).encode("utf-8")
                     r = await self.http.post(f"{self.cs.wecom_base_url}{path}", params=query, content=data,
                                              headers={"Content-Type": "application/json; charset=utf-8"})
@@ -133,6 +136,15 @@ class WeComClient:
                 raise WeComError(f"WeCom {path} errcode {code}: {str(body.get('errmsg', ''))[:160]}", code)
             return body
         raise WeComError(f"WeCom {path}: access token rejected twice")  # pragma: no cover
+
+    # ---- OAuth (the wwlogin QR scan) --------------------------------------------------------
+    async def user_of_code(self, code: str) -> str | None:
+        """The member (UserID) who scanned: `auth/getuserinfo` of the code WeCom redirected with;
+        None for someone outside the enterprise (WeCom answers an `openid` then). A used or
+        expired code is WeComError 40029."""
+        body = await self._call("/cgi-bin/auth/getuserinfo", params={"code": code}, get=True)
+        userid = body.get("userid") or body.get("UserId")  # the older user/getuserinfo spelled it UserId
+        return str(userid) if userid else None
 
     # ---- messages ----------------------------------------------------------------------------
     async def _send(self, payload: dict[str, Any]) -> dict[str, Any]:

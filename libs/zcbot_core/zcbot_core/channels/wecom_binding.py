@@ -9,6 +9,12 @@ active, with `verified_at`, only for the right code within `CODE_TTL_SECONDS` an
 member is not flooded; WeCom also limits an app's messages per member). While a code is pending, an
 earlier verified binding of the same user keeps working. Only verified bindings carry messages or
 block another account's claim (`bindings.usable`, `bindings.find_wecom_binding`).
+
+Or by scanning (seed 003 §8.7, issue 40): `start_oauth` gives the wwlogin QR URL for the app with a
+one-time `state` (only its hash is kept, under `oauth`, for `OAUTH_TTL_SECONDS`); the member scans
+it in WeCom, WeCom redirects the browser to the callback with `code` and `state`, and
+`finish_oauth` finds the user by the state, asks WeCom who scanned (`auth/getuserinfo`) and makes
+the binding active the same way a typed code does (`method: "oauth"`). The state is used once.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import math
 import secrets
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -32,6 +39,7 @@ CODE_DIGITS = 6
 CODE_TTL_SECONDS = 600
 RESEND_SECONDS = 60
 MAX_ATTEMPTS = 5
+OAUTH_TTL_SECONDS = 600
 
 
 class BindingRefused(ZcbotError):
@@ -139,15 +147,73 @@ async def confirm_binding(session: AsyncSession, user_id: str, code: str, now: f
         row.config = config
         await session.commit()
         raise BindingRefused(f"wrong code ({left} tries left)" if left > 0 else "wrong code: request a new one")
-    userid = pending["userid"]
-    # Two accounts may both have had a code sent; one member, one account: decide under a lock.
-    await session.execute(select(func.pg_advisory_xact_lock(func.hashtext("wecom-binding:" + userid))))
-    if await _verified_owner(session, userid, user_id) is not None:
-        raise WeComUserTaken("this WeCom user ID is linked to another zcbot account")
     config.pop("pending")
-    config.update(userid=userid, verified_at=now)
-    row.config = config
+    return await _activate(session, row, config, pending["userid"], now, "code")
+
+
+async def _activate(session: AsyncSession, row: ChannelBinding, config: dict[str, Any], userid: str, now: float,
+                    method: str) -> ChannelBinding:
+    """The member proven (a typed code, a scan): the binding is active. Commits."""
+    # Two accounts may both be proving the same member; one member, one account: decide under a lock.
+    await session.execute(select(func.pg_advisory_xact_lock(func.hashtext("wecom-binding:" + userid))))
+    if await _verified_owner(session, userid, row.user_id) is not None:
+        raise WeComUserTaken("this WeCom user ID is linked to another zcbot account")
+    row.config = {**config, "userid": userid, "verified_at": now, "method": method}  # a new dict: seen as changed
     row.status = bindings.ACTIVE
     await session.commit()
     await session.refresh(row)
     return row
+
+
+# ---- binding by scanning (wwlogin QR, OAuth) -------------------------------------------------------
+def _state_digest(state: str) -> str:
+    return hashlib.sha256(f"wecom-oauth:{state}".encode()).hexdigest()
+
+
+async def start_oauth(session: AsyncSession, cs: Any, user_id: str, redirect_uri: str,
+                      now: float | None = None) -> dict[str, Any]:
+    """The QR login URL for `user_id` (a `ChannelSettings` `cs`), with a fresh one-time state. Commits."""
+    now = time.time() if now is None else now
+    state = secrets.token_urlsafe(24)
+    oauth = {"digest": _state_digest(state), "expires_at": now + OAUTH_TTL_SECONDS}
+    row = await _row(session, user_id)
+    if row is None:
+        session.add(ChannelBinding(user_id=user_id, channel=bindings.WECOM, status=bindings.PENDING,
+                                   config={"oauth": oauth}))
+    else:
+        row.config = {**(row.config or {}), "oauth": oauth}
+    await session.commit()
+    query = {"login_type": "CorpApp", "appid": cs.wecom_corp_id, "agentid": str(cs.wecom_agent_id),
+             "redirect_uri": redirect_uri, "state": state}
+    return {"channel": bindings.WECOM, "url": f"{cs.wecom_login_url}?{urlencode(query)}", "expires_in": OAUTH_TTL_SECONDS}
+
+
+async def finish_oauth(session: AsyncSession, client: WeComClient, state: str, code: str,
+                       now: float | None = None) -> ChannelBinding:
+    """The scan's redirect: the binding of the user whose state this is, proven as the member who
+    scanned. BindingRefused for an unknown, used or expired state and for a scanner outside the
+    enterprise. Commits."""
+    now = time.time() if now is None else now
+    row = (await session.scalars(
+        select(ChannelBinding).where(ChannelBinding.channel == bindings.WECOM,
+                                     ChannelBinding.config["oauth"]["digest"].astext == _state_digest(state))
+        .with_for_update()
+    )).first()
+    if row is None:
+        raise BindingRefused("this WeCom sign-in link is unknown or was already used: start again from zcbot")
+    config = dict(row.config or {})
+    oauth = config.pop("oauth")
+    row.config = config  # used once, whatever happens next
+    if now >= float(oauth["expires_at"]):
+        await session.commit()
+        raise BindingRefused("the WeCom sign-in link expired: start again from zcbot")
+    try:
+        userid = await client.user_of_code(code)
+    except WeComError:
+        await session.commit()
+        raise
+    if userid is None:
+        await session.commit()
+        raise BindingRefused("the scanning WeCom account is not a member of this enterprise")
+    config.pop("pending", None)
+    return await _activate(session, row, config, userid, now, "oauth")

@@ -229,3 +229,15 @@ class ChannelBinding(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
     )
+
+
+class EgressUsage(Base):
+    """Bytes a user moved through the sandboxes' egress proxy, per hour (issue 40): every executor
+    host adds its own, so the per-user cap (ZCBOT_USER_EGRESS_MB_PER_DAY) holds across hosts and
+    restarts. Written only by `zcbot_core.egress_usage`."""
+
+    __tablename__ = "egress_usage"
+
+    user_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # epoch seconds // 3600 (UTC)
+    bytes: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)

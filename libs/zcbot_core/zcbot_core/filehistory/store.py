@@ -245,6 +245,23 @@ class VersionStore:
     def used_bytes(self) -> int:
         return sum(size for _d, size, _m in self.objects())
 
+    def discard(self, digests: set[str]) -> tuple[int, int]:
+        """Delete these versions (an admin purge: nothing names them any more); (count, bytes) freed."""
+        if not digests or not self.path.is_dir():
+            return 0, 0
+        count = freed = 0
+        with self._open() as store, self._usage_lock(store) as lock:
+            used = self._used(store, lock)
+            for digest in sorted(d for d in digests if _valid_digest(d)):
+                rel = f"{digest[:2]}/{digest}"
+                st = store.lstat(rel)
+                if st is None or not stat.S_ISREG(st.st_mode):
+                    continue
+                store.unlink(rel, missing_ok=True)
+                count, freed = count + 1, freed + st.st_size
+            self._write_usage(lock, max(used - freed, 0))
+        return count, freed
+
     def prune(self, now: float | None = None) -> list[str]:
         """Delete versions older than the age limit, then the oldest until under the byte budget
         (which `keep` already holds; this also absorbs a lowered budget)."""

@@ -10,10 +10,18 @@ MODEL_LIMIT = 16_000
 PREVIEW_LIMIT = 400
 
 
-def truncate_for_model(text: str, limit: int = MODEL_LIMIT) -> tuple[str, bool]:
-    if len(text) <= limit:
+def truncate_for_model(text: str, limit: int = MODEL_LIMIT, saved: str | None = None,
+                       total: int | None = None) -> tuple[str, bool]:
+    """`saved`: where the whole output was kept (a path relative to the task folder), named in the
+    notice so the model reads it instead of re-running the command; `total` its size in bytes."""
+    if len(text) <= limit and not saved:
         return text, False
-    head = text[: limit - 200]
+    head = text[: limit - 400]
+    if saved:
+        size = f"{total} bytes" if total is not None else f"{len(text)} characters"
+        return (f"{head}\n\n[output truncated: {size} in total, showing the first {len(head)} characters; the full "
+                f"output is saved in the task folder as `{saved}`: use `read` with offset/limit (or `grep`) on it "
+                "instead of re-running the command]"), True
     return f"{head}\n\n[output truncated: {len(text)} characters in total, showing the first {len(head)}]", True
 
 

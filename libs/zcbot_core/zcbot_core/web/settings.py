@@ -1,5 +1,5 @@
 """`HostToolSettings`: the runner's host-side tools that reach the network or a second model
-(`web_search`, `web_fetch`, `look_at_image`), read once when the runner starts
+(`web_search`, `web_fetch`, `look_at_image`, `generate_image`), read once when the runner starts
 (`HostToolSettings.from_env()`); a bad value is a `ConfigError` naming the variable. A tool whose
 configuration is missing is simply not registered (seed 003 §3.4)."""
 
@@ -60,6 +60,12 @@ class HostToolSettings(BaseSettings):
         description="model profile of `look_at_image` (a cheap vision model); unset = no `look_at_image`")
     vision_max_side: int = Field(default=1024, ge=64, le=4096, alias="ZCBOT_VISION_MAX_SIDE",
         description="an image is downsized to at most this many pixels on its longer side before it is sent")
+    image_profile: str | None = Field(default="seedream", alias="ZCBOT_IMAGE_PROFILE",
+        description="model profile of `generate_image` (an images API: Seedream on Volcengine ARK by default, or any "
+                    "OpenAI-compatible one); the tool is offered only while the profile's API key is set; empty = none")
+    image_cost_usd: float = Field(default=0.03, ge=0, alias="ZCBOT_IMAGE_COST_USD",
+        description="what one generated image costs (a usage event of kind `image`; counts against budgets; "
+                    "Seedream 4.0 lists 0.2 CNY per image)")
 
     @model_validator(mode="after")
     def _no_test_override_in_production(self) -> "HostToolSettings":

@@ -31,7 +31,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,9 @@ from zcbot_executor.egress.cap import ByteCap
 log = logging.getLogger(__name__)
 
 CHUNK = 65536
+SYNC_SECONDS = 2.0  # how often the bytes go to the shared count (and other hosts' come back)
+SYNC_TIMEOUT = 3.0  # a user's first connection waits at most this for the shared total
+Report = Callable[[dict[str, dict[int, int]], list[str]], Awaitable[dict[str, int]]]
 
 
 @dataclass
@@ -84,6 +87,8 @@ class EgressHub:
         self._tasks: set[asyncio.Task[None]] = set()
         self._dir: Path | None = None
         self.flags: Any = None
+        self._report: Report | None = None  # the shared count (PostgreSQL through a runner), see `share`
+        self._sync_lock = asyncio.Lock()
 
     async def start(self) -> None:
         from proxy.common.flag import FlagParser
@@ -100,6 +105,39 @@ class EgressHub:
         self.audit_log.parent.mkdir(parents=True, exist_ok=True)
         log.info("egress proxy ready", extra={"allow": [e.pattern for e in self.allowlist.entries],
                                               "user_cap_mb_per_day": self.cap.limit_mb or None})
+
+    def share(self, report: Report) -> None:
+        """Count the cap across hosts: `report(bytes, users)` sends this host's new bytes per user
+        and hour (and asks for `users`' totals), answering every host's totals."""
+        if not self.cap.limit:
+            return
+        self._report = report
+        task = asyncio.create_task(self._sync_loop(), name="egress-usage-sync")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _sync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SYNC_SECONDS)
+            active = sorted({c.user_id for c in self._conns.values()})  # refreshed while they move bytes
+            await self.sync(active)
+
+    async def sync(self, users: list[str]) -> bool:
+        """One report; False when no runner answered (the bytes are sent with the next one)."""
+        if self._report is None:
+            return False
+        async with self._sync_lock:
+            taken = self.cap.take_pending()
+            if not taken and not users:
+                return True
+            try:
+                totals = await asyncio.wait_for(self._report(taken, users), SYNC_TIMEOUT)
+            except Exception as exc:  # no runner, bus trouble: this host's own count still holds
+                self.cap.restore(taken)
+                log.info("egress usage not shared", extra={"error": f"{exc.__class__.__name__}: {exc}"})
+                return False
+            self.cap.set_totals(taken, totals)
+            return True
 
     def conn_of(self, sock: Any) -> Conn | None:
         return self._conns.get(sock)
@@ -128,6 +166,8 @@ class EgressHub:
     async def _relay(self, user_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         from proxy.core.work.threaded import start_threaded_work
 
+        if self._report is not None and not self.cap.known(user_id):
+            await self.sync([user_id])  # first connection on this host: the user's total on every host
         conn = Conn(user_id)
         theirs, ours = socket.socketpair()
         self._conns[theirs] = conn

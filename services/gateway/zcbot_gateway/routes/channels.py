@@ -17,6 +17,12 @@ Bindings (bearer auth; secrets never appear in responses):
   minute of the last code, 400 if WeCom knows no such member).
 - `POST   /v1/channels/wecom/verify {"code"}`: the code typed back -> the binding is active
   (`zcbot_core.channels.wecom_binding`; wrong/expired -> 400). Unproven bindings carry nothing.
+- `POST   /v1/channels/wecom/oauth`: bind by scanning instead (wwlogin QR): `{url, expires_in}`,
+  the WeCom login page for the app with a one-time state; WeCom then sends the browser to
+- `GET    /v1/channels/wecom/oauth/callback?code&state` (no bearer: the state names the user):
+  the scanner's member id from WeCom, the binding active (`method: "oauth"`), and a 303 back to
+  the page with `?wecom_binding=ok` (or `=<error code>`: unknown/used/expired state, not a member,
+  the member bound to another account).
 - `POST   /v1/channels/ilink/login`: start a personal-WeChat QR login -> `{qrcode_img_content}`.
 - `GET    /v1/channels/ilink/login?wait=25[&verify_code=]`: one long-poll of the login status
   (`wait | scaned | confirmed | expired | need_verifycode | ...`); `confirmed` activates it.
@@ -32,9 +38,10 @@ import logging
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response, status
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, RedirectResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 
@@ -43,12 +50,13 @@ from zcbot_core.channels.ilink_api import ILinkClient, ILinkError
 from zcbot_core.channels.ilink_login import poll_login, start_login
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.wecom_api import WeComClient
-from zcbot_core.channels.wecom_binding import confirm_binding, start_binding
+from zcbot_core.channels.wecom_binding import confirm_binding, finish_oauth, start_binding, start_oauth
 from zcbot_core.channels.wecom_callback import WeComCallback
 from zcbot_core.channels.wecom_crypto import WeComCryptoError
 from zcbot_core.channels_crypto import key_from_settings
 from zcbot_core.config import ConfigError
 from zcbot_core.db.models import ChannelBinding
+from zcbot_core.errors import ZcbotError
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
 from zcbot_gateway.errors import ServiceUnavailable
 from zcbot_gateway.hooks import add_shutdown_hook
@@ -184,6 +192,36 @@ async def bind_wecom(request: Request, body: WeComBindIn, user_id: CurrentUser, 
 async def verify_wecom(body: WeComVerifyIn, user_id: CurrentUser, session: SessionDep) -> dict[str, Any]:
     """The code typed back: the binding becomes active (wrong, expired or used up: 400)."""
     return bindings.public_view(await confirm_binding(session, user_id, body.code))
+
+
+@router.post("/wecom/oauth")
+async def wecom_oauth_start(request: Request, user_id: CurrentUser, session: SessionDep) -> dict[str, Any]:
+    """The WeCom QR login URL that binds the scanner's WeCom account to yours (one-time, 10 minutes)."""
+    state = _state(request.app)
+    if state.wecom_sender is None:
+        raise ServiceUnavailable("WeCom is not configured (ZCBOT_WECOM_CORP_ID, ZCBOT_WECOM_AGENT_ID, ZCBOT_WECOM_SECRET)")
+    redirect = state.cs.wecom_oauth_redirect_url or str(request.url_for("wecom_oauth_callback"))
+    return await start_oauth(session, state.cs, user_id, redirect)
+
+
+@router.get("/wecom/oauth/callback", include_in_schema=False, name="wecom_oauth_callback")
+async def wecom_oauth_callback(request: Request, session: SessionDep,
+                               code: Annotated[str, Query(max_length=512)] = "",
+                               state: Annotated[str, Query(max_length=128)] = "") -> RedirectResponse:
+    """Where WeCom sends the browser after the scan; back to the page with the outcome."""
+    sender = _state(request.app).wecom_sender
+    outcome = "ok"
+    if sender is None:
+        outcome = "wecom_not_configured"
+    elif not code or not state:
+        outcome = "wecom_binding_refused"
+    else:
+        try:
+            await finish_oauth(session, sender, state, code)
+        except ZcbotError as exc:  # shown by the page (its `code`); the browser is never left on a JSON error
+            log.info("wecom oauth binding refused", extra={"code": exc.code})
+            outcome = exc.code
+    return RedirectResponse(f"/?{urlencode({'wecom_binding': outcome})}", status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.post("/ilink/login")

@@ -1,5 +1,5 @@
 /* The task list (polled, re-rendered only on change), creating a task, selecting one, and the
- * soft warning when another task in the same folder is running. The list can be searched (the
+ * soft warning when another task in the same folder is running (or cancelling: its tools may still write). The list can be searched (the
  * server's `q`: name and description) and switched to the deleted tasks, each with Restore; each
  * live task has a menu (taskmenu.js: rename, model, export, delete). */
 
@@ -129,7 +129,7 @@ export async function checkFolder() {
   const box = $("folder-notice");
   if (!task) { box.hidden = true; return; }
   try {
-    const page = await api("/v1/tasks?page_size=20&run_status=running&working_dir=" + enc(task.working_dir));
+    const page = await api("/v1/tasks?page_size=20&run_status=running,cancelling&working_dir=" + enc(task.working_dir));
     if (!state.current || state.current.task_id !== task.task_id) return;
     const others = itemsOf(page).filter((x) => x.task_id !== task.task_id);
     box.textContent = others.length

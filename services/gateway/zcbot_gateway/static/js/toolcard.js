@@ -22,7 +22,8 @@ function oneLine(text) {
 
 // What each tool acts on, shown after its name in words ("写入文件 报告.md").
 const SUBJECT = {
-  read: "path", write: "path", edit: "path", look_at_image: "path", glob: "pattern", grep: "pattern",
+  read: "path", write: "path", edit: "path", look_at_image: "path", generate_image: "prompt", glob: "pattern",
+  grep: "pattern",
   shell: "command", run_python: "code", check_process: "proc_id", web_fetch: "url", web_search: "query",
   load_skill: "name", read_skill_file: "path", save_skill: "name", fork_skill: "name",
   schedule_create: "name", schedule_update: "name", schedule_delete: "name", wechat_push: "title",

@@ -362,6 +362,7 @@ export const en = {
   "toolname.web_fetch": "Open web page",
   "toolname.web_search": "Search the web",
   "toolname.look_at_image": "Look at image",
+  "toolname.generate_image": "Generate image",
   "toolname.wechat_push": "Push message",
   "toolname.load_skill": "Load skill",
   "toolname.read_skill_file": "Read skill file",

@@ -362,6 +362,7 @@ export const zh = {
   "toolname.web_fetch": "打开网页",
   "toolname.web_search": "网上搜索",
   "toolname.look_at_image": "查看图片",
+  "toolname.generate_image": "生成图片",
   "toolname.wechat_push": "推送消息",
   "toolname.load_skill": "加载技能",
   "toolname.read_skill_file": "读取技能文件",
