@@ -169,6 +169,13 @@ class RunHarness:
                                    .order_by(Message.idx))
             return [run_id for run_id, payload in rows if payload.get("role") == "user" and run_id]
 
+    async def history(self, task_id: str) -> list[tuple[str | None, str, str]]:
+        """The task's stored messages in order: (run id, role, kind)."""
+        async with self.rt.sessions() as s:
+            rows = await s.execute(select(Message.run_id, Message.payload, Message.kind)
+                                   .where(Message.task_id == task_id).order_by(Message.idx))
+            return [(run_id, payload.get("role"), kind) for run_id, payload, kind in rows]
+
     async def answers(self, task_id: str) -> list[tuple[str, str]]:
         """Every `done` on the task's event stream, in order: (run id, status)."""
         subject = self.rt.topo.event_subject(task_id)

@@ -209,6 +209,13 @@ END_WAITING = (
     .values(run_status=RunStatus.IDLE.value, run_request=None, run_owner=None, run_error=None,
             pending_inputs=literal_column("'[]'::jsonb"), updated_at=func.now())
 )
+# A run's own (user) message, the last one stored for it: a notice answering it is in its language.
+RUN_MESSAGE = (
+    select(messages.c.payload)
+    .where(messages.c.task_id == bindparam("of_task"), messages.c.run_id == bindparam("of_run"))
+    .order_by(messages.c.idx.desc())
+    .limit(1)
+)
 # A deleted task's run ended: the messages that waited behind it never run.
 DROP_PENDING = update(tasks).where(tasks.c.task_id == bindparam("drop_task")).values(
     pending_inputs=literal_column("'[]'::jsonb"))
