@@ -191,6 +191,13 @@ def _turns(kind: str, key: str, n: int) -> list[dict[str, Any]]:
     return [{"text": f"a slow answer to {key} " * 8, "first_delay": 1.5, "chunk_delay": 0.4}]
 
 
+def _brief(message: dict[str, Any]) -> str:
+    """A history item in a few characters (a violation names the messages around it)."""
+    text = message.get("content")
+    calls = [c.get("function", {}).get("name") for c in message.get("tool_calls") or []]
+    return f"{message.get('role')}:{(text if isinstance(text, str) else '')[:24]}{calls or ''}"
+
+
 class Driver:
     def __init__(self, up: Up, fake: FakeLLM, day: Day) -> None:
         self.up, self.fake, self.day = up, fake, day
@@ -343,7 +350,10 @@ class Driver:
                     continue
                 nxt = items[i + 1] if i + 1 < len(items) else None
                 if nxt is None or nxt.get("role") == "user":
-                    self.day.violations.append(f"task {tid}: {m.get('content')!r} was never answered")
+                    outcome = next((p.outcome for p in sent if p.content == m.get("content")), None)
+                    self.day.violations.append(
+                        f"task {tid}: {m.get('content')!r} (its run ended {outcome}) was never answered; the "
+                        f"history: {[_brief(x) for x in items]}")
 
     def check_database(self) -> None:
         with psycopg.connect(self.up.db_url) as conn:

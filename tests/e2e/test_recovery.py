@@ -102,3 +102,52 @@ async def test_two_gateways_serve_the_same_run(stack: Stack, settings_env: dict[
     finally:
         server2.should_exit = True
         await asyncio.wait({task2}, timeout=15)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("while_dead", ["nothing", "interrupt", "cancel"])
+async def test_runner_killed_mid_run_leaves_no_message_behind_it_stranded(bare_stack: Stack, start_service,
+                                                                           while_dead: str) -> None:
+    """Issue 34's soak: the runner is killed while a run streams and a message waits behind it (and,
+    while no runner lives, the user interrupts or cancels): the run is taken over by the redelivery (or
+    ends), and every message behind it runs and ends; nothing is left pending."""
+    stack = bare_stack
+    stack.fake.script("KEY-long", [{"chunks": [f"l{i} " for i in range(60)], "chunk_delay": 0.1}])
+    stack.fake.script("KEY-behind", [{"text": "the message behind it"}])
+    stack.fake.script("KEY-now", [{"text": "the interrupting message"}])
+    first = _runner(start_service, stack)
+    await first.wait_healthy_async(timeout=60)
+    token = await stack.login("noa")
+    task = await stack.create_task(token, "Killed with a queue")
+    tid, url_db = task["task_id"], stack.settings.zcbot_db_url
+    long = (await stack.post(token, tid, "KEY-long go")).json()
+    await wait_for(lambda: db_rows(url_db, "select run_status from tasks where task_id=:t", t=tid)[0][0] == "running",
+                   what="the long run claimed")
+    behind = await stack.post(token, tid, "KEY-behind next", multitask="enqueue")
+    assert behind.status_code == 202 and behind.json()["status"] == "pending", behind.text
+    await asyncio.sleep(0.5)
+    first.kill9()
+    posted = [long, behind.json()]
+    if while_dead == "interrupt":
+        r = await stack.post(token, tid, "KEY-now stop that", multitask="interrupt")
+        assert r.status_code == 202, r.text
+        posted.append(r.json())
+    elif while_dead == "cancel":
+        async with stack.client(token) as c:
+            r = await c.post(f"/v1/tasks/{tid}/cancel")
+        assert r.status_code == 202, r.text
+    second = _runner(start_service, stack)
+    await second.wait_healthy_async(timeout=60)
+    ends = {}
+    for p in posted:
+        events = await stack.events(token, p["events_url"], timeout=90)
+        ends[p["run_id"]] = events[-1]["data"].get("status") if events and events[-1]["event"] == "done" else events[-1:]
+    assert all(status in ("ok", "cancelled") for status in ends.values()), (ends, second.log_tail())
+    if while_dead == "nothing":
+        assert list(ends.values()) == ["ok", "ok"], ends  # the long run taken over, not reaped
+    rows = db_rows(url_db, "select run_status, run_owner, pending_inputs from tasks where task_id=:t", t=tid)
+    assert rows[0][0] == "idle" and rows[0][1] is None and not rows[0][2], rows
+    roles = db_rows(url_db, "select payload->>'role', payload->>'content' from messages where task_id=:t order by idx",
+                    t=tid)
+    interrupting = ["KEY-now stop that"] if while_dead == "interrupt" else []
+    assert [c for role, c in roles if role == "user"] == ["KEY-long go", *interrupting, "KEY-behind next"], roles
