@@ -151,3 +151,46 @@ async def test_runner_killed_mid_run_leaves_no_message_behind_it_stranded(bare_s
                     t=tid)
     interrupting = ["KEY-now stop that"] if while_dead == "interrupt" else []
     assert [c for role, c in roles if role == "user"] == ["KEY-long go", *interrupting, "KEY-behind next"], roles
+
+
+@pytest.mark.parametrize("marked", [True, False])
+async def test_a_run_whose_runner_died_after_ending_it_gets_its_done_from_the_redelivery(bare_stack: Stack,
+                                                                                         marked: bool) -> None:
+    """Found by the soak (issue 34): a runner commits a run's end, then publishes `done`, then acks; killed
+    between the end and `done`, the run is over in PostgreSQL but its stream never says so, and a client
+    following it waits on keep-alives forever. The redelivery's claim finds the run over: that runner
+    publishes the `done` (the outcome from the ended mark, or from the database when the runner died
+    before the mark too) instead of acking it away in silence."""
+    from zcbot_core.bus import RunRequest, decode
+    from zcbot_core.runstate import sql
+    from zcbot_core.runstate.claim import claim_run
+    from zcbot_core.runstate.transitions import end_params, end_run
+    from zcbot_core.service import close_runtime, open_runtime
+
+    stack = bare_stack
+    token = await stack.login("ola")
+    task = await stack.create_task(token, "Died after the end")
+    tid = task["task_id"]
+    posted = (await stack.post(token, tid, "hello")).json()  # queued: no runner is up yet
+    reader = asyncio.create_task(stack.events(token, posted["events_url"], timeout=40))
+    dead = await open_runtime("runner", stack.settings)  # plays the runner that dies
+    try:
+        psub = await dead.js.pull_subscribe_bind(durable=dead.topo.runners_consumer, stream=dead.topo.runs_stream)
+        msg = (await psub.fetch(1, timeout=10))[0]
+        req = decode(msg.data, RunRequest)
+        assert await claim_run(dead.autocommit, req, "dead-runner") is not None
+        if marked:  # the end as the runner writes it: PostgreSQL, then the ended mark
+            ended = await end_run(dead.autocommit, dead.sessions, dead.js, dead.topo, task_id=tid, run_id=req.run_id,
+                                  status="cancelled", error=None, timings={}, owner="dead-runner")
+            assert ended.finished
+        else:  # killed between the commit and the mark: an errored run
+            async with dead.autocommit.connect() as conn:
+                params = end_params(tid, req.run_id, "error", "it failed", {}, "dead-runner")
+                assert (await conn.execute(sql.END_RUN[True], params)).first() is not None
+    finally:
+        await close_runtime(dead)  # no `done`, no ack: JetStream redelivers the request after ack_wait (3 s)
+    await stack.add_runner()
+    events = await asyncio.wait_for(reader, 40)
+    assert events[-1]["event"] == "done", events
+    assert events[-1]["data"] == {**events[-1]["data"], "run_id": req.run_id,
+                                  "status": "cancelled" if marked else "error"}, events

@@ -110,7 +110,8 @@ class BusEventSink:
         an earlier try was stored after all) until stored or the outage outlasts `retry_seconds`."""
         event, data = ev.fit_event(event, self.max_bytes)  # over the max payload: cut, with a marker
         self.seq += 1
-        headers = {"Nats-Msg-Id": f"{self._id_prefix}{self.seq}"}
+        headers = {"Nats-Msg-Id": ev.done_msg_id(self.run_id) if isinstance(event, ev.Done)
+                   else f"{self._id_prefix}{self.seq}"}
         loop = asyncio.get_running_loop()
         tries = 0
         while True:

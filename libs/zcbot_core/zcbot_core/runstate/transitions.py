@@ -44,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from zcbot_core.agent.lang import cancel_notice, user_language
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
 from zcbot_core.bus.ended_runs import mark_ended
-from zcbot_core.bus.events import Done
+from zcbot_core.bus.events import Done, done_msg_id
 from zcbot_core.bus.retry import retry_until
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.db.engine import autocommit
@@ -294,7 +294,7 @@ async def answer_waiting_end(js: JetStreamContext, topo: Topology, task_id: str,
     await mark_ended(js, topo, run_id, RunOutcome.CANCELLED.value)  # never raises
     try:
         await js.publish(topo.event_subject(task_id), encode(Done(run_id=run_id, status=RunOutcome.CANCELLED.value)),
-                         timeout=5)
+                         headers={"Nats-Msg-Id": done_msg_id(run_id)}, timeout=5)
     except Exception as exc:
         log.warning("could not publish a cancelled waiting run's done", extra={"task_id": task_id, "run_id": run_id,
                                                                               "error": repr(exc)})
