@@ -83,8 +83,10 @@ class RunHarness:
     # ---- the runners' side ------------------------------------------------------------------------
     async def pull(self) -> dict[str, Msg]:
         """Every request JetStream delivers now (a redelivery of a held run replaces its message)."""
-        # (A fetch of nothing waits its timeout out: fetched only when something is to come.)
-        while self._handed_back or (await self._psub.consumer_info()).num_pending:
+        # (A fetch of nothing waits its timeout out: fetched only when something is to come. A request the
+        # server delivered to an earlier fetch's lingering pull after it returned waits in the client's
+        # own queue, no longer counted as pending by the consumer: `pending_msgs`.)
+        while self._handed_back or self._psub.pending_msgs or (await self._psub.consumer_info()).num_pending:
             try:
                 msgs = await self._psub.fetch(batch=64, timeout=1.0)
             except (NatsTimeoutError, asyncio.TimeoutError):
@@ -105,6 +107,11 @@ class RunHarness:
         return decode(msg.data, RunRequest).task_id
 
     async def claim(self, run_id: str, owner: str) -> Claim | None:
+        for _ in range(20):  # on a loaded machine the delivery may still be on its way (a lingering pull's)
+            if run_id in self.deliveries:
+                break
+            await asyncio.sleep(0.1)
+            await self.pull()
         msg = self.deliveries.pop(run_id)
         req = decode(msg.data, RunRequest)
         claim = await claim_run(self.rt.autocommit, req, owner)
