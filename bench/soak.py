@@ -5,13 +5,14 @@ can be killed) with the scripted model behind a profile file, driven as several 
 over a day: each user warms their sandbox in a first task, then opens more tasks, uploads a file into
 each, and sends rounds of messages chosen from a seed — writes, edits of the uploaded file, slow
 answers, cancels, `multitask=interrupt` and `enqueue` sent behind a running or waiting run, background
-jobs that outlive their run. The runner's process is killed once mid-day (the supervisor restarts it
-and the runs it held are redelivered). At the end every task writes once more, and `zcbot up` gets
-Ctrl-C (SIGINT to its process group, as a terminal sends it).
+jobs that outlive their run (at most two per user: the executor's limit is three). The runner's process
+is killed once mid-day while a round's runs are on it (the supervisor restarts it; the runs it held are
+redelivered and taken over: `actions` counts the runs resumed by another attempt). At the end every
+task writes once more, and `zcbot up` gets Ctrl-C (SIGINT to its process group, as a terminal sends it).
 
 Checked (each failure is a line in `violations`): every run ends (its stream's `done`), every accepted
-message is in its task's history in the order it was sent and is answered (a reply, a cancelled or
-error notice) before the next one, every task's folder is writable at the end (the last write lands,
+message is in its task's history in the order it was sent and is answered (a reply, or the cancel
+notice, also for a run cancelled or replaced while it waited for a slot) before the next one, every task's folder is writable at the end (the last write lands,
 owned by the sandbox identity's uid like the first task's), nothing is left `waiting`/`queued`/
 `running`/`cancelling` or with pending inputs, every usage row belongs to a run of this day and every
 run that ended `ok` has one, and after Ctrl-C `zcbot up` exits within 15 s and no process of it
@@ -28,8 +29,6 @@ import asyncio
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,16 +38,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import psycopg
 
-from bench.startup import FAKE_KEY_ENV, PROFILE, wait_line
-from zcbot_devstack.embedded import free_port
-from zcbot_devstack.services import SERVICE_PORT_ENV
+from bench.soak_stack import STOP_BUDGET_S, Up
+from zcbot_core.agent.loop import RESTARTED_RESULT
 from zcbot_fakellm import FakeLLM
 
 ACTIVE = ("waiting", "queued", "running", "cancelling")
-STOP_BUDGET_S = 15.0
+BACKGROUND_PER_USER = 2
+NOTABLE_LOG_LINES = {"reaped": "reaped lost run", "done published for an ended run": "published its done",
+                     "superseded": "taken over by another runner", "requeued": "published it again"}
 
 
 @dataclass
@@ -82,96 +81,6 @@ class Day:
     actions: Counter[str] = field(default_factory=Counter)
 
 
-class Up:
-    """`zcbot up --separate` in its own session, with its ports, home and secrets."""
-
-    def __init__(self, work: Path, fake_base: str, config: SoakConfig) -> None:
-        self.home = work / "home"
-        self.ports = {name: free_port() for name in SERVICE_PORT_ENV}
-        models = work / "models"
-        models.mkdir(exist_ok=True)
-        (models / "fake.yaml").write_text(PROFILE.format(base=fake_base) + "parallel_tools: true\n")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ZCBOT_", "JWT_SECRET", "PLATFORM_KEY"))}
-        env.update({"ZCBOT_HOME": str(self.home), "ZCBOT_MODELS_DIR": str(models), "ZCBOT_DEFAULT_MODEL": "fake",
-                    FAKE_KEY_ENV: "sk-fake", "ZCBOT_MAX_RUNS_PER_USER": str(config.max_runs_per_user),
-                    "ZCBOT_ACK_WAIT_SECONDS": "5", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                    **{SERVICE_PORT_ENV[n]: str(p) for n, p in self.ports.items()}})
-        self.out = work / "up.out"
-        self.proc = subprocess.Popen([sys.executable, "-m", "zcbot_devstack.cli", "up", "--separate"], env=env,
-                                     stdout=self.out.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-        wait_line(self.out, "zcbot is up", self.proc, 240)
-        secrets = dict(line.split("=", 1) for line in (self.home / "secrets.env").read_text().splitlines() if "=" in line)
-        self.platform_key = secrets["PLATFORM_KEY"]
-        self.db_url = json.loads((self.home / "stack.json").read_text())["db_url"]
-        self.base = f"http://127.0.0.1:{self.ports['gateway']}"
-
-    def service_pid(self, name: str) -> int:
-        """The pid of the process serving `name`'s health port."""
-        port = self.ports[name]
-        for conn in psutil.net_connections("tcp"):
-            if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
-                return conn.pid
-        raise RuntimeError(f"nothing listens on {name}'s port {port}")
-
-    def kill_service(self, name: str, timeout: float = 60.0) -> float:
-        """SIGKILL `name`'s process; seconds until the supervisor's new copy answers /readyz."""
-        old = self.service_pid(name)
-        os.kill(old, signal.SIGKILL)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            try:
-                pid = self.service_pid(name)
-                ready = httpx.get(f"http://127.0.0.1:{self.ports[name]}/readyz", timeout=2).status_code == 200
-                if pid != old and ready:
-                    return time.monotonic() - t0
-            except (RuntimeError, httpx.HTTPError):
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{name} did not come back within {timeout:g} s:\n{self.out.read_text()[-3000:]}")
-
-    def _ours(self) -> list[psutil.Process]:
-        """Every process of this stack: its session, and anything naming its home (a sandbox's bwrap,
-        a background job's wrapper) even if it left the session."""
-        sid, home = self.proc.pid, str(self.home)
-        found = []
-        for p in psutil.process_iter(["pid", "cmdline", "cwd"]):
-            try:
-                if p.pid == os.getpid():
-                    continue
-                mine = os.getsid(p.pid) == sid or home in " ".join(p.info["cmdline"] or []) \
-                    or (p.info["cwd"] or "").startswith(home)
-            except (ProcessLookupError, psutil.Error, OSError):
-                continue
-            if mine:
-                found.append(p)
-        return found
-
-    def ctrl_c(self) -> tuple[float, list[str]]:
-        """SIGINT to the process group; seconds until `zcbot up` exited, and what survived it."""
-        t0 = time.monotonic()
-        os.killpg(self.proc.pid, signal.SIGINT)
-        try:
-            self.proc.wait(STOP_BUDGET_S + 30)
-        except subprocess.TimeoutExpired:
-            pass
-        took = time.monotonic() - t0
-        deadline = time.monotonic() + 2.0  # children reaped by the kernel just after their parent
-        left = self._ours()
-        while left and time.monotonic() < deadline:
-            time.sleep(0.1)
-            left = self._ours()
-        names = []
-        for p in left:
-            try:
-                names.append(f"{p.pid} {' '.join(p.cmdline())[:160]}")
-                p.kill()
-            except psutil.Error:
-                pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-        return took, names
-
-
 def _turns(kind: str, key: str, n: int) -> list[dict[str, Any]]:
     """The scripted model's answer for one message of `kind`."""
     if kind == "write":
@@ -191,10 +100,18 @@ def _turns(kind: str, key: str, n: int) -> list[dict[str, Any]]:
     return [{"text": f"a slow answer to {key} " * 8, "first_delay": 1.5, "chunk_delay": 0.4}]
 
 
+def _brief(message: dict[str, Any]) -> str:
+    """A history item in a few characters (a violation names the messages around it)."""
+    text = message.get("content")
+    calls = [c.get("function", {}).get("name") for c in message.get("tool_calls") or []]
+    return f"{message.get('role')}:{(text if isinstance(text, str) else '')[:24]}{calls or ''}"
+
+
 class Driver:
     def __init__(self, up: Up, fake: FakeLLM, day: Day) -> None:
         self.up, self.fake, self.day = up, fake, day
         self.rng = random.Random(day.config.seed)
+        self.background: Counter[str] = Counter()  # background jobs asked for, per user
         self.counter = 0
 
     async def _client(self, user: str) -> httpx.AsyncClient:
@@ -241,11 +158,10 @@ class Driver:
                 if r.status_code != 201:
                     self.day.violations.append(f"{user}: upload into {task['working_dir']}: {r.status_code} {r.text[:200]}")
             for round_no in range(self.day.config.rounds):
-                await asyncio.gather(*(self.round(c, user, task) for task in tasks))
+                rounds = [self.round(c, user, task) for task in tasks]
                 if round_no == self.day.config.kill_runner_after_round and index == 0:
-                    self.day.actions["runner killed"] += 1
-                    back = await asyncio.to_thread(self.up.kill_service, "runner")
-                    self.day.actions[f"runner back after {back:.1f} s"] += 1
+                    rounds.append(self.kill_runner())  # while this round's runs are in flight
+                await asyncio.gather(*rounds)
             await self.settle(c, tasks)
             for task in tasks:  # every folder writable at the end
                 last = await self.send(c, user, task["task_id"], "write", multitask="enqueue")
@@ -256,11 +172,24 @@ class Driver:
         finally:
             await c.aclose()
 
+    async def kill_runner(self) -> None:
+        """SIGKILL the runner once the round's first runs are on it; they are redelivered to its restarted
+        copy (JetStream's ack_wait) and taken over there."""
+        await asyncio.sleep(0.6)
+        self.day.actions["runner killed"] += 1
+        back = await asyncio.to_thread(self.up.kill_service, "runner")
+        self.day.actions[f"runner back after {back:.1f} s"] += 1
+
     async def round(self, c: httpx.AsyncClient, user: str, task: dict[str, Any]) -> None:
         """One round in one task: a message of a random kind, sometimes followed by a cancel, an
         interrupt or a queued message while it is still active."""
         tid = task["task_id"]
         kind = self.rng.choice(["write", "edit_upload", "shell", "slow", "slow", "background"])
+        if kind == "background":
+            # The jobs run on (`sleep 600`, until Ctrl-C): a user's stay under the executor's limit of
+            # running jobs (ZCBOT_MAX_BG_PROCS, 3), whose refusal would be right, not a defect.
+            self.background[user] += 1
+            kind = "background" if self.background[user] <= BACKGROUND_PER_USER else "shell"
         follow = self.rng.choice(["wait", "wait", "cancel", "interrupt", "enqueue"])
         posted = await self.send(c, user, tid, kind)
         if posted is None:
@@ -284,9 +213,15 @@ class Driver:
                 async for line in r.aiter_lines():
                     if line.startswith("event: "):
                         event = line[7:]
+                    elif line.startswith("data: ") and event == "run_start" and json.loads(line[6:]).get("attempt", 1) > 1:
+                        self.day.actions["run resumed by another attempt"] += 1
                     elif line.startswith("data: ") and event == "tool_result":
                         data = json.loads(line[6:])
-                        if not data.get("ok", True):
+                        # A call cut off by the runner kill gets the honest "may or may not have run"
+                        # result (docs/reliability.md), then the run goes on: not a tool failing.
+                        if str(data.get("preview")).startswith(RESTARTED_RESULT[:60]):
+                            self.day.actions["tool call cut off by the runner kill"] += 1
+                        elif not data.get("ok", True):
                             posted.tool_errors.append(f"{data.get('name')}: {str(data.get('preview'))[:160]}")
                     elif line.startswith("data: ") and event == "done":
                         posted.outcome = json.loads(line[6:]).get("status", "?")
@@ -343,7 +278,40 @@ class Driver:
                     continue
                 nxt = items[i + 1] if i + 1 < len(items) else None
                 if nxt is None or nxt.get("role") == "user":
-                    self.day.violations.append(f"task {tid}: {m.get('content')!r} was never answered")
+                    outcome = next((p.outcome for p in sent if p.content == m.get("content")), None)
+                    self.day.violations.append(
+                        f"task {tid}: {m.get('content')!r} (its run ended {outcome}) was never answered; the "
+                        f"history: {[_brief(x) for x in items]}")
+
+    async def explain_unended(self) -> list[dict[str, Any]]:
+        """For each run whose stream never said `done`: its task's row, its stored messages, its stream
+        read once more (does it hold the `done` a live reader missed?) and the log lines naming it."""
+        found = []
+        log = self.up.out.read_text(errors="replace").splitlines()
+        for p in self.day.posted:
+            if not (p.outcome or "").startswith(("no end", "stream closed")):
+                continue
+            with psycopg.connect(self.up.db_url) as conn:
+                row = conn.execute("select run_status, run_id, run_owner, run_events_from, pending_inputs from tasks "
+                                   "where task_id = %s", (p.task_id,)).fetchone()
+                stored = conn.execute("select idx, payload->>'role', kind from messages where task_id = %s and "
+                                      "run_id = %s order by idx", (p.task_id, p.run_id)).fetchall()
+            events: list[str] = []
+            c = await self._client(p.user)
+            try:
+                async with asyncio.timeout(10), c.stream("GET", p.events_url) as r:
+                    async for line in r.aiter_lines():
+                        if line.startswith("event: "):
+                            events.append(line[7:])
+            except (TimeoutError, httpx.HTTPError) as exc:
+                events.append(f"({type(exc).__name__})")
+            finally:
+                await c.aclose()
+            found.append({"run_id": p.run_id, "content": p.content,
+                          "task": [row[0], row[1], row[2], row[3], [i.get("run_id") for i in row[4] or []]] if row else None,
+                          "stored": stored, "stream_again": events,
+                          "log": [line for line in log if p.run_id in line or p.task_id in line][:20]})
+        return found
 
     def check_database(self) -> None:
         with psycopg.connect(self.up.db_url) as conn:
@@ -376,13 +344,15 @@ async def _day(work: Path, config: SoakConfig) -> dict[str, Any]:
     fake = await FakeLLM(strict=True).start()
     day = Day(config)
     t0 = time.monotonic()
-    up = await asyncio.to_thread(Up, work, fake.base_url, config)
+    up = await asyncio.to_thread(Up, work, fake.base_url, config.max_runs_per_user)
     result: dict[str, Any] = {"ready_s": round(time.monotonic() - t0, 1)}
     try:
         driver = Driver(up, fake, day)
         t1 = time.monotonic()
         await asyncio.gather(*(driver.user_day(i) for i in range(config.users)))
         result["day_s"] = round(time.monotonic() - t1, 1)
+        if unended := await driver.explain_unended():
+            result["unended"] = unended
         await driver.check_history()
         driver.check_database()
         driver.check_folders()
@@ -394,8 +364,11 @@ async def _day(work: Path, config: SoakConfig) -> dict[str, Any]:
         day.violations.append(f"zcbot up took {took:.1f} s to stop after Ctrl-C (budget {STOP_BUDGET_S:g} s)")
     if left:
         day.violations.append(f"processes left after Ctrl-C: {left}")
+    log = up.out.read_text(errors="replace")
+    # What the stack itself reported of the day's faults (a reap or a late `done` is a recovery, not a defect).
+    result["recoveries"] = {what: log.count(line) for what, line in NOTABLE_LOG_LINES.items() if line in log}
     if day.violations:
-        result["up_log_tail"] = up.out.read_text(errors="replace")[-4000:]
+        result["up_log_tail"] = log[-4000:]
     result.update(runs=len(day.posted), outcomes=dict(Counter(p.outcome for p in day.posted)),
                   refused=dict(day.refused), actions=dict(day.actions), violations=day.violations)
     return result

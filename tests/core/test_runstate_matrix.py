@@ -194,6 +194,10 @@ async def check_effects(case: Case, step: Step, event: Event, before: Any, after
         said = {Event.CANCEL: "cancelled", Event.SUBMIT_INTERRUPT: "cancelled", Event.FAIL: "error",
                 Event.REAP: "error", Event.FINISH: "cancelled" if before.run_status == S.CANCELLING else "ok"}
         assert answers[old] == said[event], answers
+        if event in (Event.CANCEL, Event.SUBMIT_INTERRUPT):  # a waiting run: no runner writes its history
+            history = await h.history(case.task)
+            asked = max(i for i, (run, role, _) in enumerate(history) if run == old and role == "user")
+            assert history[asked + 1] == (old, "assistant", "cancelled"), history  # answered in history too
     elif old is not None and before.run_status != S.ERROR:  # (an errored run was answered when it ended)
         assert old not in answers, answers
     if Effect.NEXT_INPUT in effects and (pending or Effect.PENDING_FRONT in effects):

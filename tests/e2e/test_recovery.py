@@ -102,3 +102,95 @@ async def test_two_gateways_serve_the_same_run(stack: Stack, settings_env: dict[
     finally:
         server2.should_exit = True
         await asyncio.wait({task2}, timeout=15)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("while_dead", ["nothing", "interrupt", "cancel"])
+async def test_runner_killed_mid_run_leaves_no_message_behind_it_stranded(bare_stack: Stack, start_service,
+                                                                           while_dead: str) -> None:
+    """Issue 34's soak: the runner is killed while a run streams and a message waits behind it (and,
+    while no runner lives, the user interrupts or cancels): the run is taken over by the redelivery (or
+    ends), and every message behind it runs and ends; nothing is left pending."""
+    stack = bare_stack
+    stack.fake.script("KEY-long", [{"chunks": [f"l{i} " for i in range(60)], "chunk_delay": 0.1}])
+    stack.fake.script("KEY-behind", [{"text": "the message behind it"}])
+    stack.fake.script("KEY-now", [{"text": "the interrupting message"}])
+    first = _runner(start_service, stack)
+    await first.wait_healthy_async(timeout=60)
+    token = await stack.login("noa")
+    task = await stack.create_task(token, "Killed with a queue")
+    tid, url_db = task["task_id"], stack.settings.zcbot_db_url
+    long = (await stack.post(token, tid, "KEY-long go")).json()
+    await wait_for(lambda: db_rows(url_db, "select run_status from tasks where task_id=:t", t=tid)[0][0] == "running",
+                   what="the long run claimed")
+    behind = await stack.post(token, tid, "KEY-behind next", multitask="enqueue")
+    assert behind.status_code == 202 and behind.json()["status"] == "pending", behind.text
+    await asyncio.sleep(0.5)
+    first.kill9()
+    posted = [long, behind.json()]
+    if while_dead == "interrupt":
+        r = await stack.post(token, tid, "KEY-now stop that", multitask="interrupt")
+        assert r.status_code == 202, r.text
+        posted.append(r.json())
+    elif while_dead == "cancel":
+        async with stack.client(token) as c:
+            r = await c.post(f"/v1/tasks/{tid}/cancel")
+        assert r.status_code == 202, r.text
+    second = _runner(start_service, stack)
+    await second.wait_healthy_async(timeout=60)
+    ends = {}
+    for p in posted:
+        events = await stack.events(token, p["events_url"], timeout=90)
+        ends[p["run_id"]] = events[-1]["data"].get("status") if events and events[-1]["event"] == "done" else events[-1:]
+    assert all(status in ("ok", "cancelled") for status in ends.values()), (ends, second.log_tail())
+    if while_dead == "nothing":
+        assert list(ends.values()) == ["ok", "ok"], ends  # the long run taken over, not reaped
+    rows = db_rows(url_db, "select run_status, run_owner, pending_inputs from tasks where task_id=:t", t=tid)
+    assert rows[0][0] == "idle" and rows[0][1] is None and not rows[0][2], rows
+    roles = db_rows(url_db, "select payload->>'role', payload->>'content' from messages where task_id=:t order by idx",
+                    t=tid)
+    interrupting = ["KEY-now stop that"] if while_dead == "interrupt" else []
+    assert [c for role, c in roles if role == "user"] == ["KEY-long go", *interrupting, "KEY-behind next"], roles
+
+
+@pytest.mark.parametrize("marked", [True, False])
+async def test_a_run_whose_runner_died_after_ending_it_gets_its_done_from_the_redelivery(bare_stack: Stack,
+                                                                                         marked: bool) -> None:
+    """Found by the soak (issue 34): a runner commits a run's end, then publishes `done`, then acks; killed
+    between the end and `done`, the run is over in PostgreSQL but its stream never says so, and a client
+    following it waits on keep-alives forever. The redelivery's claim finds the run over: that runner
+    publishes the `done` (the outcome from the ended mark, or from the database when the runner died
+    before the mark too) instead of acking it away in silence."""
+    from zcbot_core.bus import RunRequest, decode
+    from zcbot_core.runstate import sql
+    from zcbot_core.runstate.claim import claim_run
+    from zcbot_core.runstate.transitions import end_params, end_run
+    from zcbot_core.service import close_runtime, open_runtime
+
+    stack = bare_stack
+    token = await stack.login("ola")
+    task = await stack.create_task(token, "Died after the end")
+    tid = task["task_id"]
+    posted = (await stack.post(token, tid, "hello")).json()  # queued: no runner is up yet
+    reader = asyncio.create_task(stack.events(token, posted["events_url"], timeout=40))
+    dead = await open_runtime("runner", stack.settings)  # plays the runner that dies
+    try:
+        psub = await dead.js.pull_subscribe_bind(durable=dead.topo.runners_consumer, stream=dead.topo.runs_stream)
+        msg = (await psub.fetch(1, timeout=10))[0]
+        req = decode(msg.data, RunRequest)
+        assert await claim_run(dead.autocommit, req, "dead-runner") is not None
+        if marked:  # the end as the runner writes it: PostgreSQL, then the ended mark
+            ended = await end_run(dead.autocommit, dead.sessions, dead.js, dead.topo, task_id=tid, run_id=req.run_id,
+                                  status="cancelled", error=None, timings={}, owner="dead-runner")
+            assert ended.finished
+        else:  # killed between the commit and the mark: an errored run
+            async with dead.autocommit.connect() as conn:
+                params = end_params(tid, req.run_id, "error", "it failed", {}, "dead-runner")
+                assert (await conn.execute(sql.END_RUN[True], params)).first() is not None
+    finally:
+        await close_runtime(dead)  # no `done`, no ack: JetStream redelivers the request after ack_wait (3 s)
+    await stack.add_runner()
+    events = await asyncio.wait_for(reader, 40)
+    assert events[-1]["event"] == "done", events
+    assert events[-1]["data"] == {**events[-1]["data"], "run_id": req.run_id,
+                                  "status": "cancelled" if marked else "error"}, events

@@ -97,7 +97,8 @@ async def test_an_interrupt_of_a_waiting_run_takes_its_place_and_both_are_answer
     later_events = await stack.events(token, later.json()["events_url"], timeout=30)
     assert later_events[-1]["data"]["status"] == "ok"
     assert _history(stack, waiting_task["task_id"]) == [
-        ("user", "first question"), ("user", "never mind, this instead"), ("assistant", "ok: never mind, this instead")]
+        ("user", "first question"), ("assistant", "(stopped)"),  # answered in history as a runner answers a stopped run
+        ("user", "never mind, this instead"), ("assistant", "ok: never mind, this instead")]
     assert db_rows(stack.settings.zcbot_db_url, "select count(*) from tasks where user_id='iris' and run_status <> 'idle'"
                    ) == [(0,)]
 
@@ -123,4 +124,5 @@ async def test_a_cancelled_waiting_run_lets_the_message_behind_it_run(one_slot: 
     assert follow_up[-1]["event"] == "done" and follow_up[-1]["data"]["status"] == "ok", follow_up
     assert (await asyncio.wait_for(busy_events, 30))[-1]["data"]["status"] == "ok"
     assert _history(stack, task["task_id"]) == [
-        ("user", "first question"), ("user", "and a follow-up"), ("assistant", "ok: and a follow-up")]
+        ("user", "first question"), ("assistant", "(cancelled)"),  # the cancelled waiting run, answered in history
+        ("user", "and a follow-up"), ("assistant", "ok: and a follow-up")]

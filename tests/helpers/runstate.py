@@ -83,11 +83,12 @@ class RunHarness:
     # ---- the runners' side ------------------------------------------------------------------------
     async def pull(self) -> dict[str, Msg]:
         """Every request JetStream delivers now (a redelivery of a held run replaces its message)."""
-        # (A fetch of nothing waits its timeout out: fetched only when something is to come. A fetch
-        # that times out while the consumer still counts messages pending is a slow machine, not the
-        # end: it is tried again until a deadline.)
+        # (A fetch of nothing waits its timeout out: fetched only when something is to come. A request the
+        # server delivered to an earlier fetch's lingering pull after it returned waits in the client's
+        # own queue, no longer counted as pending by the consumer: `pending_msgs`. A fetch that times out
+        # while the consumer still counts messages pending is a slow machine: tried again until a deadline.)
         deadline = asyncio.get_running_loop().time() + 15.0
-        while self._handed_back or (await self._psub.consumer_info()).num_pending:
+        while self._handed_back or self._psub.pending_msgs or (await self._psub.consumer_info()).num_pending:
             try:
                 msgs = await self._psub.fetch(batch=64, timeout=1.0)
             except (NatsTimeoutError, asyncio.TimeoutError):
@@ -110,6 +111,11 @@ class RunHarness:
         return decode(msg.data, RunRequest).task_id
 
     async def claim(self, run_id: str, owner: str) -> Claim | None:
+        for _ in range(20):  # on a loaded machine the delivery may still be on its way (a lingering pull's)
+            if run_id in self.deliveries:
+                break
+            await asyncio.sleep(0.1)
+            await self.pull()
         msg = self.deliveries.pop(run_id)
         req = decode(msg.data, RunRequest)
         claim = await claim_run(self.rt.autocommit, req, owner)
@@ -173,6 +179,13 @@ class RunHarness:
             rows = await s.execute(select(Message.run_id, Message.payload).where(Message.task_id == task_id)
                                    .order_by(Message.idx))
             return [run_id for run_id, payload in rows if payload.get("role") == "user" and run_id]
+
+    async def history(self, task_id: str) -> list[tuple[str | None, str, str]]:
+        """The task's stored messages in order: (run id, role, kind)."""
+        async with self.rt.sessions() as s:
+            rows = await s.execute(select(Message.run_id, Message.payload, Message.kind)
+                                   .where(Message.task_id == task_id).order_by(Message.idx))
+            return [(run_id, payload.get("role"), kind) for run_id, payload, kind in rows]
 
     async def answers(self, task_id: str) -> list[tuple[str, str]]:
         """Every `done` on the task's event stream, in order: (run id, status)."""

@@ -33,6 +33,7 @@ from zcbot_runner.budget import RunBudget
 from zcbot_runner.config import RunnerSettings
 from zcbot_runner.host_tools import ModelSwitcher
 from zcbot_runner.sink import BusEventSink
+from zcbot_runner.stale import answer_ended_run, is_redelivery
 from zcbot_runner.store import DbStepStore, RunSuperseded
 from zcbot_runner.takeover import SUPERSEDED, announce_takeover, is_takeover_of_other, watch_ownership
 from zcbot_runner.toolbox import RunnerToolBox
@@ -144,6 +145,8 @@ class RunExecutor:
             pending_cancel.cancel()  # no-op once the run has read it
             self._forget(active)
         if claim is None:  # a stale or duplicate delivery of a run that is over
+            if is_redelivery(msg):  # its runner may have died between the run's end and its `done`
+                await answer_ended_run(self.rt, req)
             await msg.ack()
 
     def _forget(self, active: ActiveRun) -> None:

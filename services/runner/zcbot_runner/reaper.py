@@ -141,7 +141,8 @@ class Reaper:
                 reaped += 1
                 subject = self.rt.topo.event_subject(row.task_id)
                 await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=row.run_id, msg=LOST_MESSAGE, code="lost")))
-                await self.rt.js.publish(subject, encode(ev.Done(run_id=row.run_id, status=RunOutcome.ERROR.value)))
+                await self.rt.js.publish(subject, encode(ev.Done(run_id=row.run_id, status=RunOutcome.ERROR.value)),
+                                         headers={"Nats-Msg-Id": ev.done_msg_id(row.run_id)})
                 log.warning("reaped lost run", extra={"task_id": row.task_id, "run_id": row.run_id})
                 # Its next enqueued message runs, as after any end (the waiting runs: just below).
                 await continue_after_end(self.rt.autocommit, self.rt.js, self.rt.topo, outcome, max_active=None,

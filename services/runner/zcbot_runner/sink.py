@@ -119,7 +119,7 @@ class BusEventSink:
         an earlier try was stored after all) until stored or the outage outlasts `retry_seconds`."""
         event, data = ev.fit_event(event, self.max_bytes)  # over the max payload: cut, with a marker
         self.seq += 1
-        msg_id = f"{self._id_prefix}{self.seq}"
+        msg_id = ev.done_msg_id(self.run_id) if isinstance(event, ev.Done) else f"{self._id_prefix}{self.seq}"
         headers = {"Nats-Msg-Id": msg_id}
         if self.last_stored is not None:
             headers[EXPECTED_LAST_SUBJECT_SEQ] = str(self.last_stored)

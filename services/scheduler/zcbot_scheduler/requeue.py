@@ -105,7 +105,8 @@ class QueuedRunSweeper:
             return
         subject = self.rt.topo.event_subject(task_id)
         await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=run_id, msg=GIVEN_UP, code="lost")))
-        await self.rt.js.publish(subject, encode(ev.Done(run_id=run_id, status=RunOutcome.ERROR.value)))
+        await self.rt.js.publish(subject, encode(ev.Done(run_id=run_id, status=RunOutcome.ERROR.value)),
+                                headers={"Nats-Msg-Id": ev.done_msg_id(run_id)})
         self.requeued.pop(run_id, None)
         # Its next enqueued message runs and its slot goes on, as after any end.
         settings = self.rt.settings

@@ -119,6 +119,12 @@ def say(key: str, lang: Lang, **values: object) -> str:
     return _TEXTS[key][lang].format(**values)
 
 
+def cancel_notice(reason: str, lang: Lang) -> str:
+    """What history says after a cancelled run's answer (kind "cancelled"): the user cancelled it, or
+    anything else stopped it (an interrupting message, a timeout)."""
+    return say("cancelled_notice" if reason == "user" else "interrupted_notice", lang)
+
+
 def stop_text(key: str, lang: Lang, **values: object) -> str:
     """A stop message followed by how to continue."""
     sep = "" if lang == "zh" else " "

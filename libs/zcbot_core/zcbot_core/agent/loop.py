@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.guards import MUTATING_TOOLS, RepeatGuard, StallGuard
-from zcbot_core.agent.lang import Lang, say, stop_text, user_language
+from zcbot_core.agent.lang import Lang, cancel_notice, say, stop_text, user_language
 from zcbot_core.agent.tool_args import parse_args
 from zcbot_core.budgets import BudgetExceeded
 from zcbot_core.bus import events as ev
@@ -218,7 +218,7 @@ class AgentLoop:
         if reason in ("shutdown", "superseded"):
             return
         partial = "".join(self.state.partial).strip()
-        notice = say("cancelled_notice" if reason == "user" else "interrupted_notice", self.lang)
+        notice = cancel_notice(reason, self.lang)
         content = f"{partial}\n\n{notice}" if partial else notice
         await self.store.append({"role": "assistant", "content": content}, kind="cancelled")
 

@@ -68,6 +68,16 @@ async def mark_ended(js: JetStreamContext, topo: Topology, run_id: str, status: 
                   extra={"run_id": run_id, "error": repr(exc)})
 
 
+async def ended_status(js: JetStreamContext, topo: Topology, run_id: str) -> str | None:
+    """The outcome `mark_ended` recorded for `run_id`, or None (no mark, or a marker without one)."""
+    try:
+        kv = await kv_bucket(js, topo.ended_runs_bucket)
+        entry = await kv.get(topo.kv_key(run_id))
+    except Exception:  # KeyNotFoundError / KeyDeletedError, or the bus not answering: no verdict
+        return None
+    return entry.value.decode() if entry is not None and entry.value else None
+
+
 class EndedRuns:
     """One executor's view of the bucket: `refusal(run_id)` before every tool call."""
 

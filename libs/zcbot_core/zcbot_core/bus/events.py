@@ -138,6 +138,13 @@ class Done(RunEvent):
     files_changed: int = 0  # distinct files the run created, changed or removed (data_events, issue 29)
 
 
+def done_msg_id(run_id: str) -> str:
+    """The `Nats-Msg-Id` of a run's `done`, whichever execution publishes it: a `done` published again for
+    a run whose runner died after ending it (`zcbot_runner.stale`) is then dropped by JetStream's
+    duplicate window when the first one was stored after all."""
+    return f"{run_id}:done"
+
+
 EVENT_TYPES: dict[str, type[RunEvent]] = {
     cls.type: cls
     for cls in (

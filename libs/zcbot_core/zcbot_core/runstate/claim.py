@@ -20,7 +20,7 @@ from zcbot_core.agent.context import window
 from zcbot_core.agent.fold import meta_of, plan_reset
 from zcbot_core.bus import RunRequest
 from zcbot_core.runstate import sql
-from zcbot_core.runstate.status import RunStatus
+from zcbot_core.runstate.status import RunOutcome, RunStatus
 from zcbot_core.runstate.transitions import now
 
 
@@ -53,3 +53,16 @@ async def claim_run(autocommit: AsyncEngine, req: RunRequest, owner: str) -> Cla
     history = window([(idx, kind, payload) for idx, kind, payload, _ in rows], base, summary)
     return Claim(task=task, history=history, cancelling=task.run_status == RunStatus.CANCELLING,
                  prior_owner=task.prior_owner)
+
+
+async def ended_outcome(autocommit: AsyncEngine, task_id: str, run_id: str) -> str:
+    """How a run that is over ended (`RunOutcome`), read from what it left when nothing recorded it:
+    `error` while its task still holds it so, `cancelled` or `stopped` when its last message is the
+    loop's cancel notice or stop, else `ok`."""
+    async with autocommit.connect() as conn:
+        row = (await conn.execute(sql.ENDED_RUN, {"ended_task": task_id, "ended_run": run_id})).first()
+    if row is not None and row.errored:
+        return RunOutcome.ERROR.value
+    last_kind = row.last_kind if row is not None else None
+    return {"cancelled": RunOutcome.CANCELLED.value, "guard": RunOutcome.STOPPED.value}.get(last_kind or "",
+                                                                                         RunOutcome.OK.value)

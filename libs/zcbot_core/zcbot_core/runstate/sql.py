@@ -209,6 +209,13 @@ END_WAITING = (
     .values(run_status=RunStatus.IDLE.value, run_request=None, run_owner=None, run_error=None,
             pending_inputs=literal_column("'[]'::jsonb"), updated_at=func.now())
 )
+# A run's own (user) message, the last one stored for it: a notice answering it is in its language.
+RUN_MESSAGE = (
+    select(messages.c.payload)
+    .where(messages.c.task_id == bindparam("of_task"), messages.c.run_id == bindparam("of_run"))
+    .order_by(messages.c.idx.desc())
+    .limit(1)
+)
 # A deleted task's run ended: the messages that waited behind it never run.
 DROP_PENDING = update(tasks).where(tasks.c.task_id == bindparam("drop_task")).values(
     pending_inputs=literal_column("'[]'::jsonb"))
@@ -277,6 +284,13 @@ _binding_active = (
     .exists()
 )
 CLAIM = select(_claimed, _window_json.label("window_rows"), _binding_active.label("user_has_active_binding"))
+# How a run that is over ended, from what it left (a stale redelivery's `done`, `claim.ended_outcome`):
+# whether the task still holds it in `error`, and the kind of its last stored message.
+ENDED_RUN = text(
+    "SELECT t.run_id = :ended_run AND t.run_status = 'error' AS errored, "
+    "(SELECT m.kind FROM messages m WHERE m.task_id = t.task_id AND m.run_id = :ended_run "
+    "ORDER BY m.idx DESC LIMIT 1) AS last_kind FROM tasks t WHERE t.task_id = :ended_task"
+).bindparams(bindparam("ended_run", type_=String), bindparam("ended_task", type_=String))
 # Applied only when the soft reset moves the window, fenced by the claim just made.
 SOFT_RESET = (
     update(tasks)

@@ -242,7 +242,8 @@ async def _submit_in_transaction(
             if matrix.Effect.ENDS_RUN in step.effects:
                 # An interrupt of a waiting run: it ends (cancelled) and this message takes its place.
                 replaced = task.run_id
-                ended = await runs.end_waiting_run(session, js, topo, task, pending, tail=events_tail)
+                ended = await runs.end_waiting_run(session, js, topo, task, pending, tail=events_tail,
+                                                   reason="interrupt")
                 assert ended.next_input is not None  # `pending` starts with this message
                 idx = ended.next_input.message_idx
                 position = int((await session.execute(sql.WAITING_POSITION, {"position_task": task_id})).scalar_one())

@@ -41,9 +41,10 @@ from nats.js import JetStreamContext
 from nats.js.errors import BadRequestError, NotFoundError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from zcbot_core.agent.lang import cancel_notice, user_language
 from zcbot_core.bus import CancelRequest, RunRequest, Topology, encode
 from zcbot_core.bus.ended_runs import mark_ended
-from zcbot_core.bus.events import Done
+from zcbot_core.bus.events import Done, done_msg_id
 from zcbot_core.bus.retry import retry_until
 from zcbot_core.bus.topology import kv_bucket
 from zcbot_core.db.engine import autocommit
@@ -255,7 +256,7 @@ async def request_cancel(
             raise NothingToCancel("no run is active on this task")
         run_id = task.run_id
         if matrix.Effect.ENDS_RUN in step.effects:  # waiting: no runner has it, it ends here
-            outcome = await end_waiting_run(session, js, topo, task, list(task.pending_inputs or []))
+            outcome = await end_waiting_run(session, js, topo, task, list(task.pending_inputs or []), reason=reason)
         else:
             await session.execute(sql.MARK_CANCELLING, {"cancel_task": task_id})
     if matrix.Effect.ENDS_RUN in step.effects:
@@ -270,10 +271,16 @@ async def request_cancel(
 
 
 async def end_waiting_run(session: AsyncSession, js: JetStreamContext, topo: Topology, task: Any, pending: list[Any],
-                          tail: Awaitable[int | None] | None = None) -> "FinishOutcome":
+                          tail: Awaitable[int | None] | None = None, reason: str = "user") -> "FinishOutcome":
     """A waiting run ends (cancelled, or replaced by an interrupting message: `pending` then starts with
-    it), the task row locked: its next message waits in its place (`start_next_input`)."""
+    it), the task row locked: its message is answered by the cancel notice a runner stores for a run it
+    cancels (`AgentLoop._store_cancelled`: history tells the truth; no runner ever writes this run's
+    history), then its next message waits in its place (`start_next_input`)."""
     await session.execute(sql.END_WAITING, {"cancel_task": task.task_id, "cancel_run": task.run_id})
+    asked = (await session.execute(sql.RUN_MESSAGE, {"of_task": task.task_id, "of_run": task.run_id})).scalar()
+    lang = user_language([asked] if isinstance(asked, dict) else [])
+    await append_message(session, task.task_id, {"role": "assistant", "content": cancel_notice(reason, lang)},
+                         kind="cancelled", run_id=task.run_id)
     nxt = await start_next_input(session, js, topo, task_id=task.task_id, user_id=task.user_id, pending=pending,
                                  deleted=task.deleted_at is not None, held_slot=False, place=task.run_queued_at,
                                  tail=tail)
@@ -287,7 +294,7 @@ async def answer_waiting_end(js: JetStreamContext, topo: Topology, task_id: str,
     await mark_ended(js, topo, run_id, RunOutcome.CANCELLED.value)  # never raises
     try:
         await js.publish(topo.event_subject(task_id), encode(Done(run_id=run_id, status=RunOutcome.CANCELLED.value)),
-                         timeout=5)
+                         headers={"Nats-Msg-Id": done_msg_id(run_id)}, timeout=5)
     except Exception as exc:
         log.warning("could not publish a cancelled waiting run's done", extra={"task_id": task_id, "run_id": run_id,
                                                                               "error": repr(exc)})
