@@ -22,6 +22,7 @@ from tests.devstack import hosted_probe
 from tests.helpers.wait import wait_for
 from zcbot_core.config import Settings, load_settings
 from zcbot_devstack.hosted import ServicesHost
+from zcbot_devstack.output import render_line
 from zcbot_devstack.shutdown import stop_services
 from zcbot_devstack.stack import Stack, default_service_cmd
 
@@ -35,8 +36,9 @@ class Lines:
         self.lock = threading.Lock()
 
     def __call__(self, name: str, line: str) -> None:
+        """As `zcbot up`'s printer: the host hands over a log record's JSON line, rendered here."""
         with self.lock:
-            self.items.append((name, line))
+            self.items.append((name, render_line(line)))
 
     def of(self, name: str) -> list[str]:
         with self.lock:

@@ -66,6 +66,8 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/v1/tasks/{task_id}/restore"): Route(owned=True),
     ("GET", "/v1/tasks/{task_id}/messages"): Route(owned=True),
     ("POST", "/v1/tasks/{task_id}/messages"): Route(json={"content": "hello"}, owned=True),
+    ("POST", "/v1/tasks/{task_id}/messages/{idx}/resend"): Route(json={"content": "edited"}, owned=True),
+    ("GET", "/v1/models"): Route(),
     ("POST", "/v1/tasks/{task_id}/cancel"): Route(owned=True),
     ("GET", "/v1/tasks/{task_id}/events"): Route(owned=True),
     ("GET", "/v1/tasks/{task_id}/export"): Route(owned=True),
@@ -152,7 +154,7 @@ async def _world(client: httpx.AsyncClient, settings: Settings) -> World:
     job_id = await seed_schedule(db, OWNER, "daily", "brief me")
     seed_extended_memory(settings.storage_root, OWNER, "diary.md", "private", "alice's secret diary")
     params = {"task_id": task_id, "job_id": job_id, "filename": "diary.md", "channel": "wecom", "email": MEMBER,
-              "proc_id": "p0123456789ab", "run_id": "run-none"}
+              "proc_id": "p0123456789ab", "run_id": "run-none", "idx": "0"}
     return World(client=client, settings=settings, tokens=tokens, params=params)
 
 
@@ -247,7 +249,7 @@ async def test_other_users_resources_are_404_and_untouched(world: World) -> None
     other = bearer(world.tokens[OTHER])
     failures = []
     owned = {key: route for key, route in ROUTES.items() if route.owned}
-    assert len(owned) == 18
+    assert len(owned) == 19
     for (method, path), route in owned.items():
         r = await _call(world, method, path, route, other)
         if r.status_code != 404:
