@@ -7,7 +7,7 @@
 #   docker run --env-file .env zcbot:latest db upgrade   # migrations (one-shot)
 #
 # Layout: the project is installed in editable mode from /app. zcbot finds `config/` (model
-# profiles) and `skills/` relative to its source tree (zcbot_core.config.REPO_ROOT), so the image
+# profiles) and `skills/` relative to its source tree (zcbot_core.platform.config.REPO_ROOT), so the image
 # keeps the repository layout at /app instead of copying the packages into site-packages.
 # Runs as uid/gid 10001, the uid the bwrap sandboxes and the sandbox image (deploy/sandbox) use,
 # so every file in the shared user-root volume has one owner.

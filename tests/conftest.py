@@ -46,8 +46,8 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 from helpers.procs import ServiceProcess  # noqa: E402
 from zcbot_core.bus import Topology  # noqa: E402
-from zcbot_core.config import Settings, get_settings  # noqa: E402
-from zcbot_core.service import Runtime  # noqa: E402
+from zcbot_core.platform.config import Settings, get_settings  # noqa: E402
+from zcbot_core.platform.service import Runtime  # noqa: E402
 from zcbot_devstack.embedded import EmbeddedNats, EmbeddedPostgres, free_port  # noqa: E402
 from zcbot_devstack.embedded.nats_auth import NatsCredentials  # noqa: E402
 from zcbot_devstack.services import SERVICE_PORT_ENV  # noqa: E402
@@ -329,7 +329,7 @@ def settings(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> I
 @pytest.fixture
 async def rt(settings: Settings) -> AsyncIterator[Runtime]:
     """A service's `Runtime` (NATS with the test's topology, the test's database), in the test's loop."""
-    from zcbot_core.service import close_runtime, open_runtime
+    from zcbot_core.platform.service import close_runtime, open_runtime
 
     runtime = await open_runtime("test", settings)
     try:

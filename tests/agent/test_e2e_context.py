@@ -15,12 +15,12 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from tests.helpers.stack import Stack, write_fake_profile
+from zcbot_core.accounts.usage import daily_trend, task_usage, usage_by_model, usage_by_user, usage_totals
 from zcbot_core.agent.context import COMPRESSED_TAG, SUMMARY_PREFIX, check_protocol
 from zcbot_core.agent.fold import FOLD_MARKER, SUMMARY_HEADINGS
 from zcbot_core.db.engine import make_engine, make_sessionmaker
 from zcbot_core.db.models import Message, Task, UsageEvent
 from zcbot_core.runstate.transitions import append_message
-from zcbot_core.usage import daily_trend, task_usage, usage_by_model, usage_by_user, usage_totals
 
 SMALL = dict(reliable_context=6000, max_context=32000)  # compress from ~3000 tokens, fold from ~5100
 BIG_RESULT = "".join(f"{i:04d} | sample row with a measurement of {i * 3.25:.2f} units\n" for i in range(70))  # ~3.5K chars

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
-from zcbot_core.config import get_settings
 from zcbot_core.llm.probe import ERROR, MISMATCH, OK, ROUND_TRIP_CODE, SKIPPED, format_table, run_probe, run_probe_cli
 from zcbot_core.llm.profiles import Pricing, Profile
+from zcbot_core.platform.config import get_settings
 from zcbot_fakellm import FakeLLM
 
 ONE_CALL = [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}]

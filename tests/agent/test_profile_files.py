@@ -12,8 +12,8 @@ from pathlib import Path
 import litellm
 import pytest
 
-from zcbot_core.config import Settings
 from zcbot_core.llm.profiles import Pricing, ProfileError, check_profiles, get_profile, load_registry
+from zcbot_core.platform.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = "model: openai/fake-model\nmax_context: 1000\nreliable_context: 800\n"

@@ -12,7 +12,7 @@ import pytest
 
 from tests.browser.pagekit import login_with_key, login_with_password, sql, tid
 from tests.helpers.stack import Stack
-from zcbot_core.auth import hash_password
+from zcbot_core.accounts.auth import hash_password
 
 try:
     from playwright.async_api import Page, expect

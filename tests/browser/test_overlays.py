@@ -21,7 +21,7 @@ from tests.browser.pagekit import (
     tid,
 )
 from tests.helpers.stack import Stack
-from zcbot_core.auth import hash_password
+from zcbot_core.accounts.auth import hash_password
 
 try:
     from playwright.async_api import Page, expect

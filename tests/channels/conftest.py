@@ -25,8 +25,8 @@ import pytest
 
 from tests.channels.fakes import FakeILink, FakeWeCom
 from tests.helpers.stack import Stack, bare_stack, fake_llm, stack  # noqa: F401
-from zcbot_core import paths
-from zcbot_core.service import Runtime, close_runtime, open_runtime, serve_http
+from zcbot_core.platform.service import Runtime, close_runtime, open_runtime, serve_http
+from zcbot_core.safe_fs import paths
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.results import ToolOutcome
 from zcbot_devstack.embedded import free_port

@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from zcbot_core.service import serve_http
+from zcbot_core.platform.service import serve_http
 from zcbot_devstack.embedded import free_port
 
 

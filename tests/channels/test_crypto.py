@@ -15,10 +15,10 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from zcbot_core.channels import wecom_crypto
 from zcbot_core.channels.ilink_api import aes_ecb_decrypt, aes_ecb_encrypt, aes_ecb_padded_size, client_version
+from zcbot_core.channels.sealing import SealError, key_from_settings, open_sealed, seal
 from zcbot_core.channels.text import split_chars, split_utf8
 from zcbot_core.channels.wecom_crypto import WeComCrypt, WeComCryptoError
-from zcbot_core.channels_crypto import SealError, key_from_settings, open_sealed, seal
-from zcbot_core.config import ConfigError
+from zcbot_core.platform.config import ConfigError
 
 TOKEN = "hJqcu3uJ9Tn2gXPmxx2w9kkCkCE2EPYo"
 AES_KEY = "6qkdMrq68nTKduznJYO1A37W2oEgpkMUvkttRToqhUt"

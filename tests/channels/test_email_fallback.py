@@ -10,7 +10,7 @@ from tests.channels.conftest import ChannelStack, assert_no_secrets
 from tests.channels.test_ilink import login
 from tests.helpers.db import db_exec
 from tests.helpers.smtp import SmtpServer
-from zcbot_core.push import send_to_user
+from zcbot_core.channels.push import send_to_user
 
 
 @pytest.fixture

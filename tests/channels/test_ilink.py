@@ -11,7 +11,7 @@ from tests.channels.conftest import ChannelStack, assert_no_secrets, bind_wecom
 from tests.helpers.db import db_exec, db_rows
 from tests.helpers.wait import wait_for
 from zcbot_core.bus import Topology
-from zcbot_core.push import send_to_user
+from zcbot_core.channels.push import send_to_user
 
 REPORT = "name,value\nwidgets,42\n" * 20
 

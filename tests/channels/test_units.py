@@ -7,8 +7,8 @@ import pytest
 from zcbot_channels.leases import Lease
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import connect, ensure_topology
-from zcbot_core.paths import PathRejected
-from zcbot_core.push import send_to_user
+from zcbot_core.channels.push import send_to_user
+from zcbot_core.safe_fs.paths import PathRejected
 from zcbot_core.tools.push_tool import PUSH_TOOL_SCHEMA, _user_relative, register_push_tool
 
 

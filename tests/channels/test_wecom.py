@@ -10,7 +10,7 @@ import pytest
 
 from tests.channels.conftest import ChannelStack, assert_no_secrets, bind_wecom
 from tests.helpers.db import db_rows
-from zcbot_core.push import send_to_user
+from zcbot_core.channels.push import send_to_user
 
 
 async def wait_until_run_active(url: str, user_id: str, timeout: float = 10.0) -> None:

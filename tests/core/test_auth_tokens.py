@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from zcbot_core import auth
+from zcbot_core.accounts import auth
 
 SECRET = "s" * 40
 

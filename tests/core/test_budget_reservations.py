@@ -1,4 +1,4 @@
-"""zcbot_core.budgets against the real PostgreSQL: concurrent reservations of one user are
+"""zcbot_core.accounts.budgets against the real PostgreSQL: concurrent reservations of one user are
 serialized by the lock on the user's row, so together they never pass the limit."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 
 from tests.helpers.db import db_exec, db_rows
-from zcbot_core import budgets
+from zcbot_core.accounts import budgets
 from zcbot_core.db.engine import make_engine, make_sessionmaker
 
 

@@ -7,11 +7,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from zcbot_core import auth, paths, quota, safe_fs, schedules
+from zcbot_core import quota, safe_fs, schedules
+from zcbot_core.accounts import auth
 from zcbot_core.channels.ilink_login import LoginError
-from zcbot_core.config import ConfigError
 from zcbot_core.errors import ZcbotError
+from zcbot_core.platform.config import ConfigError
 from zcbot_core.runstate import transitions as runs
+from zcbot_core.safe_fs import paths
 from zcbot_gateway.errors import ServiceUnavailable, install_error_handlers
 
 # (raised error, status, detail, headers the response must carry)

@@ -13,8 +13,8 @@ from sqlalchemy.engine import make_url
 
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import ensure_topology
-from zcbot_core.config import Settings, get_settings
 from zcbot_core.db.models import Base
+from zcbot_core.platform.config import Settings, get_settings
 from zcbot_devstack.services import SERVICE_PORT_ENV
 
 _seen_dbs: list[str] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 KNOWN = {  # the modules of a cycle -> why it stays (for now)
-    frozenset({"zcbot_core.paths", "zcbot_core.safe_fs", "zcbot_core.safe_fs.errors", "zcbot_core.safe_fs.root",
+    frozenset({"zcbot_core.safe_fs.paths", "zcbot_core.safe_fs", "zcbot_core.safe_fs.errors", "zcbot_core.safe_fs.root",
                "zcbot_core.safe_fs.temp", "zcbot_core.safe_fs.userfile"}):
         "paths.make_user_dir builds folders through safe_fs, whose errors derive from paths.PathRejected",
     frozenset({"zcbot_executor.bg_watch", "zcbot_executor.procs"}):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zcbot_core.paths import (
+from zcbot_core.safe_fs.paths import (
     PathRejected,
     is_prefix_nested,
     normalize_rel,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from zcbot_core.config import REPO_ROOT, ConfigError, Settings, ensure_local_secrets
+from zcbot_core.platform.config import REPO_ROOT, ConfigError, Settings, ensure_local_secrets
 
 STRONG = {
     "JWT_SECRET": "Qw8vJ2mZx1Lr7Ty4Nb6Pk0Hs3Dc9Fg5Va2Ue8Wi",

@@ -19,13 +19,13 @@ import pytest
 from tests.helpers.runstate import RunHarness
 from zcbot_core.bus import CancelRequest, RunRequest, decode
 from zcbot_core.bus.topology import kv_bucket
-from zcbot_core.config import Settings, get_settings
+from zcbot_core.platform.config import Settings, get_settings
+from zcbot_core.platform.service import close_runtime, open_runtime
 from zcbot_core.runstate import RunStatus
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.claim import claim_run
 from zcbot_core.runstate.matrix import MATRIX, Effect, Event, Step
 from zcbot_core.runstate.status import COUNTED
-from zcbot_core.service import close_runtime, open_runtime
 from zcbot_scheduler.requeue import MAX_REQUEUES
 
 S = RunStatus

@@ -33,12 +33,12 @@ from hypothesis.stateful import (
 )
 
 from tests.helpers.runstate import RunHarness
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.service import close_runtime, open_runtime
 from zcbot_core.runstate import RunStatus, submit
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.matrix import MATRIX, MULTITASK_EVENT, Effect, Event
 from zcbot_core.runstate.status import COUNTED
-from zcbot_core.service import close_runtime, open_runtime
 from zcbot_scheduler.requeue import MAX_REQUEUES
 
 S = RunStatus

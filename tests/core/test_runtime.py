@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from zcbot_core.config import ConfigError, Settings
-from zcbot_core.service import Runtime
+from zcbot_core.platform.config import ConfigError, Settings
+from zcbot_core.platform.service import Runtime
 
 
 def _runtime(settings: Settings, **db: Any) -> Runtime:
@@ -37,8 +37,8 @@ async def test_healthz_answers_with_the_instance_id_from_the_settings(monkeypatc
     import httpx
     from fastapi import FastAPI
 
-    from zcbot_core.config import load_settings
-    from zcbot_core.service import health_routes
+    from zcbot_core.platform.config import load_settings
+    from zcbot_core.platform.service import health_routes
 
     monkeypatch.setenv("ZCBOT_INSTANCE_ID", "stack-1234")
     app = FastAPI()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from zcbot_core import safe_fs
-from zcbot_core.paths import PathRejected
 from zcbot_core.safe_fs import resolve
+from zcbot_core.safe_fs.paths import PathRejected
 
 
 @pytest.fixture(params=["openat2", "walk"])

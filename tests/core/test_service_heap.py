@@ -7,7 +7,7 @@ import gc
 import subprocess
 import sys
 
-from zcbot_core.service import GC_THRESHOLDS, settle_heap
+from zcbot_core.platform.service import GC_THRESHOLDS, settle_heap
 
 
 def test_in_process_services_leave_the_host_gc_alone() -> None:
@@ -18,7 +18,7 @@ def test_in_process_services_leave_the_host_gc_alone() -> None:
 
 
 def test_a_service_process_freezes_its_startup_heap_and_collects_rarely() -> None:
-    code = ("import gc; from zcbot_core.service import own_process_heap, settle_heap; "
+    code = ("import gc; from zcbot_core.platform.service import own_process_heap, settle_heap; "
             "own_process_heap(); settle_heap(); print(gc.get_threshold(), gc.get_freeze_count() > 1000)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.split(")")[0] + ")" == str(GC_THRESHOLDS) and out.strip().endswith("True")

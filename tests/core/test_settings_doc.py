@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from zcbot_channels.config import ChannelsServiceSettings
-from zcbot_core import settings_doc
 from zcbot_core.channels.settings import ChannelSettings
-from zcbot_core.config import REPO_ROOT, ConfigError, Settings, load_settings
+from zcbot_core.platform import settings_doc
+from zcbot_core.platform.config import REPO_ROOT, ConfigError, Settings, load_settings
 from zcbot_executor.config import ExecutorConfig, ExecutorSettings
 from zcbot_runner.config import RunnerSettings
 from zcbot_scheduler.config import SchedulerConfig
@@ -17,7 +17,7 @@ from zcbot_scheduler.config import SchedulerConfig
 def test_readme_table_is_generated_from_the_settings_classes() -> None:
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     block = settings_doc.render()
-    assert block in readme, "README.md's settings table is stale: run `python -m zcbot_core.settings_doc`"
+    assert block in readme, "README.md's settings table is stale: run `python -m zcbot_core.platform.settings_doc`"
     for name in ("ZCBOT_SKILLS_DIR", "ZCBOT_DOCKER_CPUS", "ZCBOT_SOFFICE", "ZCBOT_SCHEDULE_MISFIRE_GRACE_SECONDS"):
         assert f"| `{name}` |" in block
     undocumented = [alias for _, ref in settings_doc.SETTINGS_CLASSES

@@ -14,9 +14,9 @@ from sqlalchemy import select, update
 from zcbot_core.bus import decode
 from zcbot_core.bus.events import Done
 from zcbot_core.db.models import Message, Task, User
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate import sql, submit
 from zcbot_core.runstate import transitions as runs
-from zcbot_core.service import Runtime
 
 # Columns a submit may set to the current time or a fresh id: compared as "set", not by value.
 VOLATILE = {"task_id", "run_id", "run_queued_at", "updated_at", "created_at"}

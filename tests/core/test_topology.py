@@ -13,7 +13,7 @@ from zcbot_core.bus import Topology
 from zcbot_core.bus.grants import GRANT_TTL_SECONDS
 from zcbot_core.bus.servers import server_list
 from zcbot_core.bus.topology import StreamLimits, _replicas, connect, ensure_topology
-from zcbot_core.config import ConfigError, Settings, load_settings
+from zcbot_core.platform.config import ConfigError, Settings, load_settings
 
 
 def test_a_server_list_is_split_and_checked() -> None:

@@ -1,4 +1,4 @@
-"""zcbot_core.users_admin against a real PostgreSQL: the rules every way in shares (CLI, admin API)."""
+"""zcbot_core.accounts.users_admin against a real PostgreSQL: the rules every way in shares (CLI, admin API)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from zcbot_core import users_admin as ua
+from zcbot_core.accounts import users_admin as ua
 from zcbot_core.db.engine import normalize_url
 
 

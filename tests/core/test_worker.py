@@ -1,4 +1,4 @@
-"""The service toolkit (zcbot_core.worker) on a real NATS: the pull worker takes a ready message at once,
+"""The service toolkit (zcbot_core.platform.worker) on a real NATS: the pull worker takes a ready message at once,
 bounds its handlers, hands unfinished messages back at drain; the task group and the periodic loop."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from zcbot_core.worker import PullWorker, TaskGroup, instance_id, periodic, wait_or_stop
+from zcbot_core.platform.worker import PullWorker, TaskGroup, instance_id, periodic, wait_or_stop
 
 # Far longer than any test waits: a message held by a pending pull request would only come out at the
 # poll's expiry, so a test that sees it within seconds saw it taken at once (no timing threshold).

@@ -189,7 +189,7 @@ def test_healthchecks_probe_healthz_with_python(services: dict[str, dict[str, An
 
 
 def test_ports_match_settings(services: dict[str, dict[str, Any]]) -> None:
-    from zcbot_core.config import Settings
+    from zcbot_core.platform.config import Settings
 
     fields = Settings.model_fields
     aliases = {"gateway": "zcbot_http_port", "runner": "zcbot_runner_port", "executor": "zcbot_executor_port",
@@ -210,7 +210,7 @@ def test_user_roots_shared_at_one_path(project: dict[str, Any], services: dict[s
 
 
 def test_production_settings_and_secrets(services: dict[str, dict[str, Any]]) -> None:
-    from zcbot_core.config import Settings
+    from zcbot_core.platform.config import Settings
 
     for name in ZCBOT_SERVICES:
         env = cc.environment(services[name])
@@ -230,7 +230,7 @@ def test_production_settings_and_secrets(services: dict[str, dict[str, Any]]) ->
 
 
 def test_env_names_are_known_settings(services: dict[str, dict[str, Any]]) -> None:
-    from zcbot_core.settings_doc import SETTINGS_CLASSES, load_class
+    from zcbot_core.platform.settings_doc import SETTINGS_CLASSES, load_class
 
     known = {f.alias for _, ref in SETTINGS_CLASSES for f in load_class(ref).model_fields.values() if f.alias}
     for name in ZCBOT_SERVICES:

@@ -106,7 +106,7 @@ def test_dependency_layer_installs_what_pyproject_declares(repo: Path, tmp_path:
 
 def test_image_keeps_the_source_layout(repo: Path) -> None:
     """zcbot finds config/ and skills/ from its source tree; the image installs it in place at /app."""
-    from zcbot_core.config import REPO_ROOT
+    from zcbot_core.platform.config import REPO_ROOT
 
     assert REPO_ROOT == repo
     final = dict(stages(repo / "Dockerfile")[-1])
@@ -195,7 +195,7 @@ def test_images_can_make_pdfs_with_chinese_fonts(repo: Path, dockerfile: str) ->
 
 def test_dockerignore_sends_only_the_sources(repo: Path) -> None:
     patterns = dockerignore(repo)
-    kept = ["pyproject.toml", "setup.py", "libs/zcbot_core/zcbot_core/config.py", "services/gateway/zcbot_gateway/app.py",
+    kept = ["pyproject.toml", "setup.py", "libs/zcbot_core/zcbot_core/platform/config.py", "services/gateway/zcbot_gateway/app.py",
             "config/models/deepseek_v4.yaml", "skills/ppt/SKILL.md",
             "libs/zcbot_core/zcbot_core/db/migrations/versions/0001_initial_schema.py"]
     dropped = [".git/HEAD", ".venv/bin/python", ".zcbot/secrets.env", "tests/conftest.py", "bench/run.py",

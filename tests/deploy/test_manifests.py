@@ -194,7 +194,7 @@ def test_deployments_have_probes_resources_and_run_as_non_root(docs: list[dict[s
 
 
 def test_every_zcbot_service_listens_where_its_settings_say(docs: list[dict[str, Any]]) -> None:
-    from zcbot_core.config import Settings
+    from zcbot_core.platform.config import Settings
 
     defaults = Settings.model_fields
     port_field = {"gateway": "zcbot_http_port", "runner": "zcbot_runner_port", "executor": "zcbot_executor_port",
@@ -224,7 +224,7 @@ def test_images_come_from_the_overlay(docs: list[dict[str, Any]]) -> None:
 
 def test_env_vars_are_known_settings(docs: list[dict[str, Any]]) -> None:
     """Every ZCBOT_* name we set is read by zcbot (a typo would be silently ignored)."""
-    from zcbot_core.settings_doc import SETTINGS_CLASSES, load_class
+    from zcbot_core.platform.settings_doc import SETTINGS_CLASSES, load_class
 
     # every service's settings class (the shared fields and each service's own knobs)
     known = {f.alias for _, ref in SETTINGS_CLASSES for f in load_class(ref).model_fields.values() if f.alias}

@@ -115,7 +115,7 @@ def test_the_real_nats_server_reads_the_cluster_config(tmp_path: Path) -> None:
 
 
 def test_services_get_every_node_and_three_replicas(docs: list[dict[str, Any]]) -> None:
-    from zcbot_core.config import Settings
+    from zcbot_core.platform.config import Settings
 
     config = kc.by_kind(docs, "ConfigMap")["zcbot-config"]["data"]
     clients = nats_addresses(docs, "client")

@@ -8,9 +8,9 @@ import logging
 
 from pydantic import Field
 
-from zcbot_core.config import Settings
-from zcbot_core.logs import current_service
-from zcbot_core.service import Runtime, run_service
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.logs import current_service
+from zcbot_core.platform.service import Runtime, run_service
 from zcbot_devstack.services import BY_NAME
 
 log = logging.getLogger("tests.hosted_probe")

@@ -20,7 +20,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 from tests.devstack import hosted_probe
 from tests.helpers.wait import wait_for
-from zcbot_core.config import Settings, load_settings
+from zcbot_core.platform.config import Settings, load_settings
 from zcbot_devstack.hosted import ServicesHost
 from zcbot_devstack.output import render_line
 from zcbot_devstack.shutdown import stop_services

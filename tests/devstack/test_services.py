@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 from zcbot_devstack.cli import build_parser
 from zcbot_devstack.services import BY_NAME, NAMES, SERVICE_PORT_ENV, SERVICES, service_port
 

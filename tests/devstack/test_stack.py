@@ -275,7 +275,7 @@ def test_choose_port_prefers_remembered_then_default(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", [["nope"]])
 def test_unknown_service_is_rejected(bad: list[str]) -> None:
-    from zcbot_core.config import Settings
+    from zcbot_core.platform.config import Settings
     from zcbot_devstack.stack import run_stack
 
     with pytest.raises(ValueError, match="unknown services"):

@@ -17,7 +17,7 @@ import pytest
 
 from tests.helpers.executor_stack import SANDBOX_UID
 from tests.helpers.stack import Stack
-from zcbot_core import paths
+from zcbot_core.safe_fs import paths
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox uid is only dropped to when the stack is root")
 

@@ -162,10 +162,10 @@ async def test_a_run_whose_runner_died_after_ending_it_gets_its_done_from_the_re
     publishes the `done` (the outcome from the ended mark, or from the database when the runner died
     before the mark too) instead of acking it away in silence."""
     from zcbot_core.bus import RunRequest, decode
+    from zcbot_core.platform.service import close_runtime, open_runtime
     from zcbot_core.runstate import sql
     from zcbot_core.runstate.claim import claim_run
     from zcbot_core.runstate.transitions import end_params, end_run
-    from zcbot_core.service import close_runtime, open_runtime
 
     stack = bare_stack
     token = await stack.login("ola")

@@ -252,7 +252,7 @@ async def test_duplicate_delivery_of_a_finished_run_is_dropped(stack: Stack) -> 
 ])
 async def test_wall_clock_limit_ends_the_run_with_a_clear_error(bare_stack: Stack, prompt: str,
                                                                  expected: list[str]) -> None:
-    from zcbot_core.service import open_runtime
+    from zcbot_core.platform.service import open_runtime
     from zcbot_runner.service import RunnerService
 
     stack = bare_stack

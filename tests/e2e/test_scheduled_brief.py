@@ -18,8 +18,8 @@ from sqlalchemy import select
 from tests.helpers.fake_web import FakeWeb, fake_web  # noqa: F401  (fixture)
 from tests.helpers.stack import Stack
 from zcbot_core.db.models import ScheduledJob, Task
+from zcbot_core.platform.service import close_runtime, open_runtime
 from zcbot_core.schedules import create_schedule
-from zcbot_core.service import close_runtime, open_runtime
 from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.service import SchedulerService
 

@@ -19,7 +19,7 @@ from tests.helpers.executor_stack import Stack
 from zcbot_core import egress_usage
 from zcbot_core.bus import EgressUsageReport
 from zcbot_core.db.models import EgressUsage
-from zcbot_core.service import Runtime
+from zcbot_core.platform.service import Runtime
 from zcbot_executor.egress.cap import BUCKET_SECONDS, WINDOW_SECONDS, ByteCap
 
 MB = 2**20

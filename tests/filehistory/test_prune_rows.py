@@ -19,7 +19,7 @@ from zcbot_core import filehistory, safe_fs
 from zcbot_core.db.migrate import alembic_config, upgrade
 from zcbot_core.db.models import DataEvent, FileReportRecorded
 from zcbot_core.filehistory.prune import RowPruner
-from zcbot_core.service import Runtime
+from zcbot_core.platform.service import Runtime
 
 OLD = timedelta(days=40)  # past the 30-day retention
 

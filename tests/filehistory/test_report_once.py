@@ -16,7 +16,7 @@ from zcbot_core.bus import FileChangesReport, encode
 from zcbot_core.bus.topology import file_changes_consumer_config
 from zcbot_core.db.migrate import alembic_config, upgrade
 from zcbot_core.db.models import DataEvent
-from zcbot_core.service import Runtime
+from zcbot_core.platform.service import Runtime
 from zcbot_runner import file_events
 
 CHANGES = [{"path": "w/a.txt", "kind": "create", "size": 1}, {"path": "w/b.txt", "kind": "modify", "size": 2},

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from zcbot_core import filehistory, paths, safe_fs
+from zcbot_core import filehistory, safe_fs
 from zcbot_core.filehistory import revert as revert_mod
+from zcbot_core.safe_fs import paths
 
 FILES = ("a.txt", "sub/b.txt", "c.txt")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from zcbot_core import filehistory, paths, safe_fs
+from zcbot_core import filehistory, safe_fs
+from zcbot_core.safe_fs import paths
 
 
 def _setup(tmp_path: Path, budget: int = 0, age: int = 0) -> tuple[Path, filehistory.VersionStore]:

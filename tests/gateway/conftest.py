@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 from zcbot_gateway.app import create_app
 
 Headers = dict[str, str]

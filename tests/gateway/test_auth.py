@@ -12,10 +12,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import select, update
 
 from tests.helpers.auth import bearer
-from zcbot_core import auth
-from zcbot_core.config import Settings
+from zcbot_core.accounts import auth
 from zcbot_core.db.models import User
-from zcbot_core.paths import PathRejected
+from zcbot_core.platform.config import Settings
+from zcbot_core.safe_fs.paths import PathRejected
 from zcbot_gateway.deps import USER_GONE, AdminUser
 
 pytestmark = pytest.mark.asyncio

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from sqlalchemy import delete, update
 
-from zcbot_core import auth
-from zcbot_core.config import Settings
+from zcbot_core.accounts import auth
 from zcbot_core.db.models import User
+from zcbot_core.platform.config import Settings
 from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.throttle import LoginThrottle
 
@@ -245,7 +245,7 @@ async def test_production_cors_allows_only_the_allowlist(settings: Settings, sta
 
 @pytest.mark.parametrize("value", ["*", "ui.example.com", "https://ui.example.com/app", "ftp://x.example"])
 def test_cors_origins_must_be_origins(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from zcbot_core.config import ConfigError, load_settings
+    from zcbot_core.platform.config import ConfigError, load_settings
 
     monkeypatch.setenv("ZCBOT_CORS_ORIGINS", value)
     with pytest.raises(ConfigError, match="ZCBOT_CORS_ORIGINS"):

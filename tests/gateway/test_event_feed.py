@@ -8,7 +8,7 @@ import asyncio
 
 from zcbot_core.bus import encode
 from zcbot_core.bus import events as ev
-from zcbot_core.service import Runtime
+from zcbot_core.platform.service import Runtime
 from zcbot_gateway.sse import EventHub
 
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fastapi import routing
 
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 from zcbot_gateway.app import create_app
 from zcbot_gateway.prebuild import build_included_routes
 

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import update
 
 from tests.helpers.seed import legacy_task
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Task
-from zcbot_core.folders import NestedFolder
+from zcbot_core.platform.config import Settings
+from zcbot_core.workspace.folders import NestedFolder
 from zcbot_gateway.deps import known_profiles
 
 pytestmark = pytest.mark.asyncio

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from extra_helpers import Headers, login, running_app, set_role
 
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import httpx
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Task, User
+from zcbot_core.platform.config import Settings
 from zcbot_gateway.app import create_app
 
 Headers = dict[str, str]

@@ -11,8 +11,8 @@ import pytest
 from extra_helpers import create_task, db, set_role, set_task, user_dir
 
 from zcbot_core import __version__
-from zcbot_core.config import Settings
 from zcbot_core.db.models import UsageEvent
+from zcbot_core.platform.config import Settings
 from zcbot_gateway.routes import admin as admin_routes
 
 pytestmark = pytest.mark.asyncio

@@ -15,9 +15,9 @@ from extra_helpers import create_task, db, set_task, user_dir
 from sqlalchemy import func, select
 
 from zcbot_core import safe_fs
-from zcbot_core.config import Settings
 from zcbot_core.db.models import DataEvent, Message, Task, UsageEvent
 from zcbot_core.filehistory.store import VersionStore
+from zcbot_core.platform.config import Settings
 from zcbot_devstack import cli
 
 pytestmark = pytest.mark.asyncio

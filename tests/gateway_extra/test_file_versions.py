@@ -13,9 +13,9 @@ from extra_helpers import create_task, db, set_task, user_dir
 from sqlalchemy import select
 
 from zcbot_core import filehistory, safe_fs
-from zcbot_core.config import Settings
 from zcbot_core.db.models import DataEvent, Message
 from zcbot_core.filehistory.revert import CONFLICT_CODES
+from zcbot_core.platform.config import Settings
 from zcbot_gateway.file_history_texts import CONFLICTS
 
 pytestmark = pytest.mark.asyncio

@@ -13,8 +13,8 @@ from extra_helpers import create_task, db, get_task_row, set_task, user_dir
 from sqlalchemy import select
 
 from tests.helpers.seed import legacy_task
-from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob
+from zcbot_core.platform.config import Settings
 from zcbot_core.safe_fs import resolve as safe_fs_resolve
 from zcbot_gateway.config import GatewaySettings
 

@@ -13,8 +13,8 @@ import pytest
 from docx import Document
 from extra_helpers import create_task, db, user_dir
 
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Message
+from zcbot_core.platform.config import Settings
 
 pytestmark = pytest.mark.asyncio
 

@@ -1,4 +1,4 @@
-"""zcbot_core.memory and zcbot_core.shortcuts on plain directories (no services needed)."""
+"""zcbot_core.workspace.memory and zcbot_core.workspace.shortcuts on plain directories (no services needed)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from zcbot_core import memory, paths, shortcuts
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace import memory, shortcuts
 
 
 def write(root: Path, rel: str, text: str | bytes) -> Path:

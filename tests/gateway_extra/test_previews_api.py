@@ -16,8 +16,8 @@ from docx import Document
 from extra_helpers import running_app, user_dir
 from pptx import Presentation
 
-from zcbot_core.config import Settings
 from zcbot_core.errors import PreviewUnavailable
+from zcbot_core.platform.config import Settings
 from zcbot_gateway import previews
 from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.preview_cache import STALE_PART_SECONDS, PreviewCache

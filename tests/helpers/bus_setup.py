@@ -11,7 +11,7 @@ from pathlib import Path
 
 from zcbot_core.bus.access import SETUP
 from zcbot_core.bus.topology_setup import setup_topology
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 from zcbot_devstack.embedded.nats_auth import NatsCredentials
 
 

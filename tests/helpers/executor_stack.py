@@ -22,7 +22,7 @@ from nats.js.api import KeyValueConfig, StorageType
 
 from zcbot_core.bus import ToolCallReply, ToolCallRequest, Topology, grants
 from zcbot_core.bus.topology import ensure_topology
-from zcbot_core.service import Runtime
+from zcbot_core.platform.service import Runtime
 from zcbot_core.tools.executor_client import ExecutorClient, probe_host
 from zcbot_executor.config import ExecutorConfig, ExecutorSettings
 from zcbot_executor.service import ExecutorService

@@ -22,10 +22,10 @@ from zcbot_core.bus import RunRequest, decode, encode
 from zcbot_core.bus.codec import tag_of
 from zcbot_core.bus.events import Done
 from zcbot_core.db.models import Message, Task, User
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate import invariants, submit
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.claim import Claim, claim_run
-from zcbot_core.service import Runtime
 from zcbot_runner.reaper import Reaper
 from zcbot_scheduler.requeue import QueuedRunSweeper
 

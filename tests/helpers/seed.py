@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zcbot_core import folders, schedules
+from zcbot_core import schedules
 from zcbot_core.db.engine import make_engine, make_sessionmaker
-from zcbot_core.tasks import create_task
+from zcbot_core.workspace import folders
+from zcbot_core.workspace.tasks import create_task
 
 
 async def seed_schedule(db_url: str, user_id: str, name: str, prompt: str) -> str:

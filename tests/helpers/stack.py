@@ -39,8 +39,8 @@ import pytest
 from tests.helpers.db import db_rows_async
 from tests.helpers.sse import sse_events
 from tests.helpers.wait import wait_for
-from zcbot_core.config import Settings, get_settings
-from zcbot_core.service import close_runtime, open_runtime, serve_http
+from zcbot_core.platform.config import Settings, get_settings
+from zcbot_core.platform.service import close_runtime, open_runtime, serve_http
 from zcbot_fakellm import FakeLLM
 
 FAKE_KEY_ENV = "ZCBOT_FAKE_LLM_API_KEY"

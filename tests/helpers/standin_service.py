@@ -25,7 +25,7 @@ RECORDED = ("ZCBOT_DB_URL", "ZCBOT_NATS_URL", "ZCBOT_HOME", "JWT_SECRET", "PLATF
 class _Health(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         ok = self.path in ("/healthz", "/readyz")
-        # The instance id `zcbot up` gave it, as the real services answer (zcbot_core.service).
+        # The instance id `zcbot up` gave it, as the real services answer (zcbot_core.platform.service).
         # STANDIN_FOREIGN=NAME: that one answers as another program would (another instance id).
         foreign = os.environ.get("STANDIN_FOREIGN") == sys.argv[1]
         instance = "someone-else" if foreign else os.environ.get("ZCBOT_INSTANCE_ID", "")

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 from zcbot_core.runstate import ACTIVE as ACTIVE_RUN_STATUSES  # noqa: F401  (re-exported to the load tests)
 
 ZCBOT_LOGGERS = ("zcbot_core", "zcbot_gateway", "zcbot_runner", "zcbot_executor", "zcbot_scheduler",

@@ -33,8 +33,8 @@ from tests.helpers.stack import (
     start_gateway,
     write_fake_profile,
 )
-from zcbot_core.config import Settings, get_settings
-from zcbot_core.service import Runtime, close_runtime, open_runtime
+from zcbot_core.platform.config import Settings, get_settings
+from zcbot_core.platform.service import Runtime, close_runtime, open_runtime
 from zcbot_fakellm import FakeLLM
 
 ACK_WAIT_SECONDS = "3"

@@ -33,8 +33,8 @@ from tests.helpers.auth import bearer
 from tests.helpers.db import db_exec_async, db_rows_async
 from tests.helpers.seed import seed_extended_memory, seed_schedule
 from tests.reliability.conftest_shared import running_app, settings_env  # noqa: F401
-from zcbot_core import auth
-from zcbot_core.config import Settings
+from zcbot_core.accounts import auth
+from zcbot_core.platform.config import Settings
 from zcbot_devstack.embedded import free_port
 
 EXTRA_ENV = {"ZCBOT_ILINK_BASE_URL": f"http://127.0.0.1:{free_port()}"}  # never WeChat's real server

@@ -8,7 +8,7 @@
    allowed 5xx is a 503 when a messaging server is unreachable — the iLink QR login, and the WeCom
    binding's ownership code (here closed loopback ports: the tests never leave the machine). The hidden WeCom callback routes
    (signature-authenticated, not in the schema) get random queries and bodies: 403, never 5xx.
-2. Hypothesis on `zcbot_core.paths.resolve_user_path` against a real root full of symlinks (inside,
+2. Hypothesis on `zcbot_core.safe_fs.paths.resolve_user_path` against a real root full of symlinks (inside,
    outside, absolute, dangling, loops, `..` targets): it returns a path inside the root or raises
    `PathRejected` — for any string, including ones the filesystem cannot encode.
 3. Garbage on the bus of LIVE services: random bytes, foreign msgpack, well-typed messages with
@@ -43,8 +43,9 @@ from tests.reliability.conftest_shared import (  # noqa: F401
     service_errors,
     settings_env,
 )
-from zcbot_core import filehistory, paths, quota
+from zcbot_core import filehistory, quota
 from zcbot_core.bus import CancelRequest, RunRequest, ToolCallRequest, ToolCancel, Topology, encode
+from zcbot_core.safe_fs import paths
 from zcbot_devstack.embedded import free_port
 from zcbot_executor.config import ExecutorSettings
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Task, User
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.service import close_runtime, open_runtime
 from zcbot_core.runstate.transitions import end_run_if_nothing_waits
-from zcbot_core.service import close_runtime, open_runtime
 
 WAITING = [{"run_id": "r-next", "content": "next", "origin": "web", "queued_at": 0.0}]
 

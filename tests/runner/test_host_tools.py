@@ -11,8 +11,8 @@ import pytest
 from zcbot_core.agent.prompt import PromptContext
 from zcbot_core.bus import RunRequest
 from zcbot_core.db.models import ChannelBinding, Task, User
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate.claim import claim_run
-from zcbot_core.service import Runtime
 from zcbot_runner.config import RunnerSettings
 from zcbot_runner.host_tools import ModelSwitcher, extend_run
 from zcbot_runner.toolbox import RunnerToolBox

@@ -12,10 +12,10 @@ from sqlalchemy import select, update
 from zcbot_core.bus import decode
 from zcbot_core.bus import events as ev
 from zcbot_core.bus.topology import kv_bucket
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Task, User
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.service import close_runtime, open_runtime
 from zcbot_core.runstate.transitions import now
-from zcbot_core.service import close_runtime, open_runtime
 from zcbot_runner.reaper import LOST_MESSAGE, Reaper, liveness_key
 
 

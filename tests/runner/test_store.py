@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import select, update
 
 from tests.helpers.db import plain_pg_url
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Message, Task, UsageEvent, User
 from zcbot_core.llm.client import Usage
-from zcbot_core.service import Runtime, close_runtime, open_runtime
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.service import Runtime, close_runtime, open_runtime
 from zcbot_runner.store import DbStepStore, RunSuperseded
 
 

@@ -8,10 +8,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine.default import CACHE_HIT, CACHE_MISS
 
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Task, User
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.service import Runtime, close_runtime, open_runtime
 from zcbot_core.runstate import sql
-from zcbot_core.service import Runtime, close_runtime, open_runtime
 from zcbot_runner.service import _warm_statements
 
 

@@ -24,11 +24,11 @@ from sqlalchemy import select
 
 from zcbot_core.bus import PushReply, PushRequest, decode, encode
 from zcbot_core.bus.events import Done
-from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob, Task, User
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.service import Runtime, close_runtime, open_runtime
 from zcbot_core.runstate.transitions import append_message, finish_run
 from zcbot_core.schedules import create_schedule
-from zcbot_core.service import Runtime, close_runtime, open_runtime
 from zcbot_fakellm import FakeLLM
 from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.service import SchedulerService

@@ -12,7 +12,7 @@ from tests.helpers.db import db_rows_async
 from tests.helpers.stack import Stack, bare_stack, fake_llm  # noqa: F401  (fixtures)
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import connect
-from zcbot_core.service import close_runtime, open_runtime
+from zcbot_core.platform.service import close_runtime, open_runtime
 from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.service import SchedulerService
 

@@ -12,8 +12,8 @@ import pytest
 
 from tests.scheduler.conftest import T0, Harness
 from zcbot_core import schedules
-from zcbot_core.config import Settings
 from zcbot_core.db.models import ScheduledJob, Task
+from zcbot_core.platform.config import Settings
 from zcbot_core.tools.schedule_tools import SCHEDULE_TOOL_SCHEMAS, ScheduleTools, register_schedule_tools
 from zcbot_gateway.app import create_app
 from zcbot_gateway.routes import schedules as schedule_routes

@@ -19,9 +19,9 @@ from tests.helpers.executor_stack import GRANT_KEY, Stack, granted
 from zcbot_core.bus import RunRequest, ToolCallReply, ToolCallRequest, decode, encode
 from zcbot_core.bus.ended_runs import EndedRuns
 from zcbot_core.db.models import Task, User
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate.claim import claim_run
 from zcbot_core.runstate.transitions import end_run, reap, request_cancel
-from zcbot_core.service import Runtime
 
 ENDED = "the run has ended"
 

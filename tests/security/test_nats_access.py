@@ -23,7 +23,7 @@ from zcbot_core.bus.codec import encode
 from zcbot_core.bus.messages import ToolCallRequest
 from zcbot_core.bus.topology import connect
 from zcbot_core.bus.topology_setup import setup_topology
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 from zcbot_devstack.embedded import EmbeddedNats
 from zcbot_devstack.embedded.nats_auth import NatsCredentials
 
@@ -174,7 +174,7 @@ async def test_the_gateway_identity_cancels_a_waiting_run_with_a_message_behind_
     from tests.helpers.runstate import RunHarness
     from zcbot_core.bus import decode
     from zcbot_core.bus.events import Done
-    from zcbot_core.service import close_runtime, open_runtime
+    from zcbot_core.platform.service import close_runtime, open_runtime
 
     env = {**settings_env, "ZCBOT_NATS_URL": auth_nats.url, "ZCBOT_BUS_PREFIX": auth_nats.topo.prefix,
            **auth_nats.creds.service_env("gateway")}

@@ -22,11 +22,11 @@ import pytest
 from tests.helpers.stack import Stack
 from tests.security.race import MARKER, Canary, flipping, leaked, until
 from zcbot_channels.push_handler import _resolve_file
-from zcbot_core import memory, paths
 from zcbot_core.channels.conversation import new_files
-from zcbot_core.safe_fs import resolve
-from zcbot_core.skills import SkillPaths, registry_for_user
+from zcbot_core.safe_fs import paths, resolve
 from zcbot_core.tools.skill_tools import SkillTools
+from zcbot_core.workspace import memory
+from zcbot_core.workspace.skills import SkillPaths, registry_for_user
 from zcbot_executor import procs
 
 N = 500

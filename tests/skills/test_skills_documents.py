@@ -12,7 +12,7 @@ from docx import Document
 from docx.oxml.ns import qn
 from skillkit import SKILLS, have_office, run_script
 
-from zcbot_core.constitution import constitution_block, constitution_filename, short_id
+from zcbot_core.workspace.constitution import constitution_block, constitution_filename, short_id
 
 BUILD = SKILLS / "proposal" / "scripts" / "build_proposal.py"
 SPEC = SKILLS / "proposal" / "scripts" / "spec_file.py"

@@ -11,7 +11,7 @@ from pptx import Presentation
 from pptx.util import Inches
 from skillkit import write_png
 
-from zcbot_core.pptx_guard import inspect_deck, make_pptx_guard_hook
+from zcbot_core.tools.pptx_guard import inspect_deck, make_pptx_guard_hook
 from zcbot_core.tools.results import ToolOutcome
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from skillkit import SKILLS
 
-from zcbot_core.skills import (
+from zcbot_core.tools.skill_tools import SCHEMAS, SkillTools, register_skill_tools
+from zcbot_core.workspace.skills import (
     SkillFormatError,
     SkillPaths,
     discovery_block,
@@ -17,7 +18,6 @@ from zcbot_core.skills import (
     registry_for_user,
     validate_skill_name,
 )
-from zcbot_core.tools.skill_tools import SCHEMAS, SkillTools, register_skill_tools
 
 SKILL = "---\nname: {name}\ndescription: {desc}\n{extra}---\n\n# {name}\n\nBody of {name}. Run {{{{skill_dir}}}}/scripts/x.py\n"
 

@@ -10,7 +10,7 @@ from skillkit import SKILLS
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from zcbot_core.config import Settings  # noqa: E402
+from zcbot_core.platform.config import Settings  # noqa: E402
 from zcbot_gateway.deps import get_current_user, get_settings_dep  # noqa: E402
 from zcbot_gateway.routes import skills as skills_routes  # noqa: E402
 

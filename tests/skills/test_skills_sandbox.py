@@ -46,8 +46,8 @@ def test_executor_mounts_skills_and_rendering_read_only(tmp_path: Path) -> None:
 def test_mounts_and_registry_follow_the_same_settings(tmp_path: Path) -> None:
     """The executor mounts the skills where the runner's registry tells the model they are: both
     from the service's settings (ZCBOT_SKILLS_DIR, ZCBOT_SANDBOX_*_DIR), never from the process's."""
-    from zcbot_core.config import Settings
-    from zcbot_core.skills import SkillPaths, registry_for_user
+    from zcbot_core.platform.config import Settings
+    from zcbot_core.workspace.skills import SkillPaths, registry_for_user
 
     settings = Settings(**{"ZCBOT_HOME": str(tmp_path), "ZCBOT_SKILLS_DIR": str(SKILLS),
                            "ZCBOT_SANDBOX_SKILLS_DIR": "/opt/skills/", "ZCBOT_SANDBOX_RENDERING_DIR": "/opt/render"})

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.fake_web import FakeWeb, fake_web  # noqa: F401  (fixture)
 from tests.helpers.tls import make_ca_and_server_cert
-from zcbot_core.config import ConfigError
+from zcbot_core.platform.config import ConfigError
 from zcbot_core.web.fetch import Fetcher, FetchFailed, FetchLimits
 from zcbot_core.web.settings import HostToolSettings
 from zcbot_core.web.ssrf import FetchRefused, Policy, address_problem

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.bus import BusDecodeError, EgressUsageReply, EgressUsageReport, Topology, decode, encode
 from zcbot_core.db.models import EgressUsage
-from zcbot_core.paths import PathRejected, validate_user_id
+from zcbot_core.safe_fs.paths import PathRejected, validate_user_id
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core import paths, safe_fs
+from zcbot_core import safe_fs
 from zcbot_core.db.models import ScheduledJob, Task, User
 from zcbot_core.errors import ZcbotError
-from zcbot_core.folders import lock_user_folders
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace.folders import lock_user_folders
 
 SIZE_MAX_ENTRIES = 20_000  # per folder: past this its size is `partial`
 USER_ROOT = ""  # the path of a whole user root (its user is gone)

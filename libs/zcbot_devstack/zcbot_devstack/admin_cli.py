@@ -33,8 +33,8 @@ def add_admin_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def _with_sessions(op: Callable[[Any, Any], Awaitable[T]]) -> T:
-    from zcbot_core.config import get_settings
     from zcbot_core.db.engine import make_engine, make_sessionmaker
+    from zcbot_core.platform.config import get_settings
     from zcbot_devstack.state import database_url
 
     settings = get_settings()

@@ -74,7 +74,7 @@ def ensure_admin(db_url: str, home: Path) -> Path | None:
     a crash in between never leaves an admin whose password nobody knows. Returns the file's path
     when it exists.
     """
-    from zcbot_core.users_admin import add_user, admin_exists, generate_password
+    from zcbot_core.accounts.users_admin import add_user, admin_exists, generate_password
 
     path = home / ADMIN_CREDENTIALS_FILE
     if admin_exists(db_url):

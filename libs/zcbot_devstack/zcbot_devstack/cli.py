@@ -3,7 +3,7 @@
 
 `zcbot user` works on `ZCBOT_DB_URL`, else on the database of the `zcbot up` running with the same
 ZCBOT_HOME (its `stack.json`); the rules (no silent overwrite, never without an admin) are
-zcbot_core.users_admin's. Each service's `--help` lists the environment variables it reads.
+zcbot_core.accounts.users_admin's. Each service's `--help` lists the environment variables it reads.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import argparse
 import sys
 
 from zcbot_core import __version__
-from zcbot_core.config import ConfigError, get_settings
 from zcbot_core.errors import ZcbotError
+from zcbot_core.platform.config import ConfigError, get_settings
 from zcbot_devstack.admin_cli import add_admin_parsers, run_admin
 from zcbot_devstack.services import BY_NAME, NAMES
 
-# Settings classes each service reads beyond the shared zcbot_core.config.Settings (settings_doc's refs).
+# Settings classes each service reads beyond the shared zcbot_core.platform.config.Settings (settings_doc's refs).
 SERVICE_SETTINGS = {
     "gateway": ("zcbot_gateway.config:GatewaySettings", "zcbot_core.channels.settings:ChannelSettings"),
     "channels": ("zcbot_channels.config:ChannelsServiceSettings",),
@@ -33,12 +33,12 @@ class _ServiceParser(argparse.ArgumentParser):
     reads (imported only when help is asked for, so `zcbot <service>` starts no slower)."""
 
     def format_help(self) -> str:
-        from zcbot_core.settings_doc import load_class
+        from zcbot_core.platform.settings_doc import load_class
 
         command = self.prog.split()[-1]
         if command not in SERVICE_SETTINGS or len(self.prog.split()) != 2:
             return super().format_help()
-        refs = ("zcbot_core.config:Settings", *SERVICE_SETTINGS[command])
+        refs = ("zcbot_core.platform.config:Settings", *SERVICE_SETTINGS[command])
         lines = ["", "environment variables:"]
         seen: set[str] = set()
         for ref in refs:
@@ -101,7 +101,7 @@ def _password(args: argparse.Namespace) -> tuple[str, bool]:
     `--generate`, else asked twice on the terminal; without a terminal, an error saying what to pass."""
     if args.password is not None:
         return str(args.password), False
-    from zcbot_core.users_admin import generate_password
+    from zcbot_core.accounts.users_admin import generate_password
 
     if args.generate:
         return generate_password(), True
@@ -125,7 +125,7 @@ def _shown_once(email: str, password: str, generated: bool) -> str:
 
 
 def _cmd_user(args: argparse.Namespace) -> int:
-    from zcbot_core import users_admin as ua
+    from zcbot_core.accounts import users_admin as ua
     from zcbot_devstack.state import database_url
 
     db_url = database_url(get_settings(), "zcbot user")

@@ -147,7 +147,7 @@ def prepare_demo(environ: MutableMapping[str, str]) -> int:
     """`zcbot up --demo`, before the settings are read: the demo profile (with a free port for the
     server) in `ZCBOT_HOME/demo/models`, made the models folder and the default profile; returns
     the port the stack then serves the demo model on."""
-    from zcbot_core.config import Settings, load_settings
+    from zcbot_core.platform.config import Settings, load_settings
     from zcbot_devstack.embedded import free_port
 
     home = load_settings(Settings, environ).home

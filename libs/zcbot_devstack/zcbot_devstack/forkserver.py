@@ -33,10 +33,10 @@ import socket
 # keeps only its own metrics in its registry. A module that fails to import is skipped (the service
 # importing it then fails as it would without the server).
 PRELOAD_ALL = (
-    "zcbot_devstack.cli", "zcbot_core.service", "zcbot_core.bus", "zcbot_core.db.engine", "zcbot_core.auth",
+    "zcbot_devstack.cli", "zcbot_core.platform.service", "zcbot_core.bus", "zcbot_core.db.engine", "zcbot_core.accounts.auth",
     "zcbot_core.runstate.submit", "zcbot_core.runstate.claim", "zcbot_core.runstate.transitions",
-    "zcbot_core.memory", "zcbot_core.shortcuts", "zcbot_core.schedules", "zcbot_core.tasks", "zcbot_core.safe_fs",
-    "zcbot_core.channels.conversation", "zcbot_core.worker", "zcbot_core.quota", "zcbot_core.usage",
+    "zcbot_core.workspace.memory", "zcbot_core.workspace.shortcuts", "zcbot_core.schedules", "zcbot_core.workspace.tasks", "zcbot_core.safe_fs",
+    "zcbot_core.channels.conversation", "zcbot_core.platform.worker", "zcbot_core.quota", "zcbot_core.accounts.usage",
     "uvicorn", "uvicorn.protocols.http.httptools_impl", "uvicorn.protocols.websockets.websockets_sansio_impl",
     "uvicorn.loops.uvloop", "fastapi", "httpx", "httpcore", "h11", "aiohttp", "psycopg",
     "sqlalchemy.dialects.postgresql.psycopg", "pydantic.v1", "cryptography", "jwt", "yaml", "croniter",

@@ -39,9 +39,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 
-from zcbot_core.config import ConfigError, load_settings
-from zcbot_core.logs import JsonFormatter, current_service, quiet_noisy_loggers, secret_values
-from zcbot_core.service import own_process_heap
+from zcbot_core.platform.config import ConfigError, load_settings
+from zcbot_core.platform.logs import JsonFormatter, current_service, quiet_noisy_loggers, secret_values
+from zcbot_core.platform.service import own_process_heap
 from zcbot_devstack.scopes import ServiceScope, exit_code_of, scope_context, task_factory
 from zcbot_devstack.services import BY_NAME
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from zcbot_core.config import ConfigError, Settings
+from zcbot_core.platform.config import ConfigError, Settings
 from zcbot_devstack.embedded import port_is_free
 from zcbot_devstack.services import BY_NAME
 

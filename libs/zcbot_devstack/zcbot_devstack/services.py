@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 
 
 @dataclass(frozen=True)

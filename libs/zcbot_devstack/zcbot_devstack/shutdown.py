@@ -119,7 +119,7 @@ def stop_left_behind(stack: Stack) -> None:
     killed from its records, recorded as stopped by shutdown."""
     if stack.launcher.mode == "process" or "executor" not in {s.name for s in stack.services} or not stack.env:
         return  # stand-in services (tests), or no executor of this stack ever ran
-    from zcbot_core.config import load_settings
+    from zcbot_core.platform.config import load_settings
     from zcbot_executor.bg_watch import jobs
     from zcbot_executor.bg_watch import stop_left_behind as stop_recorded
     from zcbot_executor.config import ExecutorConfig, ExecutorSettings

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from zcbot_core.bus.subjects import Topology
-from zcbot_core.config import Settings, ensure_local_secrets, get_settings
+from zcbot_core.platform.config import Settings, ensure_local_secrets, get_settings
 from zcbot_devstack.bootstrap import (
     DB_NAME,
     DEFAULT_NATS_PORT,

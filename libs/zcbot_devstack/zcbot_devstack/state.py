@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from zcbot_core.config import ConfigError, Settings
+from zcbot_core.platform.config import ConfigError, Settings
 
 STATE_FILE = "stack.json"
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 
 
 def warm_previews(env: Mapping[str, str], say: Callable[[str], None], stopping: threading.Event) -> None:
-    from zcbot_core.config import load_settings
+    from zcbot_core.platform.config import load_settings
     from zcbot_gateway.config import GatewaySettings
     from zcbot_gateway.previews import office_available, warm
 

@@ -3,7 +3,7 @@ adapters' `ChannelSettings` (WeCom, iLink, e-mail), one object validated at star
 loads it; `ChannelsService.start` extends a shared `Settings` given to it). The gateway reads the
 same `ChannelSettings` fields, from the same environment through the same `load_settings`, on its
 first channel request (`routes/channels.py`). The README's table is generated from the classes
-(`python -m zcbot_core.settings_doc`).
+(`python -m zcbot_core.platform.settings_doc`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic_settings import SettingsConfigDict
 
 from zcbot_core.channels.settings import ChannelSettings
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 
 
 class ChannelsServiceSettings(Settings, ChannelSettings):

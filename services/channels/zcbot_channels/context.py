@@ -15,7 +15,7 @@ from zcbot_core.channels.email_api import EmailClient
 from zcbot_core.channels.ilink_api import ILinkClient
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.wecom_api import WeComClient
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 
 
 @dataclass

@@ -35,7 +35,7 @@ from zcbot_core import safe_fs
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import MEDIA_ONLY_REPLY, ReplyHooks, resume_reply, run_message
 from zcbot_core.channels.ilink_api import MSG_USER, ILinkClient, ILinkError, SessionExpired, has_media, message_text
-from zcbot_core.worker import TaskGroup, wait_or_stop
+from zcbot_core.platform.worker import TaskGroup, wait_or_stop
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from zcbot_channels.wecom import WeComConversations
 from zcbot_core.bus import BusDecodeError, ChannelInbound, decode
 from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus.topology import CHANNEL_ACK_WAIT_SECONDS
-from zcbot_core.service import Runtime
-from zcbot_core.worker import PullWorker
+from zcbot_core.platform.service import Runtime
+from zcbot_core.platform.worker import PullWorker
 
 log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 100

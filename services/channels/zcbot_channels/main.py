@@ -6,8 +6,8 @@ import asyncio
 
 from zcbot_channels.config import ChannelsServiceSettings
 from zcbot_channels.service import ChannelsService
-from zcbot_core.config import ConfigError, load_settings
-from zcbot_core.service import main_entry, run_service
+from zcbot_core.platform.config import ConfigError, load_settings
+from zcbot_core.platform.service import main_entry, run_service
 
 # The settings class `zcbot up` reads this service's settings with when it hosts it (`hosted.py`).
 SETTINGS = ChannelsServiceSettings

@@ -1,4 +1,4 @@
-"""Delivering a `PushRequest` (from `zcbot_core.push.send_to_user`) to the user's channels.
+"""Delivering a `PushRequest` (from `zcbot_core.channels.push.send_to_user`) to the user's channels.
 
 `channel=None` tries every usable binding; a named channel is tried alone (no fallback). WeCom
 can always push (the app's message/send). iLink needs a context_token from the user's last
@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from zcbot_channels.context import ChannelsContext
-from zcbot_core import paths, safe_fs
+from zcbot_core import safe_fs
 from zcbot_core.bus import PushReply, PushRequest
 from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import record_push
@@ -24,6 +24,7 @@ from zcbot_core.channels.email_api import EmailError
 from zcbot_core.channels.ilink_api import ILinkError
 from zcbot_core.channels.wecom_api import WeComError
 from zcbot_core.db.models import User
+from zcbot_core.safe_fs import paths
 
 if TYPE_CHECKING:
     from zcbot_core.db.models import ChannelBinding

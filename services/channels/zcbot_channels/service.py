@@ -34,12 +34,12 @@ from zcbot_core.channels import bindings
 from zcbot_core.channels.conversation import ConversationDeps
 from zcbot_core.channels.email_api import EmailClient
 from zcbot_core.channels.ilink_api import ILinkClient
+from zcbot_core.channels.sealing import key_from_settings
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.wecom_api import WeComClient
-from zcbot_core.channels_crypto import key_from_settings
-from zcbot_core.config import ConfigError
-from zcbot_core.service import Runtime
-from zcbot_core.worker import TaskGroup, instance_id, periodic
+from zcbot_core.platform.config import ConfigError
+from zcbot_core.platform.service import Runtime
+from zcbot_core.platform.worker import TaskGroup, instance_id, periodic
 
 log = logging.getLogger(__name__)
 

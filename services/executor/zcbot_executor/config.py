@@ -2,7 +2,7 @@
 validated at start-up) and `ExecutorConfig`, the frozen view the executor's parts are built from.
 
 Every variable, its default and its meaning are in `ExecutorSettings` (the README's table is
-generated from it: `python -m zcbot_core.settings_doc`).
+generated from it: `python -m zcbot_core.platform.settings_doc`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from zcbot_core.config import Settings
-from zcbot_core.skills import SkillPaths
+from zcbot_core.platform.config import Settings
+from zcbot_core.workspace.skills import SkillPaths
 from zcbot_executor.egress.allowlist import parse_entry
 
 # The sandboxes' default egress allowlist (seed 003 §7.5 #2: "pypi/github/npm + mirrors"), one host

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from zcbot_core import filehistory, safe_fs
-from zcbot_core.paths import PathRejected, normalize_rel
+from zcbot_core.safe_fs.paths import PathRejected, normalize_rel
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from zcbot_core.bus import ProcsReply, ProcsRequest, grants
 from zcbot_core.bus.messages import PROCS_GRANT_RUN
-from zcbot_core.paths import PathRejected, validate_user_id
+from zcbot_core.safe_fs.paths import PathRejected, validate_user_id
 from zcbot_executor.procs import _PROC_ID, ProcManager, _json, proc_status
 
 MAX_COMMAND = 2000

@@ -47,14 +47,14 @@ from zcbot_core.bus import (
 )
 from zcbot_core.bus.ended_runs import EndedRuns
 from zcbot_core.bus.micro import ConcurrentEndpoints
-from zcbot_core.config import Settings
-from zcbot_core.paths import PathRejected, normalize_rel, validate_user_id
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.service import Runtime
+from zcbot_core.platform.worker import TaskGroup
 from zcbot_core.quota import MB
 from zcbot_core.quota import kernel as quota_kernel
-from zcbot_core.service import Runtime
+from zcbot_core.safe_fs.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.tools.executor_client import probe_host
 from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
-from zcbot_core.worker import TaskGroup
 from zcbot_executor import bg_files, bg_watch, metrics, procs_api
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.egress.shared import nats_report

@@ -18,8 +18,8 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from zcbot_core import __version__
-from zcbot_core.config import Settings
-from zcbot_core.service import close_runtime, health_routes, open_runtime, settle_heap
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.service import close_runtime, health_routes, open_runtime, settle_heap
 from zcbot_gateway import prebuild
 from zcbot_gateway.apidocs import install_docs
 from zcbot_gateway.config import GatewaySettings

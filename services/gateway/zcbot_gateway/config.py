@@ -1,7 +1,7 @@
 """Gateway configuration: `GatewaySettings`, the core `Settings` plus the knobs only the gateway
 reads (tokens, sign-in throttle, CORS, SSE, uploads, previews), validated at start-up (`main.py` loads it
 once; `create_app` extends a shared `Settings` given to it). The README's table is generated from
-it (`python -m zcbot_core.settings_doc`).
+it (`python -m zcbot_core.platform.settings_doc`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from zcbot_core.config import Settings
+from zcbot_core.platform.config import Settings
 
 
 class GatewaySettings(Settings):

@@ -1,7 +1,7 @@
 """Request dependencies (`Annotated` aliases, FastAPI full-stack-template style).
 
 - `SettingsDep`: the `GatewaySettings` the app was created with (`app.state.settings`).
-- `RuntimeDep`: the live `zcbot_core.service.Runtime` (`app.state.rt`); 503 while starting/stopping.
+- `RuntimeDep`: the live `zcbot_core.platform.service.Runtime` (`app.state.rt`); 503 while starting/stopping.
 - `SessionDep`: one `AsyncSession` per request. Function-scoped: it is closed when the route
   function returns, before the response body is sent, so a streaming (SSE) route never holds a
   pooled connection for the life of the stream. Routes commit explicitly.
@@ -31,11 +31,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from zcbot_core import auth
-from zcbot_core.config import Settings
+from zcbot_core.accounts import auth
 from zcbot_core.db.models import User
 from zcbot_core.errors import ZcbotError
-from zcbot_core.service import Runtime
+from zcbot_core.platform.config import Settings
+from zcbot_core.platform.service import Runtime
 from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.errors import ServiceUnavailable
 

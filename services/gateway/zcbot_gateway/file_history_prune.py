@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from zcbot_core.filehistory.prune import RowPruner
-from zcbot_core.worker import periodic
+from zcbot_core.platform.worker import periodic
 from zcbot_gateway.hooks import add_shutdown_hook, add_startup_hook
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ import socket
 import uvicorn
 from fastapi import FastAPI
 
-from zcbot_core.config import ConfigError, load_settings
 from zcbot_core.llm.profiles import check_profiles
-from zcbot_core.logs import setup_logging
-from zcbot_core.service import own_process_heap
+from zcbot_core.platform.config import ConfigError, load_settings
+from zcbot_core.platform.logs import setup_logging
+from zcbot_core.platform.service import own_process_heap
 from zcbot_gateway.app import create_app
 from zcbot_gateway.config import GatewaySettings
 

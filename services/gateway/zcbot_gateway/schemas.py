@@ -12,9 +12,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from zcbot_core.db.models import Task
-from zcbot_core.folders import MAX_WORKING_DIR
-from zcbot_core.paths import MAX_NAME
-from zcbot_core.tasks import WEB_CHANNEL
+from zcbot_core.safe_fs.paths import MAX_NAME
+from zcbot_core.workspace.folders import MAX_WORKING_DIR
+from zcbot_core.workspace.tasks import WEB_CHANNEL
 
 # User-settable task status values (a label: `run_status` is the run state machine).
 TASK_STATUSES = ("active", "done", "archived")

@@ -24,7 +24,7 @@ from prometheus_client import Counter, Gauge
 from zcbot_core.bus import BusDecodeError, decode
 from zcbot_core.bus import events as ev
 from zcbot_core.bus.retry import retry_until
-from zcbot_core.service import Runtime
+from zcbot_core.platform.service import Runtime
 
 log = logging.getLogger(__name__)
 ACTIVE_STREAMS = Gauge("zcbot_sse_active_streams", "Open SSE streams on this gateway")

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core.db.models import Task
 from zcbot_core.runstate.transitions import TaskNotFound
-from zcbot_core.tasks import WEB_CHANNEL
+from zcbot_core.workspace.tasks import WEB_CHANNEL
 from zcbot_gateway.http import conflict
 
 TASK_NOT_FOUND = "task not found"

@@ -1,4 +1,4 @@
-"""The runner's side of the per-user cost budget (zcbot_core.budgets) around each LLM call.
+"""The runner's side of the per-user cost budget (zcbot_core.accounts.budgets) around each LLM call.
 
 A call's reservation is not deleted when the call returns but with the run's next reservation (in
 the same transaction) or at the run's end (`close`, after `end_run`): the store keeps a run's last
@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core import budgets
+from zcbot_core.accounts import budgets
 from zcbot_core.agent.lang import Lang
 from zcbot_core.db.models import BudgetReservation
 from zcbot_core.llm.profiles import Profile

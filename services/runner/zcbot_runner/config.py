@@ -1,7 +1,7 @@
 """Runner configuration: `RunnerSettings`, the core `Settings` plus the runner's own knobs and its
 host tools' (`HostToolSettings`: web_search, web_fetch, look_at_image), validated at start-up in one
 object (`main.py` loads it; `RunnerService.start` extends a shared `Settings` given to it). The
-README's table is generated from it (`python -m zcbot_core.settings_doc`).
+README's table is generated from it (`python -m zcbot_core.platform.settings_doc`).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from zcbot_core.config import Settings
 from zcbot_core.llm.retry import RetryPolicy
+from zcbot_core.platform.config import Settings
 from zcbot_core.schedules.rules import DEFAULT_TIMEZONE, ScheduleError, validate_timezone
 from zcbot_core.web.settings import HostToolSettings
 

@@ -11,7 +11,7 @@ from typing import Any
 from nats.aio.msg import Msg
 from sqlalchemy import exc as sa_exc
 
-from zcbot_core import budgets
+from zcbot_core.accounts import budgets
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.context import MessagePreparer
 from zcbot_core.agent.fold import prepare_run_context
@@ -22,12 +22,12 @@ from zcbot_core.bus import BusDecodeError, CancelRequest, RunRequest, decode
 from zcbot_core.bus import events as ev
 from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus.topology import kv_bucket
-from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import get_profile
+from zcbot_core.platform.config import ConfigError
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate.claim import Claim, claim_run
 from zcbot_core.runstate.status import RunOutcome
 from zcbot_core.runstate.transitions import continue_after_end, end_run
-from zcbot_core.service import Runtime
 from zcbot_runner import file_events, metrics
 from zcbot_runner.budget import RunBudget
 from zcbot_runner.config import RunnerSettings

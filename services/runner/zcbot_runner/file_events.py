@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from zcbot_core import filehistory
 from zcbot_core.bus import BusDecodeError, FileChangesReport, decode
 from zcbot_core.db.models import DataEvent, Task
-from zcbot_core.paths import PathRejected, validate_user_id
+from zcbot_core.safe_fs.paths import PathRejected, validate_user_id
 
 log = logging.getLogger(__name__)
 

@@ -19,21 +19,21 @@ from zcbot_core.agent.prompt import PromptContext
 from zcbot_core.bus import RunRequest
 from zcbot_core.bus import events as ev
 from zcbot_core.channels.bindings import user_has_channel
-from zcbot_core.config import ConfigError
-from zcbot_core.constitution import constitution_block
 from zcbot_core.db.models import Task
 from zcbot_core.llm.profiles import get_profile
-from zcbot_core.memory import memory_block
-from zcbot_core.paths import user_root
-from zcbot_core.pptx_guard import make_pptx_guard_hook
-from zcbot_core.service import Runtime
-from zcbot_core.skills import SkillPaths, discovery_block, registry_for_user
+from zcbot_core.platform.config import ConfigError
+from zcbot_core.platform.service import Runtime
+from zcbot_core.safe_fs.paths import user_root
 from zcbot_core.tools.image_gen import image_profile, register_image_gen_tool
 from zcbot_core.tools.image_tool import register_image_tool
+from zcbot_core.tools.pptx_guard import make_pptx_guard_hook
 from zcbot_core.tools.push_tool import register_push_tool
 from zcbot_core.tools.schedule_tools import register_schedule_tools
 from zcbot_core.tools.skill_tools import register_skill_tools
 from zcbot_core.tools.web_tools import WebTools, register_web_tools
+from zcbot_core.workspace.constitution import constitution_block
+from zcbot_core.workspace.memory import memory_block
+from zcbot_core.workspace.skills import SkillPaths, discovery_block, registry_for_user
 from zcbot_runner.config import RunnerSettings
 from zcbot_runner.toolbox import RunnerToolBox
 

@@ -27,11 +27,11 @@ from nats.js.errors import NotFoundError
 from zcbot_core.bus import encode
 from zcbot_core.bus import events as ev
 from zcbot_core.bus.topology import kv_bucket
+from zcbot_core.platform.service import Runtime
+from zcbot_core.platform.worker import periodic
 from zcbot_core.runstate import sql
 from zcbot_core.runstate.status import RunOutcome, RunStatus
 from zcbot_core.runstate.transitions import continue_after_end, now, promote_waiting, reap
-from zcbot_core.service import Runtime
-from zcbot_core.worker import periodic
 
 log = logging.getLogger(__name__)
 LIVENESS_INTERVAL = 5.0

@@ -12,8 +12,8 @@ from zcbot_core import egress_usage
 from zcbot_core.bus import BusDecodeError, CancelRequest, decode
 from zcbot_core.bus.topology import file_changes_consumer_config, max_deliveries_advisory, runs_consumer_config
 from zcbot_core.bus.topology_setup import stream_limits
-from zcbot_core.service import Runtime
-from zcbot_core.worker import PullWorker, TaskGroup, instance_id
+from zcbot_core.platform.service import Runtime
+from zcbot_core.platform.worker import PullWorker, TaskGroup, instance_id
 from zcbot_runner import file_events, metrics
 from zcbot_runner.config import RunnerSettings
 from zcbot_runner.execution import RunExecutor
@@ -127,7 +127,7 @@ async def _warm_llm_client(rt: Runtime) -> None:
 def _warm_builtin_skills(rt: Runtime) -> None:
     """Parse the built-in skills once now (skills.py caches them per change of their files): the first
     run's prompt would otherwise read and parse them, ~13 ms before its first model call (issue 28)."""
-    from zcbot_core.skills import SkillPaths, registry_for_user
+    from zcbot_core.workspace.skills import SkillPaths, registry_for_user
 
     try:
         registry_for_user(None, SkillPaths.from_settings(rt.settings))
@@ -142,7 +142,7 @@ async def _warm_statements(rt: Runtime) -> None:
     nothing; the budget reads are rolled back. Best effort: the first run compiles them otherwise."""
     from datetime import datetime, timezone
 
-    from zcbot_core import budgets
+    from zcbot_core.accounts import budgets
     from zcbot_core.runstate import sql
 
     try:

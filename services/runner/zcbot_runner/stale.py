@@ -25,8 +25,8 @@ from nats.js.errors import NotFoundError
 from zcbot_core.bus import BusDecodeError, RunRequest, decode, encode
 from zcbot_core.bus import events as ev
 from zcbot_core.bus.ended_runs import ended_status, mark_ended
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate.claim import ended_outcome
-from zcbot_core.service import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from zcbot_core.accounts.usage import insert_usage_event, record_usage, to_cost, totals_params, usage_event_params
 from zcbot_core.errors import ZcbotError
 from zcbot_core.llm.client import Usage
 from zcbot_core.runstate.sql import LAST_STEP_AND_END, OWNED_STEP, STEP_FENCES
 from zcbot_core.runstate.transitions import append_message, append_params, end_params
-from zcbot_core.usage import insert_usage_event, record_usage, to_cost, totals_params, usage_event_params
 
 
 class RunSuperseded(ZcbotError):

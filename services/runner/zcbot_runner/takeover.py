@@ -23,8 +23,8 @@ from typing import Any
 
 from zcbot_core.bus import CancelRequest, encode
 from zcbot_core.bus.messages import RunRequest
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate import sql
-from zcbot_core.service import Runtime
 
 log = logging.getLogger(__name__)
 SUPERSEDED = "superseded"  # the cancel reason of a takeover

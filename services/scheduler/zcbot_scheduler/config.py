@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from zcbot_core.config import Settings, load_settings
+from zcbot_core.platform.config import Settings, load_settings
 
 
 class SchedulerSettings(Settings):

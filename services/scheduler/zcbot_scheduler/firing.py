@@ -30,13 +30,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from zcbot_core import schedules
 from zcbot_core.db.models import ScheduledJob, Task
 from zcbot_core.errors import ZcbotError
-from zcbot_core.folders import NestedFolder
-from zcbot_core.paths import PathRejected
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate import submit
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.status import ACTIVE
-from zcbot_core.service import Runtime
-from zcbot_core.tasks import create_task
+from zcbot_core.safe_fs.paths import PathRejected
+from zcbot_core.workspace.folders import NestedFolder
+from zcbot_core.workspace.tasks import create_task
 from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.outcomes import PendingPush, apply_result
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from zcbot_core.config import ConfigError, load_settings
-from zcbot_core.service import main_entry, run_service
+from zcbot_core.platform.config import ConfigError, load_settings
+from zcbot_core.platform.service import main_entry, run_service
 from zcbot_scheduler.config import SchedulerSettings
 from zcbot_scheduler.service import SchedulerService
 

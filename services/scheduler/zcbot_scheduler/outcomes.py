@@ -29,10 +29,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from zcbot_core.bus import BusDecodeError, PushReply, PushRequest, decode, encode
 from zcbot_core.bus.events import Done, RunEvent
 from zcbot_core.db.models import Message, ScheduledJob, Task
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
 from zcbot_core.schedules import NOTIFY_ALL, local_label
-from zcbot_core.service import Runtime
 from zcbot_scheduler.config import SchedulerConfig
 
 log = logging.getLogger(__name__)

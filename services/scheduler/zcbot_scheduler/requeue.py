@@ -30,9 +30,9 @@ from sqlalchemy import bindparam, select
 from zcbot_core.bus import BusDecodeError, RunRequest, decode, encode, grants
 from zcbot_core.bus import events as ev
 from zcbot_core.db.models import Task
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate.status import RunOutcome, RunStatus
 from zcbot_core.runstate.transitions import continue_after_end, now, publish_run, reap
-from zcbot_core.service import Runtime
 
 log = logging.getLogger(__name__)
 MAX_REQUEUES = 3

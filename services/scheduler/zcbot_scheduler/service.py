@@ -27,9 +27,9 @@ from typing import Any
 
 from zcbot_core.bus import BusDecodeError, decode, tag_of
 from zcbot_core.bus.events import Done, RunEvent
+from zcbot_core.platform.service import Runtime
+from zcbot_core.platform.worker import TaskGroup, periodic
 from zcbot_core.runstate.submit import RunLimits
-from zcbot_core.service import Runtime
-from zcbot_core.worker import TaskGroup, periodic
 from zcbot_scheduler.config import SchedulerConfig, SchedulerSettings
 from zcbot_scheduler.firing import FireResult, fire_next, schedule_unscheduled
 from zcbot_scheduler.outcomes import check_inflight, deliver, record_outcome

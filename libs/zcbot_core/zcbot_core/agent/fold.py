@@ -45,13 +45,13 @@ from typing import Any, NamedTuple
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from zcbot_core.accounts.usage import record_usage
 from zcbot_core.agent.context import check_protocol, message_idx, prepare_messages, window
 from zcbot_core.agent.lang import say, user_language
 from zcbot_core.agent.tokens import estimate_tokens, message_tokens, reliable_context
 from zcbot_core.bus import events as ev
 from zcbot_core.db.models import Message, Task
 from zcbot_core.errors import ZcbotError
-from zcbot_core.usage import record_usage
 
 log = logging.getLogger(__name__)
 

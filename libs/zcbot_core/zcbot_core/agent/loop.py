@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from zcbot_core.accounts.budgets import BudgetExceeded
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
 from zcbot_core.agent.guards import MUTATING_TOOLS, RepeatGuard, StallGuard
 from zcbot_core.agent.lang import Lang, cancel_notice, say, stop_text, user_language
 from zcbot_core.agent.tool_args import parse_args
-from zcbot_core.budgets import BudgetExceeded
 from zcbot_core.bus import events as ev
 from zcbot_core.llm.client import LlmCallError, LlmResult, Usage, stream_chat
 from zcbot_core.llm.profiles import MissingApiKey, Profile
@@ -54,7 +54,7 @@ class StepStore(Protocol):
 
 
 class CallBudget(Protocol):
-    """The user's cost budget around each LLM call (zcbot_core.budgets): `reserve` before the call
+    """The user's cost budget around each LLM call (zcbot_core.accounts.budgets): `reserve` before the call
     (raises BudgetExceeded over a limit), `release` once the call's usage is stored."""
 
     async def reserve(self, profile: Profile, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,

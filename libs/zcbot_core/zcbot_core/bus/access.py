@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     from pathlib import Path
 
-    from zcbot_core.config import REPO_ROOT
+    from zcbot_core.platform.config import REPO_ROOT
 
     parser = argparse.ArgumentParser(description="write nats-server's authorization config for deploy/")
     parser.add_argument("--prefix", default="zcbot")

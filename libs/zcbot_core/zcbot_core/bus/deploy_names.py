@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     from pathlib import Path
 
     from zcbot_core.bus.access import DEPLOY_CONFIG, deploy_config
-    from zcbot_core.config import REPO_ROOT
+    from zcbot_core.platform.config import REPO_ROOT
 
     parser = argparse.ArgumentParser(description="write deploy/k8s's bus names and nats-auth.conf for a prefix")
     parser.add_argument("--prefix", default="zcbot")

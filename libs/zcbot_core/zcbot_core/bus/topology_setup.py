@@ -34,7 +34,7 @@ from zcbot_core.bus.topology import (
 from zcbot_core.errors import ZcbotError
 
 if TYPE_CHECKING:
-    from zcbot_core.config import Settings
+    from zcbot_core.platform.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ async def setup_topology(settings: Settings, wait_seconds: float = TOPOLOGY_RETR
     identity (`ZCBOT_NATS_USER` = `setup` in deploy/; the admin or none on a dev server) and the
     limits of these settings."""
     from zcbot_core.bus.topology import connect
-    from zcbot_core.config import ConfigError
+    from zcbot_core.platform.config import ConfigError
 
     nats_url = settings.zcbot_nats_url
     if not nats_url:

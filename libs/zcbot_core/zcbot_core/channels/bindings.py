@@ -1,6 +1,6 @@
 """`channel_bindings` rows: one per (user, channel); the channel discriminator + a JSONB config.
 
-Config layout (non-secret values in the clear, secrets sealed with `channels_crypto` under
+Config layout (non-secret values in the clear, secrets sealed with `channels.sealing` under
 `secrets`):
 
 - wecom: `{"userid": "<WeCom member UserID>", "verified_at": epoch}` (the app's corp secret lives in
@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from zcbot_core.channels_crypto import SealError, open_sealed, seal
+from zcbot_core.channels.sealing import SealError, open_sealed, seal
 from zcbot_core.db.models import ChannelBinding
 
 WECOM = "wecom"

@@ -32,16 +32,17 @@ from nats.js import JetStreamContext
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core import paths, safe_fs
+from zcbot_core import safe_fs
 from zcbot_core.bus import BusDecodeError, Topology, decode
 from zcbot_core.bus import events as ev
-from zcbot_core.config import Settings
 from zcbot_core.db.models import Message, Task
-from zcbot_core.folders import lock_user_folders
+from zcbot_core.platform.config import Settings
 from zcbot_core.runstate.status import ACTIVE
 from zcbot_core.runstate.submit import RunLimits, submit_message
 from zcbot_core.runstate.transitions import BusUnavailable, QuotaExceeded, RunConflict, append_message
-from zcbot_core.tasks import create_task
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace.folders import lock_user_folders
+from zcbot_core.workspace.tasks import create_task
 
 log = logging.getLogger(__name__)
 

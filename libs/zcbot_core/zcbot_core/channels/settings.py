@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from zcbot_core.config import ConfigError, load_settings
+from zcbot_core.platform.config import ConfigError, load_settings
 
 DEFAULT_WECOM_BASE_URL = "https://qyapi.weixin.qq.com"
 DEFAULT_WECOM_LOGIN_URL = "https://login.work.weixin.qq.com/wwlogin/sso/login"  # the QR scan page (wwlogin)

@@ -49,7 +49,7 @@ class User(Base):
     token_version: Mapped[int] = mapped_column(BigInteger, server_default=text(
         "(floor(extract(epoch from clock_timestamp()) * 1000))::bigint"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    # Cost budgets in USD (migration 0007): null = the service default, 0 = no limit (zcbot_core.budgets).
+    # Cost budgets in USD (migration 0007): null = the service default, 0 = no limit (zcbot_core.accounts.budgets).
     budget_daily_usd: Mapped[Decimal | None] = mapped_column(Numeric(14, 6), nullable=True)
     budget_monthly_usd: Mapped[Decimal | None] = mapped_column(Numeric(14, 6), nullable=True)
 

@@ -296,8 +296,8 @@ def format_table(report: ProbeReport) -> str:
 
 def run_probe_cli(profile: str | None, long_context: bool) -> int:
     """`zcbot probe [--profile P] [--long-context]`: print the table, return the exit status."""
-    from zcbot_core.config import get_settings
     from zcbot_core.llm.profiles import get_profile
+    from zcbot_core.platform.config import get_settings
 
     settings = get_settings()  # a CLI entry point (`zcbot probe`): this process's own settings
     chosen = get_profile(settings, profile)  # ConfigError (exit 2) for an unknown profile

@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from zcbot_core.config import ConfigError, Settings
 from zcbot_core.llm.profile_files import ProfileProblem, read_profile_file
+from zcbot_core.platform.config import ConfigError, Settings
 
 
 @dataclass(frozen=True)

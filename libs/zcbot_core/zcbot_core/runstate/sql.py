@@ -29,10 +29,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 
+from zcbot_core.accounts.usage import TASK_TOTALS_DELTA
 from zcbot_core.channels.bindings import ACTIVE as ACTIVE_BINDING
 from zcbot_core.db.models import ChannelBinding, Message, Task, UsageEvent, User
 from zcbot_core.runstate.status import CLAIMED, COUNTED, RunStatus
-from zcbot_core.usage import TASK_TOTALS_DELTA
 
 tasks = Task.__table__
 messages = Message.__table__

@@ -21,7 +21,6 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core import shortcuts
 from zcbot_core.bus import RunRequest, Topology, grants
 from zcbot_core.db.engine import autocommit
 from zcbot_core.runstate import matrix, sql
@@ -39,6 +38,7 @@ from zcbot_core.runstate.transitions import (
     publish_run,
     signal_cancel,
 )
+from zcbot_core.workspace import shortcuts
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 
-from zcbot_core.paths import FileInTheWay, PathRejected
+from zcbot_core.safe_fs.paths import FileInTheWay, PathRejected
 
 
 class SafeFsError(PathRejected):

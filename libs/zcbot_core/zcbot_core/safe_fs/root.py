@@ -26,9 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path, PurePath
 from typing import BinaryIO
 
-from zcbot_core.paths import PathRejected, normalize_rel
 from zcbot_core.safe_fs import resolve, tree
 from zcbot_core.safe_fs.errors import Conflict, NotFound, NotRegular, SafeFsError, TooLarge, from_oserror
+from zcbot_core.safe_fs.paths import PathRejected, normalize_rel
 from zcbot_core.safe_fs.temp import TempFile
 
 Owner = tuple[int, int] | None

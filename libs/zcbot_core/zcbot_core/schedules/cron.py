@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from croniter.croniter import CroniterBadCronError, CroniterBadDateError, CroniterError
 
-from zcbot_core import paths
 from zcbot_core.db.models import ScheduledJob
+from zcbot_core.safe_fs import paths
 from zcbot_core.schedules.rules import MAX_JOB_NAME, ScheduleError, expand_alias
 
 _DST_SLACK = timedelta(hours=3)  # larger than any DST shift in the tz database

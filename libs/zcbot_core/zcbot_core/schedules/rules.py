@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from croniter.croniter import CroniterBadDateError, CroniterError
 
-from zcbot_core import paths
 from zcbot_core.errors import ZcbotError
-from zcbot_core.folders import normalize_working_dir, simple_working_dir
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace.folders import normalize_working_dir, simple_working_dir
 
 MODES = ("isolated", "persistent")
 DEFAULT_TIMEOUT_SECONDS = 1800

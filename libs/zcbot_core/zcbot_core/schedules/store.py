@@ -14,7 +14,6 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core.db.models import ScheduledJob, Task
-from zcbot_core.folders import NestedFolder, claim_folder
 from zcbot_core.schedules.cron import local_label, next_fire
 from zcbot_core.schedules.rules import (
     DEFAULT_TIMEZONE,
@@ -31,6 +30,7 @@ from zcbot_core.schedules.rules import (
     validate_timezone,
     validate_working_dir,
 )
+from zcbot_core.workspace.folders import NestedFolder, claim_folder
 
 
 async def _owned_task(session: AsyncSession, user_id: str, task_id: Any) -> Task:

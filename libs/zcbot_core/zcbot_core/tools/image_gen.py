@@ -27,16 +27,18 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core import budgets, paths, quota
+from zcbot_core import quota
+from zcbot_core.accounts import budgets
+from zcbot_core.accounts.usage import record_usage, to_cost
 from zcbot_core.agent.lang import user_language
-from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import Profile, get_profile
+from zcbot_core.platform.config import ConfigError
+from zcbot_core.safe_fs import paths
 from zcbot_core.tools.image_tool import ImageProblem, _read, prepare_image
 from zcbot_core.tools.push_tool import PushHostTool as HostTool
 from zcbot_core.tools.push_tool import _user_relative
 from zcbot_core.tools.results import ToolOutcome
 from zcbot_core.tools.web_tools import _save
-from zcbot_core.usage import record_usage, to_cost
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,16 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core import budgets, paths, safe_fs
+from zcbot_core import safe_fs
+from zcbot_core.accounts import budgets
+from zcbot_core.accounts.usage import record_usage
 from zcbot_core.agent.lang import user_language
-from zcbot_core.config import ConfigError
 from zcbot_core.llm.profiles import get_profile
+from zcbot_core.platform.config import ConfigError
+from zcbot_core.safe_fs import paths
 from zcbot_core.tools.push_tool import PushHostTool as HostTool
 from zcbot_core.tools.push_tool import _user_relative
 from zcbot_core.tools.results import ToolOutcome
-from zcbot_core.usage import record_usage
 
 MAX_FILE_BYTES = 30 * 1024 * 1024
 MAX_PIXELS = 60_000_000

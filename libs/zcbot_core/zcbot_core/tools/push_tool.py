@@ -15,10 +15,10 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from zcbot_core import paths
 from zcbot_core.bus import Topology
 from zcbot_core.channels.bindings import user_has_channel
-from zcbot_core.push import send_to_user
+from zcbot_core.channels.push import send_to_user
+from zcbot_core.safe_fs import paths
 from zcbot_core.tools.results import ToolOutcome
 
 __all__ = ["PUSH_TOOL_SCHEMA", "register_push_tool", "user_has_channel"]

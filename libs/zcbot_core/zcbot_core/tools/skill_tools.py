@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from zcbot_core import quota, safe_fs
-from zcbot_core.paths import PathRejected, normalize_rel
-from zcbot_core.skills import (
+from zcbot_core.safe_fs.paths import PathRejected, normalize_rel
+from zcbot_core.tools.results import ToolOutcome
+from zcbot_core.workspace.skills import (
     MAX_SKILL_BYTES,
     SKILL_FILE,
     SUPPORT_DIRS,
@@ -46,7 +47,6 @@ from zcbot_core.skills import (
     parse_skill_md,
     validate_skill_name,
 )
-from zcbot_core.tools.results import ToolOutcome
 
 ModelSwitch = Callable[[str], "Awaitable[bool | None] | bool | None"]
 HostHandler = Callable[[dict[str, Any]], Awaitable[ToolOutcome]]

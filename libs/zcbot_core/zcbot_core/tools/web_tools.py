@@ -30,11 +30,12 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from zcbot_core import paths, quota, safe_fs
+from zcbot_core import quota, safe_fs
+from zcbot_core.accounts.usage import record_tool_usage
 from zcbot_core.db.models import UsageEvent, User
+from zcbot_core.safe_fs import paths
 from zcbot_core.tools.push_tool import PushHostTool as HostTool
 from zcbot_core.tools.results import ToolOutcome
-from zcbot_core.usage import record_tool_usage
 from zcbot_core.web.fetch import Fetched, Fetcher, FetchFailed, FetchLimits
 from zcbot_core.web.search import SearchError, format_results, make_provider
 from zcbot_core.web.settings import HostToolSettings

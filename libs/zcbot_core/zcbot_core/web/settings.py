@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from zcbot_core.config import load_settings
+from zcbot_core.platform.config import load_settings
 
 SearchProvider = Literal["searxng", "tavily", "bocha"]
 DEFAULT_TAVILY_URL = "https://api.tavily.com"

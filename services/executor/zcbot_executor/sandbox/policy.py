@@ -14,8 +14,9 @@ import stat
 import sys
 from pathlib import Path
 
-from zcbot_core import safe_fs, skills
-from zcbot_core.skills import SkillPaths
+from zcbot_core import safe_fs
+from zcbot_core.workspace import skills
+from zcbot_core.workspace.skills import SkillPaths
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
 RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_search.py", "tools_exec.py", "proc_wrapper.py",

@@ -31,9 +31,10 @@ from fastapi import APIRouter, Query
 from sqlalchemy import Numeric, case, distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from zcbot_core import __version__, paths, safe_fs
+from zcbot_core import __version__, safe_fs
 from zcbot_core.db.models import Task, UsageEvent, User
 from zcbot_core.runstate import RunStatus
+from zcbot_core.safe_fs import paths
 from zcbot_gateway.deps import AdminUser, SessionDep, SettingsDep
 from zcbot_gateway.http import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Paging, PagingDep, invalid_query
 from zcbot_gateway.schemas import iso

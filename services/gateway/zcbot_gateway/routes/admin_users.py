@@ -1,4 +1,4 @@
-"""Admin user routes: the operations of `zcbot user` with the same rules (zcbot_core.users_admin:
+"""Admin user routes: the operations of `zcbot user` with the same rules (zcbot_core.accounts.users_admin:
 no silent overwrite of an existing email, never without an admin). `require_admin` gates them all.
 
 - `GET /v1/admin/users` -> `{count, results: [{user_id, email, role, has_password, created_at}]}`
@@ -11,7 +11,7 @@ no silent overwrite of an existing email, never without an admin). `require_admi
   can log in again; without a password one is generated and returned this once. A password or role
   change of a disabled user -> 409 saying to enable it.
 - `GET|PUT /v1/admin/users/{email}/budget {daily_usd, monthly_usd}` -> `{email, user_id, daily, monthly}`
-  (each `{limit_usd, spent_usd, resets_at}`); null = the server default, 0 = no limit (zcbot_core.budgets).
+  (each `{limit_usd, spent_usd, resets_at}`); null = the server default, 0 = no limit (zcbot_core.accounts.budgets).
 Unknown email -> 404; taking the last admin away -> 409; a weak password -> 400. A password or role
 change revokes the user's older tokens (the token_version trigger). Each operation runs in a worker
 thread on its own connection (bcrypt must not block the event loop).
@@ -28,10 +28,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from zcbot_core import budgets
-from zcbot_core import users_admin as ua
-from zcbot_core.config import ConfigError
+from zcbot_core.accounts import budgets
+from zcbot_core.accounts import users_admin as ua
 from zcbot_core.db.models import User
+from zcbot_core.platform.config import ConfigError
 from zcbot_gateway.deps import AdminUser, SessionDep, SettingsDep
 from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 

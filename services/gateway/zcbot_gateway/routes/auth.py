@@ -1,6 +1,6 @@
 """Auth (seed 003 §7.3): two logins that issue the same HS256 JWT, password change, `me`.
 
-- `GET /v1/me/usage`: your cost budget (daily, monthly) and this month's usage (zcbot_core.budgets).
+- `GET /v1/me/usage`: your cost budget (daily, monthly) and this month's usage (zcbot_core.accounts.budgets).
 - `login`: machine-to-machine for the platform. Whoever holds PLATFORM_KEY may sign in as any
   user_id; the user row is upserted and `name`/`user_name` are COALESCEd (a given value wins, an
   omitted one keeps what is stored).
@@ -24,9 +24,10 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from starlette.concurrency import run_in_threadpool
 
-from zcbot_core import auth, budgets, paths
+from zcbot_core.accounts import auth, budgets
+from zcbot_core.accounts.usage import usage_totals
 from zcbot_core.db.models import User
-from zcbot_core.usage import usage_totals
+from zcbot_core.safe_fs import paths
 from zcbot_gateway.deps import CurrentUserRow, SessionDep, SettingsDep
 from zcbot_gateway.errors import ServiceUnavailable
 from zcbot_gateway.schemas import ChangePasswordIn, LoginIn, MeOut, OkOut, PasswordLoginIn, TokenOut, iso

@@ -48,15 +48,15 @@ from sqlalchemy import select
 from zcbot_core.channels import bindings
 from zcbot_core.channels.ilink_api import ILinkClient, ILinkError
 from zcbot_core.channels.ilink_login import poll_login, start_login
+from zcbot_core.channels.sealing import key_from_settings
 from zcbot_core.channels.settings import ChannelSettings
 from zcbot_core.channels.wecom_api import WeComClient
 from zcbot_core.channels.wecom_binding import confirm_binding, finish_oauth, start_binding, start_oauth
 from zcbot_core.channels.wecom_callback import WeComCallback
 from zcbot_core.channels.wecom_crypto import WeComCryptoError
-from zcbot_core.channels_crypto import key_from_settings
-from zcbot_core.config import ConfigError
 from zcbot_core.db.models import ChannelBinding
 from zcbot_core.errors import ZcbotError
+from zcbot_core.platform.config import ConfigError
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep
 from zcbot_gateway.errors import ServiceUnavailable
 from zcbot_gateway.hooks import add_shutdown_hook

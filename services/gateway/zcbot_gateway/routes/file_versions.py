@@ -19,12 +19,13 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 
-from zcbot_core import filehistory, paths, safe_fs
+from zcbot_core import filehistory, safe_fs
 from zcbot_core.db.models import DataEvent
 from zcbot_core.filehistory import lineage
 from zcbot_core.filehistory import revert as revert_mod
 from zcbot_core.runstate import ACTIVE
 from zcbot_core.runstate.transitions import TaskNotFound
+from zcbot_core.safe_fs import paths
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
 from zcbot_gateway.file_history_texts import conflict_reasons, refusal, run_active, task_not_found
 from zcbot_gateway.http import PagingDep

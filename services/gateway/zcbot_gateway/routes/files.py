@@ -1,6 +1,6 @@
 """User-rooted files API (seed 003 §7.1, §7.2, §7.4): the only mutation path for folders.
 
-Every path is relative to `storage_root/<user_id>` and goes through `zcbot_core.paths`
+Every path is relative to `storage_root/<user_id>` and goes through `zcbot_core.safe_fs.paths`
 (`normalize_rel` with hidden names refused, `validate_task_name`,
 `to_db_path`): traversal, absolute paths, NUL, backslashes, dotfiles and symlinks leading out of the
 root are 400. Dotfiles (`.memory/`, upload temp files) never appear in listings.
@@ -47,12 +47,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.background import BackgroundTask
 from starlette.datastructures import UploadFile
 
-from zcbot_core import filehistory, paths, quota
-from zcbot_core.config import Settings
+from zcbot_core import filehistory, quota
 from zcbot_core.db.models import ScheduledJob, Task
-from zcbot_core.folders import MAX_WORKING_DIR, lock_user_folders, normalize_working_dir
-from zcbot_core.memory import SANDBOX_ROOT
+from zcbot_core.platform.config import Settings
 from zcbot_core.runstate import ACTIVE
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace.folders import MAX_WORKING_DIR, lock_user_folders, normalize_working_dir
+from zcbot_core.workspace.memory import SANDBOX_ROOT
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
 from zcbot_gateway.files_fs import (
     MAX_LIST_ENTRIES,
@@ -87,7 +88,7 @@ class RenameIn(PathIn):
     new_name: str = Field(max_length=1000, description="a simple name: no '/', '\\', NUL, leading '.'")
 
 
-# ---- path + fd helpers (all checking is `zcbot_core.paths`) -----------------------------------
+# ---- path + fd helpers (all checking is `zcbot_core.safe_fs.paths`) -----------------------------------
 
 
 def user_root(settings: Settings, user_id: str) -> Path:

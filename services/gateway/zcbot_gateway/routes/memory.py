@@ -14,7 +14,8 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
 
-from zcbot_core import memory, paths
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace import memory
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"])

@@ -20,8 +20,8 @@ from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, Response
 from starlette.background import BackgroundTask
 
-from zcbot_core import paths
 from zcbot_core.errors import PreviewTooLarge, PreviewUnsupported
+from zcbot_core.safe_fs import paths
 from zcbot_gateway import previews
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 from zcbot_gateway.files_fs import open_download

@@ -23,13 +23,13 @@ from fastapi import APIRouter, Path, Request, status
 from pydantic import BaseModel, Field
 from sqlalchemy import and_, func, literal, select, update
 
+from zcbot_core.accounts.budgets import BudgetExceeded
 from zcbot_core.agent.context import SUPERSEDED, is_superseded
-from zcbot_core.budgets import BudgetExceeded
 from zcbot_core.db.models import Message
 from zcbot_core.errors import ZcbotError
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate.errors import QuotaExceeded, RunConflict
 from zcbot_core.runstate.status import ACTIVE
-from zcbot_core.service import Runtime
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SettingsDep
 from zcbot_gateway.routes.runs import MAX_CONTENT_CHARS, SubmitOut, submit_and_answer
 from zcbot_gateway.task_access import get_user_task, require_web_task

@@ -10,13 +10,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import and_, bindparam, func, select
 
-from zcbot_core import budgets
+from zcbot_core.accounts import budgets
 from zcbot_core.agent.lang import detect
 from zcbot_core.db.models import Message, Task, User
+from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate import sql, submit
 from zcbot_core.runstate import transitions as runs
 from zcbot_core.runstate.status import ACTIVE, RunOutcome, RunStatus
-from zcbot_core.service import Runtime
 from zcbot_gateway.config import GatewaySettings
 from zcbot_gateway.deps import USER_GONE, CurrentUser, RuntimeDep, SessionDep, SettingsDep, TokenUser, unauthorized
 from zcbot_gateway.hooks import add_shutdown_hook, add_startup_hook

@@ -1,4 +1,4 @@
-"""`GET /v1/shortcuts`: the user's shortcuts (read-only; `.memory/shortcuts.md`, see `zcbot_core.shortcuts`).
+"""`GET /v1/shortcuts`: the user's shortcuts (read-only; `.memory/shortcuts.md`, see `zcbot_core.workspace.shortcuts`).
 
 Returns the list envelope of `{trigger, instruction}`. Shortcuts are added or changed in conversation.
 """
@@ -11,7 +11,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from zcbot_core import paths, shortcuts
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace import shortcuts
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 

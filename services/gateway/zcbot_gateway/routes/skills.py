@@ -13,8 +13,8 @@ import asyncio
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from zcbot_core import paths
-from zcbot_core.skills import SkillPaths, registry_for_user
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace.skills import SkillPaths, registry_for_user
 from zcbot_gateway.deps import CurrentUser, SettingsDep
 from zcbot_gateway.http import MAX_PAGE_SIZE, PagingDep
 

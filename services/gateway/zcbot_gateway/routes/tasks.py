@@ -5,8 +5,8 @@
   created eagerly under `storage_root/<user_id>/`. No-subtask rule: a working dir strictly inside,
   or strictly containing, one of the user's live tasks' working dirs is rejected (same dir is
   fine: several tasks share a project folder). Creates/restores of one user are serialized by a
-  transaction-scoped advisory lock (`zcbot_core.folders.claim_folder`) so two concurrent creates cannot nest;
-  the create itself is `zcbot_core.tasks.create_task`, shared with the scheduler and the channels.
+  transaction-scoped advisory lock (`zcbot_core.workspace.folders.claim_folder`) so two concurrent creates cannot nest;
+  the create itself is `zcbot_core.workspace.tasks.create_task`, shared with the scheduler and the channels.
 - DELETE is a soft delete (`deleted_at`); files on disk are never touched. A task with an active
   run cannot be deleted (409). `POST /restore` undoes it (re-checking the no-subtask rule).
 - Tasks created by a channel (`channel != 'web'`) are read-only here: PATCH/DELETE/restore -> 409.
@@ -22,13 +22,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 from sqlalchemy import ColumnElement, Select, func, or_, select
 
-from zcbot_core import paths
 from zcbot_core.db.models import Task
-from zcbot_core.folders import MAX_WORKING_DIR, NestedFolder, claim_folder, normalize_working_dir, simple_working_dir
 from zcbot_core.runstate import ACTIVE, RunStatus
-from zcbot_core.tasks import create_task as create_task_row
-from zcbot_core.tasks import make_task_dir
+from zcbot_core.safe_fs import paths
 from zcbot_core.tools.executor_client import stop_background
+from zcbot_core.workspace.folders import (
+    MAX_WORKING_DIR,
+    NestedFolder,
+    claim_folder,
+    normalize_working_dir,
+    simple_working_dir,
+)
+from zcbot_core.workspace.tasks import create_task as create_task_row
+from zcbot_core.workspace.tasks import make_task_dir
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SessionDep, SettingsDep, check_model_profile
 from zcbot_gateway.http import (
     DEFAULT_PAGE_SIZE,

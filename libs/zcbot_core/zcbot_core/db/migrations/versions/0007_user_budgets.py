@@ -7,7 +7,7 @@ Create Date: 2026-12-01 10:55:00
 
 The limits are nullable: null = the service default (ZCBOT_USER_DAILY_BUDGET_USD / _MONTHLY_); 0 = no
 limit for that user. A reservation row lives for one LLM call (reserved before, deleted once its
-usage event is written); a row left by a runner that died is ignored after an hour (zcbot_core.budgets).
+usage event is written); a row left by a runner that died is ignored after an hour (zcbot_core.accounts.budgets).
 """
 from __future__ import annotations
 

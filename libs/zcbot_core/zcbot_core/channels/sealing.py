@@ -14,8 +14,8 @@ import os
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from zcbot_core.config import ConfigError
 from zcbot_core.errors import ZcbotError
+from zcbot_core.platform.config import ConfigError
 
 VERSION = "v1"
 NONCE_BYTES = 12

@@ -28,7 +28,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from zcbot_core import memory, paths
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace import memory
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import connect
 from zcbot_core.bus.topology_setup import prepare_topology, stream_limits
-from zcbot_core.config import ConfigError, Settings
 from zcbot_core.db.engine import make_engine, make_sessionmaker
-from zcbot_core.logs import setup_logging
+from zcbot_core.platform.config import ConfigError, Settings
+from zcbot_core.platform.logs import setup_logging
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Layout under each user root (the agent sees the user root as `/workspace`):
     .memory/core.md              core memory: put in full (capped) into every system prompt
     .memory/extended/<topic>.md  extended memory: only an index (frontmatter `description`, legacy:
                                  the first line) goes into the prompt; the agent `read`s on demand
-    .memory/shortcuts.md         shortcuts (see `zcbot_core.shortcuts`): never put into the prompt
+    .memory/shortcuts.md         shortcuts (see `zcbot_core.workspace.shortcuts`): never put into the prompt
 
 - The agent maintains memory itself with its ordinary fs tools; `memory_block` tells it where the
   files are and the contract (check for duplicates first, keep core short). The block is present
@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from zcbot_core import paths, safe_fs
+from zcbot_core import safe_fs
+from zcbot_core.safe_fs import paths
 
 log = logging.getLogger(__name__)
 

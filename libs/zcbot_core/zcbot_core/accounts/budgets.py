@@ -174,9 +174,9 @@ def min_call_cost(profile: Any) -> Decimal:
 
 async def check_new_message(session: AsyncSession, settings: Any, *, user_id: str, task_id: str, lang: Lang) -> None:
     """`check_open` for a message to a task, with the floor of the task's model profile."""
-    from zcbot_core.config import ConfigError
     from zcbot_core.db.models import Task
     from zcbot_core.llm.profiles import get_profile
+    from zcbot_core.platform.config import ConfigError
 
     defaults = Defaults.from_settings(settings)
     if defaults.daily <= 0 and defaults.monthly <= 0:

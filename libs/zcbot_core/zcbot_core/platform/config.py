@@ -30,7 +30,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from zcbot_core.errors import RETRY_AFTER, ZcbotError
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 class ConfigError(ZcbotError, RuntimeError):

@@ -1,7 +1,7 @@
 """Task folders of one user: the working-dir rule, the lock that serializes their changes and the
 no-subtask rule.
 
-Shared by task creation (`zcbot_core.tasks.create_task`: the web, the scheduler's firings, the
+Shared by task creation (`zcbot_core.workspace.tasks.create_task`: the web, the scheduler's firings, the
 channel conversations), task restore, the files API's rename/delete and the scheduled jobs'
 folders, so every path that creates or moves a task folder obeys the same rule.
 Refusals are `PathRejected` (the gateway answers 400, or the error's `status`).
@@ -12,8 +12,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from zcbot_core import paths
 from zcbot_core.db.models import Task
+from zcbot_core.safe_fs import paths
 
 MAX_WORKING_DIR = 1024
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from zcbot_core import paths
 from zcbot_core.db.models import Task
-from zcbot_core.folders import claim_folder, simple_working_dir
+from zcbot_core.safe_fs import paths
+from zcbot_core.workspace.folders import claim_folder, simple_working_dir
 
 WEB_CHANNEL = "web"
 

@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-from zcbot_core.auth import hash_password, validate_new_password
+from zcbot_core.accounts.auth import hash_password, validate_new_password
 from zcbot_core.db.engine import normalize_url
 from zcbot_core.db.models import User
 from zcbot_core.errors import ZcbotError

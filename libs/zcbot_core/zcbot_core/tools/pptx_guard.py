@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from zcbot_core import safe_fs
-from zcbot_core.paths import PathRejected, normalize_rel
+from zcbot_core.safe_fs.paths import PathRejected, normalize_rel
 from zcbot_core.tools.results import ToolOutcome, preview
 
 log = logging.getLogger(__name__)

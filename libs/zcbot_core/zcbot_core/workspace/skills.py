@@ -18,7 +18,7 @@ Sandbox paths (`SkillPaths`, from the service's settings): built-in skills are m
 sandbox sees them at `/workspace/.skills/<name>`. The built-in folder on the host is
 `ZCBOT_SKILLS_DIR` or `<repo>/skills`.
 
-The task "constitution" naming rule that skills share lives in `zcbot_core.constitution`.
+The task "constitution" naming rule that skills share lives in `zcbot_core.workspace.constitution`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from pathlib import Path
 import yaml
 
 from zcbot_core import safe_fs
-from zcbot_core.config import REPO_ROOT, Settings
 from zcbot_core.errors import ZcbotError
-from zcbot_core.paths import PathRejected, validate_task_name
+from zcbot_core.platform.config import REPO_ROOT, Settings
+from zcbot_core.safe_fs.paths import PathRejected, validate_task_name
 
 SKILL_FILE = "SKILL.md"
 USER_SKILLS_DIRNAME = ".skills"
