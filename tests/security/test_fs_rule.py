@@ -23,8 +23,6 @@ IN_SANDBOX = {  # run inside the sandbox as its uid: the kernel, not path checks
     "libs/zcbot_core/zcbot_core/rendering/fit.py",  # the brief skill's page measurement, as pdf.py
 }
 ALLOWED = {  # (file, the matching text) -> why it is not an operation on a user tree
-    ("libs/zcbot_core/zcbot_core/safe_fs/paths.py", "resolve_user_path("): "the check itself (tests only call it)",
-    ("libs/zcbot_core/zcbot_core/safe_fs/paths.py", "os.path.realpath"): "inside resolve_user_path",
     ("libs/zcbot_devstack/zcbot_devstack/embedded/postgres.py", "os.walk("): "the embedded PostgreSQL's own data folder",
     ("libs/zcbot_devstack/zcbot_devstack/embedded/postgres.py", "shutil.rmtree"):
         "the embedded database's socket and password-init folders (its own temp dirs)",
