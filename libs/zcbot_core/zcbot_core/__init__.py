@@ -1,4 +1,5 @@
-"""zcbot_core: everything the zcbot services share (config, bus protocol, db, paths, auth, agent)."""
+"""zcbot_core: everything the zcbot services share, grouped by concern (`platform`, `bus`, `db`, `safe_fs`,
+`accounts`, `workspace`, the agent's `llm` / `agent` / `tools`, ...; docs/architecture.md says who may import whom)."""
 
 import os as _os
 

@@ -10,6 +10,8 @@ the channels service (iLink long-poll loops, push delivery).
 - `wecom_callback`: the gateway's half of WeCom (signature, decryption, hand-off to `CHANNEL_IN`);
   the conversation half is the channels service's `zcbot_channels.wecom`.
 - `text`: splitting replies into protocol-sized chunks.
+- `sealing`: AES-256-GCM sealing of the secrets kept in `channel_bindings.config`.
+- `push`: `send_to_user`, a request to the channels service to deliver text or a file (tools, scheduler).
 
 Secrets (bot_token, context_token, WeCom corp secret / token / AES key, access tokens) are never
 logged, never returned by an API and never written under a user's root (the sandbox's view).

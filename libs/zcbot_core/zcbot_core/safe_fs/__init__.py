@@ -8,7 +8,8 @@ channels touches a user's folder only through a `Root` from here:
 
 Resolution is by directory fd and never follows a symlink nor leaves the root (`openat2` with
 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, or an O_NOFOLLOW | O_DIRECTORY walk
-where the kernel lacks it). Every refusal is a `SafeFsError` (a `paths.PathRejected`): 400 at the
+where the kernel lacks it). The path rules it builds on (names, working dirs) are
+`safe_fs.paths`. Every refusal is a `SafeFsError` (a `paths.PathRejected`): 400 at the
 gateway (404/409/413 by `status`), a tool error in the runner and executor.
 """
 
