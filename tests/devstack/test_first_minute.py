@@ -87,7 +87,8 @@ def test_derived_ports_leave_each_set_variable_alone() -> None:
         derived_ports(65533, {})
 
 
-def test_a_refused_start_names_each_busy_port_and_leaves_nothing(os_tmp_dir: Path) -> None:
+@pytest.mark.parametrize("demo", [[], ["--demo"]], ids=["plain", "demo"])
+def test_a_refused_start_names_each_busy_port_and_leaves_nothing(os_tmp_dir: Path, demo: list[str]) -> None:
     base = _free_base()
     home = os_tmp_dir / "new-home"
     with socket.socket() as a, socket.socket() as b:
@@ -95,8 +96,8 @@ def test_a_refused_start_names_each_busy_port_and_leaves_nothing(os_tmp_dir: Pat
         b.bind(("127.0.0.1", base + 3))
         a.listen()
         b.listen()
-        done = subprocess.run([*CLI, "up", "--port", str(base)], env=_env(home), capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run([*CLI, "up", "--port", str(base), *demo], env=_env(home), capture_output=True,
+                              text=True, timeout=60)
     assert done.returncode == 1, done
     lines = done.stdout.splitlines()
     busy = [line for line in lines if "is already in use" in line]
@@ -104,7 +105,7 @@ def test_a_refused_start_names_each_busy_port_and_leaves_nothing(os_tmp_dir: Pat
     assert f"port {base + 1} (runner)" in busy[0] and busy[0].rstrip().endswith("set ZCBOT_RUNNER_PORT")
     assert f"port {base + 3} (scheduler)" in busy[1] and busy[1].rstrip().endswith("set ZCBOT_SCHEDULER_PORT")
     assert "--port N" in done.stdout and "Traceback" not in done.stdout + done.stderr
-    assert not home.exists()  # no empty up.lock (nor home) left by a start that never ran
+    assert not home.exists()  # no empty up.lock, demo profile or home left by a start that never ran
 
 
 @pytest.mark.heavy  # a fresh `zcbot up --demo` (initdb, migrations), a run, seven CLI calls: ~50 s on 2 shared cores

@@ -67,12 +67,19 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
         os.environ.update(derived_ports(args.port, dict(os.environ)))
     demo_port = None
+    new_home = not get_settings().home.exists()
     if args.demo:
         from zcbot_devstack.demo import prepare_demo
 
         demo_port = prepare_demo(os.environ)
+        get_settings.cache_clear()  # the demo's models folder and default profile
     check_profiles(get_settings())  # before any service starts (each would refuse, and be restarted)
-    return up(only=args.only, separate=args.separate, verbose=args.verbose, demo_port=demo_port)
+    code = up(only=args.only, separate=args.separate, verbose=args.verbose, demo_port=demo_port)
+    if args.demo and new_home and code != 0:
+        from zcbot_devstack.demo import forget_demo
+
+        forget_demo(get_settings().home)  # a start refused (busy port): nothing left behind
+    return code
 
 
 def _cmd_db(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ scripted by each test; this one is part of the product install and has one fixed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -157,3 +158,16 @@ def prepare_demo(environ: MutableMapping[str, str]) -> int:
     environ["ZCBOT_MODELS_DIR"] = str(models)
     environ["ZCBOT_DEFAULT_MODEL"] = PROFILE
     return port
+
+
+def forget_demo(home: Path) -> None:
+    """After a refused start in a home that `prepare_demo` made: its profile, its folders and the
+    home go again (each only if nothing else is in it), as a refused start without --demo leaves none."""
+    models = home / "demo" / "models"
+    with contextlib.suppress(FileNotFoundError):
+        (models / f"{PROFILE}.yaml").unlink()
+    for folder in (models, models.parent, home):
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (or gone): something else lives there
