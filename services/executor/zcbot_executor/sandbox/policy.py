@@ -14,8 +14,7 @@ import stat
 import sys
 from pathlib import Path
 
-from zcbot_core import safe_fs
-from zcbot_core.workspace import skills
+from zcbot_core import rendering, safe_fs
 from zcbot_core.workspace.skills import SkillPaths
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
@@ -98,8 +97,8 @@ def platform_mounts(paths: SkillPaths) -> list[tuple[str, str]]:
     """Read-only platform content every sandbox sees: the built-in skills and the rendering layer
     (seed 003 §8.6), at the paths the runner's skill registry tells the model about (both built
     from the same settings: `SkillPaths.from_settings`)."""
-    rendering = Path(skills.__file__).resolve().parent / "rendering"
-    pairs = [(str(paths.builtin_dir), paths.sandbox_skills_dir), (str(rendering), paths.sandbox_rendering_dir)]
+    layer = Path(rendering.__file__).resolve().parent  # the package itself, wherever it is installed
+    pairs = [(str(paths.builtin_dir), paths.sandbox_skills_dir), (str(layer), paths.sandbox_rendering_dir)]
     return [(src, dest) for src, dest in pairs if Path(src).is_dir()]
 
 
