@@ -31,9 +31,7 @@ def _n(base: int) -> str:
 
 async def test_backdated_exit_code_does_not_remove_the_record_of_a_live_process(exec_stack: ExecutorStack) -> None:
     svc = await exec_stack.executor("h1", sweep_interval_seconds=0.2)  # the real sweep loop, 5 times a second
-    # (its time limit leaves room for the steps before the restart on a loaded machine: the process must
-    # still be alive when the fresh executor adopts it)
-    r = await exec_stack.call("shell", {"command": BACKDATE.format(n=_n(4260)), "background": True, "timeout": 14})
+    r = await exec_stack.call("shell", {"command": BACKDATE.format(n=_n(4260)), "background": True, "timeout": 8})
     assert r.ok, r.error
     proc_id = r.meta["proc_id"]
     record = svc.procs.private_dir / f"{proc_id}.json"
@@ -50,8 +48,9 @@ async def test_backdated_exit_code_does_not_remove_the_record_of_a_live_process(
     # (the wrapper is frozen, its files say "exited").
     await exec_stack.crash(svc)
     again = await exec_stack.executor("h1", sweep_interval_seconds=0.2)
-    assert proc_id in again.procs.watch.entries
-    assert await wait_no_processes(lambda c: c == f"sleep {_n(4260)}", timeout=25) == []
+    await wait_for(lambda: proc_id in again.procs.watch.entries, timeout=10,  # its watch loop reads the records
+                   what="the restarted executor did not adopt the live process")
+    assert await wait_no_processes(lambda c: c == f"sleep {_n(4260)}", timeout=15) == []
     status = await wait_status(exec_stack, proc_id, {"timed out"}, timeout=5)
     assert status.meta["exit_code"] == 124, status.output
     # Dead now: the sweep stamps the end in the record; the record goes only after the retention.
