@@ -194,3 +194,42 @@ async def test_a_run_whose_runner_died_after_ending_it_gets_its_done_from_the_re
     assert events[-1]["event"] == "done", events
     assert events[-1]["data"] == {**events[-1]["data"], "run_id": req.run_id,
                                   "status": "cancelled" if marked else "error"}, events
+
+
+async def test_a_cancelled_run_taken_over_after_its_answer_was_stored_ends_cancelled(bare_stack: Stack) -> None:
+    """Found by the fault suite (issue 42, seeds 13 and 14): the user cancels, the runner stores the
+    cancelled answer and dies before it ends the run; the redelivery's history already ends in that
+    answer, and the takeover used to end the run `ok` without a model call. It ends `cancelled`, and
+    history keeps the one cancelled answer."""
+    from zcbot_core.bus import RunRequest, decode
+    from zcbot_core.platform.service import close_runtime, open_runtime
+    from zcbot_core.runstate.claim import claim_run
+    from zcbot_runner.store import DbStepStore
+
+    stack = bare_stack
+    token = await stack.login("oda")
+    task = await stack.create_task(token, "Cancelled, then its runner died")
+    tid, url_db = task["task_id"], stack.settings.zcbot_db_url
+    posted = (await stack.post(token, tid, "hello")).json()  # queued: no runner is up yet
+    reader = asyncio.create_task(stack.events(token, posted["events_url"], timeout=40))
+    dead = await open_runtime("runner", stack.settings)  # plays the runner that dies
+    try:
+        psub = await dead.js.pull_subscribe_bind(durable=dead.topo.runners_consumer, stream=dead.topo.runs_stream)
+        req = decode((await psub.fetch(1, timeout=10))[0].data, RunRequest)
+        claim = await claim_run(dead.autocommit, req, "dead-runner")
+        assert claim is not None
+        async with stack.client(token) as c:
+            assert (await c.post(f"/v1/tasks/{tid}/cancel")).status_code == 202
+        store = DbStepStore(dead.sessions, task_id=tid, user_id=claim.task.user_id, run_id=req.run_id,
+                            profile="fake", owner="dead-runner", autocommit=dead.autocommit)
+        await store.append({"role": "assistant", "content": "half an answer\n\n（已取消）"}, kind="cancelled")
+    finally:
+        await close_runtime(dead)  # no end, no `done`, no ack: JetStream redelivers after ack_wait (3 s)
+    await stack.add_runner()
+    events = await asyncio.wait_for(reader, 40)
+    assert events[-1]["event"] == "done" and events[-1]["data"]["status"] == "cancelled", events[-4:]
+    assert "cancelled" in [e["event"] for e in events], events
+    rows = db_rows(url_db, "select payload->>'role', kind from messages where task_id=:t order by idx", t=tid)
+    assert rows == [("user", "chat"), ("assistant", "cancelled")], rows
+    status = db_rows(url_db, "select run_status, run_owner, pending_inputs from tasks where task_id=:t", t=tid)
+    assert status[0][0] == "idle" and status[0][1] is None and not status[0][2], status

@@ -178,6 +178,9 @@ class AgentLoop:
                                                    name=repaired["name"], preview=repaired["content"][:400],
                                                    truncated=False, ok=False))
             if not needs_llm(messages):
+                if self.cancel.cancelled:  # cancelled, and an earlier attempt stored its cancelled answer
+                    await self.emit(ev.Cancelled(run_id=self.run_id, reason=self.cancel.reason))
+                    return self._result("cancelled", error=None)
                 return self._result("ok", final_text=str(messages[-1].get("content") or ""))
             for step in range(1, self.profile.max_iterations + 1):
                 self.cancel.check()
