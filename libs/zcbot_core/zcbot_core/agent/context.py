@@ -101,6 +101,8 @@ def window(messages: Iterable[tuple[int, str, dict[str, Any]]], base_idx: int, s
     for idx, kind, payload in messages:
         if idx < base_idx or is_superseded(kind):
             continue
+        if "client_key" in payload:  # the sender's Idempotency-Key (runstate.submit): the server's, not the model's
+            payload = {k: v for k, v in payload.items() if k != "client_key"}
         message = IndexedMessage(payload, idx)
         if kind == "push":
             pushes.add(id(message))

@@ -11,6 +11,14 @@ class RunConflict(ZcbotError):
     code, http_status = "run_conflict", 409
 
 
+class KeyReused(ZcbotError):
+    """A message sent with the `Idempotency-Key` of another message of the task (409): a client's bug,
+    answered rather than guessing which text the sender meant."""
+
+    code, http_status = "idempotency_key_reused", 409
+    public_detail = "this Idempotency-Key was used for another message of this task; use a new key per message"
+
+
 class QuotaExceeded(ZcbotError):
     """The per-user concurrent-run cap or the global queue bound is reached (429)."""
 

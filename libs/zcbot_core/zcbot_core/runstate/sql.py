@@ -227,6 +227,13 @@ SET_PENDING = (
 MARK_CANCELLING = (update(tasks).where(tasks.c.task_id == bindparam("cancel_task"))
                    .values(run_status=RunStatus.CANCELLING.value))
 # A queued run whose request JetStream did not take: `error`, so the task is not stuck.
+# The user message of a task stored with a client's key (`submit._resubmit`; the payload's GIN index).
+MESSAGE_BY_KEY = (
+    select(messages.c.idx, messages.c.run_id, messages.c.payload)
+    .where(messages.c.task_id == bindparam("key_task"), messages.c.payload.op("@>")(bindparam("key_payload", type_=JSONB)))
+    .order_by(messages.c.idx).limit(1)
+)
+
 MARK_UNPUBLISHED = (
     update(tasks)
     .where(tasks.c.task_id == bindparam("unpub_task"), tasks.c.run_id == bindparam("unpub_run"),

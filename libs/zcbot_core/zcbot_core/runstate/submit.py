@@ -25,7 +25,8 @@ from zcbot_core.bus import RunRequest, Topology, grants
 from zcbot_core.db.engine import autocommit
 from zcbot_core.runstate import matrix, sql
 from zcbot_core.runstate import transitions as runs
-from zcbot_core.runstate.status import ACTIVE
+from zcbot_core.runstate.errors import KeyReused
+from zcbot_core.runstate.status import ACTIVE, RunStatus
 from zcbot_core.runstate.transitions import (
     MAX_PENDING_INPUTS,
     BusUnavailable,
@@ -53,6 +54,9 @@ class SubmitResult:
     # A stream sequence at or before the run's first event (where its event stream can start
     # reading); None when JetStream could not say (then read the task's events from the start).
     events_from: int | None = None
+    # A resend with the key of a message already stored whose run was accepted: nothing was done now
+    # (`_resubmit`; a run the bus refused is queued again, an ordinary accepted submit).
+    replayed: bool = False
 
 
 @dataclass
@@ -97,19 +101,26 @@ def _user_queue_full(active: int, limits: RunLimits) -> QuotaExceeded:
                          f"and {limits.max_waiting_per_user} waiting; wait for one to finish or cancel it")
 
 
+# The run error `_publish_or_fail` leaves: the one state a resend with the message's key re-queues.
+UNPUBLISHED_ERROR = "the run could not be queued (message bus unavailable); send again with the same key"
+# The payload field of a user message holding its client's key (`Idempotency-Key`); never sent to
+# the model (`agent.context.window` drops it).
+CLIENT_KEY = "client_key"
+
+
 async def _publish_or_fail(
     sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, req: RunRequest,
-    limits: RunLimits,
+    limits: RunLimits, msg_id: str | None = None,
 ) -> None:
     try:
-        await publish_run(js, topo, req, retry_seconds=limits.publish_retry_seconds)
+        await publish_run(js, topo, req, retry_seconds=limits.publish_retry_seconds, msg_id=msg_id)
     except Exception as exc:
         log.error("run publish failed", extra={"task_id": req.task_id, "run_id": req.run_id, "error": repr(exc)})
         async with sessions() as session, session.begin():
             await session.execute(sql.MARK_UNPUBLISHED, {
-                "unpub_task": req.task_id, "unpub_run": req.run_id,
-                "unpub_error": "the run could not be queued (message bus unavailable); send again"})
-        raise BusUnavailable("the message bus is unavailable; the message was saved, send again to retry") from exc
+                "unpub_task": req.task_id, "unpub_run": req.run_id, "unpub_error": UNPUBLISHED_ERROR})
+        raise BusUnavailable("the message bus is unavailable; the message was saved: send it again with the same "
+                             "Idempotency-Key to retry it (a new key stores it a second time)") from exc
 
 
 async def submit_message(
@@ -129,6 +140,7 @@ async def submit_message(
     events_from: int | None = None,
     storage_root: Path | None = None,
     grant_key: str | None = None,
+    client_key: str | None = None,
 ) -> SubmitResult:
     """Append a user message and start (or enqueue) its run.
 
@@ -141,6 +153,9 @@ async def submit_message(
     `events_from`: a stream sequence at or before every event still to be published, when the caller
     knows one (the gateway's event feed does); else JetStream is asked for the task's last event.
     Any sequence at or before the run's first event is right: the stream replay filters by run.
+
+    `client_key` (the client's `Idempotency-Key`): a message of this task stored with the same key is
+    not stored again; its run is re-queued when the bus refused it (the 503), else answered as it is.
 
     Raises TaskNotFound (UserNotFound when the user is gone) / WrongChannel (when `channel` is given
     and the task is on another) / RunConflict / QuotaExceeded / BusUnavailable.
@@ -160,16 +175,24 @@ async def submit_message(
         events_from = await runs.events_from(events_tail)
     finally:
         events_tail.cancel()  # a no-op once answered; a cancelled request leaves no lookup behind
+    if client_key is not None:
+        earlier = await _resubmit(sessions, js, topo, user_id=user_id, task_id=task_id, client_key=client_key,
+                                  content=content,
+                                  limits=limits, events_from=events_from, grant_key=grant_key,
+                                  request=runs.waiting_request(origin, scheduled_job_id, ""))
+        if earlier is not None:
+            return earlier
     # The usual case, a task with no active run, in one round trip; else the transaction, which rejects
     # or puts the message behind the active run.
     request = runs.waiting_request(origin, scheduled_job_id, grant)
     submitted = await _submit_to_idle(sessions, user_id=user_id, task_id=task_id, run_id=run_id, content=content,
-                                      channel=channel, limits=limits, events_from=events_from, request=request)
+                                      channel=channel, limits=limits, events_from=events_from, request=request,
+                                      client_key=client_key)
     if submitted is None:
         return await _submit_in_transaction(
             sessions, js, nc, topo, events_tail, user_id=user_id, task_id=task_id, content=content,
             multitask=multitask, limits=limits, origin=origin, scheduled_job_id=scheduled_job_id, channel=channel,
-            run_id=run_id, grant=grant)
+            run_id=run_id, grant=grant, client_key=client_key)
     idx, position = submitted
     if position:  # over the user's cap: published when a slot frees (`transitions.promote_waiting`)
         return SubmitResult(run_id=run_id, task_id=task_id, status="waiting", position=position, message_idx=idx,
@@ -180,14 +203,62 @@ async def submit_message(
     return SubmitResult(run_id=run_id, task_id=task_id, status="queued", message_idx=idx, events_from=events_from)
 
 
+async def _resubmit(
+    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, topo: Topology, *, user_id: str, task_id: str,
+    client_key: str, content: Any, limits: RunLimits, events_from: int | None, grant_key: str | None,
+    request: dict[str, Any],
+) -> SubmitResult | None:
+    """The answer to a message whose key this task already holds (None: a new key). Its run refused by
+    the bus (`UNPUBLISHED_ERROR`, the 503) is queued again, as the same run of the same message; any
+    other run is answered as it stands (waiting behind the active run, active, or over)."""
+    async with sessions() as session, session.begin():
+        task = await runs.lock_task(session, user_id, task_id)
+        for position, item in enumerate(task.pending_inputs or [], start=1):
+            if item.get(CLIENT_KEY) == client_key:
+                if item.get("content") != content:
+                    raise KeyReused()
+                return SubmitResult(run_id=item["run_id"], task_id=task_id, status="pending", position=position,
+                                    events_from=task.run_events_from, replayed=True)
+        row = (await session.execute(sql.MESSAGE_BY_KEY, {"key_task": task_id,
+                                                          "key_payload": {CLIENT_KEY: client_key}})).first()
+        if row is None:
+            return None
+        if row.payload.get("content") != content:
+            raise KeyReused()
+        current = row.run_id == task.run_id
+        if not (current and task.run_status == RunStatus.ERROR.value and task.run_error == UNPUBLISHED_ERROR):
+            # Running, waiting, or over (an earlier run of the task, or this one's outcome): nothing to redo.
+            active = current and task.run_status in ACTIVE
+            return SubmitResult(run_id=row.run_id, task_id=task_id, status=task.run_status if active else "ended",
+                                message_idx=row.idx, events_from=task.run_events_from if current else None,
+                                replayed=True)
+        position = await _check_quota(session, user_id, limits)
+        grant = grants.issue(grant_key, row.run_id, user_id, task_id)
+        params: dict[str, Any] = {"queue_task": task_id, "queue_run": row.run_id, "queue_events_from": events_from}
+        if position:  # over the user's cap: published when a slot frees, as a new message's run would be
+            await session.execute(sql.WAIT_RUN, {**params, "queue_request": {**request, "grant": grant}})
+        else:
+            await session.execute(sql.QUEUE_RUN, params)
+    if position:
+        return SubmitResult(run_id=row.run_id, task_id=task_id, status="waiting", position=position,
+                            message_idx=row.idx, events_from=events_from)
+    req = RunRequest(run_id=row.run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time(),
+                     origin=request["origin"], scheduled_job_id=request["scheduled_job_id"], grant=grant)
+    # Another message id: JetStream may remember the refused one (a publish stored after its timeout).
+    await _publish_or_fail(sessions, js, topo, req, limits, msg_id=f"{row.run_id}:resend:{time.time_ns()}")
+    return SubmitResult(run_id=row.run_id, task_id=task_id, status="queued", message_idx=row.idx,
+                        events_from=events_from)
+
+
 async def _submit_to_idle(
     sessions: async_sessionmaker[AsyncSession], *, user_id: str, task_id: str, run_id: str, content: Any,
     channel: str | None, limits: RunLimits, events_from: int | None, request: dict[str, Any],
+    client_key: str | None = None,
 ) -> tuple[int, int] | None:
     """The new message's idx and the run's place in its user's FIFO (0: queued to start), written by
     one autocommit call (`sql.SUBMIT_TO_IDLE`); None when the task has an active run (nothing was written)."""
     params = {"submit_user": user_id, "submit_task": task_id, "submit_run": run_id,
-              "submit_payload": {"role": "user", "content": content}, "submit_events_from": events_from,
+              "submit_payload": runs.user_payload(content, client_key), "submit_events_from": events_from,
               "submit_channel": channel, "submit_max_active": limits.max_runs_per_user,
               "submit_max_queued": limits.max_queued_runs, "submit_max_waiting": limits.max_waiting_per_user,
               "submit_request": request}
@@ -216,6 +287,7 @@ async def _submit_in_transaction(
     sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, nc: NATS, topo: Topology,
     events_tail: "asyncio.Future[int | None]", *, user_id: str, task_id: str, content: Any, multitask: Multitask,
     limits: RunLimits, origin: str, scheduled_job_id: str | None, channel: str | None, run_id: str, grant: str = "",
+    client_key: str | None = None,
 ) -> SubmitResult:
     """The submit as one transaction: any task state (an active run's task: reject, or the message waits
     behind it); the reference for `_submit_to_idle`."""
@@ -235,6 +307,8 @@ async def _submit_in_transaction(
             # has no key (bus/grants.py).
             item = {"run_id": run_id, "content": content, "origin": origin, "queued_at": time.time(),
                     "grant": grant}
+            if client_key is not None:  # carried into the message when it starts (`transitions.start_next_input`)
+                item[CLIENT_KEY] = client_key
             if matrix.Effect.PENDING_FRONT in step.effects:
                 pending.insert(0, item)
             else:
@@ -257,7 +331,7 @@ async def _submit_in_transaction(
         else:
             position = await _check_quota(session, user_id, limits)
             req, idx = await runs.queue_run(session, events_tail, task_id, user_id, run_id, content,
-                                            wait_request=runs.waiting_request(origin, scheduled_job_id, grant)
+                                            client_key=client_key, wait_request=runs.waiting_request(origin, scheduled_job_id, grant)
                                             if position else None)
             req.grant = grant
             req.origin = origin

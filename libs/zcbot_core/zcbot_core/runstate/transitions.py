@@ -136,11 +136,12 @@ async def events_from(events_tail: Awaitable[int | None]) -> int | None:
 async def queue_run(
     session: AsyncSession, events_tail: Awaitable[int | None], task_id: str, user_id: str, run_id: str, content: Any,
     still_pending: list[Any] | None = None, wait_request: dict[str, Any] | None = None, place: datetime | None = None,
+    client_key: str | None = None,
 ) -> tuple[RunRequest, int]:
     """The message and the task's new `queued` run (`still_pending`: what keeps waiting behind it;
     `wait_request`: the run waits in its user's FIFO instead, keeping what its request will carry;
     `place` with both: it waits in that place of the FIFO, a `run_queued_at`)."""
-    idx = await append_message(session, task_id, {"role": "user", "content": content}, run_id=run_id)
+    idx = await append_message(session, task_id, user_payload(content, client_key), run_id=run_id)
     params: dict[str, Any] = {"queue_task": task_id, "queue_run": run_id,
                               "queue_events_from": await events_from(events_tail)}
     if wait_request is not None and still_pending is not None and place is not None:
@@ -154,6 +155,14 @@ async def queue_run(
         await session.execute(sql.QUEUE_NEXT_PENDING, {**params, "queue_pending": still_pending})
     req = RunRequest(run_id=run_id, task_id=task_id, user_id=user_id, enqueued_at=time.time())
     return req, idx
+
+
+def user_payload(content: Any, client_key: str | None = None) -> dict[str, Any]:
+    """A user message's stored payload; `client_key`: its client's `Idempotency-Key` (`submit._resubmit`)."""
+    payload: dict[str, Any] = {"role": "user", "content": content}
+    if client_key is not None:
+        payload["client_key"] = client_key
+    return payload
 
 
 def waiting_request(origin: str, scheduled_job_id: str | None, grant: str) -> dict[str, Any]:
@@ -192,7 +201,7 @@ async def start_next_input(
     req, idx = await queue_run(
         session, tail if tail is not None else events_tail(js, topo, task_id), task_id, user_id, item["run_id"],
         item["content"], still_pending=rest, wait_request=waiting_request(origin, None, grant) if wait else None,
-        place=place)
+        place=place, client_key=item.get("client_key"))
     req.origin, req.grant = origin, grant
     return NextInput(request=req, message_idx=idx, waiting=wait)
 

@@ -6,7 +6,7 @@ import asyncio
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import and_, bindparam, func, select
 
@@ -116,20 +116,30 @@ def wants_event_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "").lower()
 
 
+# Scoped to the task (so to its user): the key only has to be unique among one task's messages.
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=128,
+                                              pattern=r"^[A-Za-z0-9._:-]+$")]
+
+
 @router.post("/tasks/{task_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=SubmitOut,
              responses={200: {"content": {"text/event-stream": {}},
                               "description": "With `Accept: text/event-stream`: the new run's events, as "
                                              "`GET events_url` would stream them (run id in `X-Run-Id`)"}})
 async def post_message(request: Request, task_id: str, body: MessageIn, user_id: CurrentUser, rt: RuntimeDep,
-                       settings: SettingsDep) -> Any:
+                       settings: SettingsDep, idempotency_key: IdempotencyKey = None) -> Any:
     """Send a message: 202 with the run's `events_url`; or, asked with `Accept: text/event-stream`,
     the run's event stream itself (one request instead of two: the stream starts where the run's
-    events will, so nothing is missed even when the runner is faster than the client)."""
-    return await submit_and_answer(request, task_id, body.content, body.multitask, user_id, rt, settings)
+    events will, so nothing is missed even when the runner is faster than the client).
+
+    `Idempotency-Key` (one per composed message): a resend with the key of a message this task
+    already stored stores nothing; its run is queued again if the bus refused it (the 503), else the
+    answer is that run as it stands (200)."""
+    return await submit_and_answer(request, task_id, body.content, body.multitask, user_id, rt, settings,
+                                   client_key=idempotency_key)
 
 
 async def submit_and_answer(request: Request, task_id: str, content: str, multitask: Multitask, user_id: str,
-                            rt: Runtime, settings: GatewaySettings) -> Any:
+                            rt: Runtime, settings: GatewaySettings, client_key: str | None = None) -> Any:
     """Submit `content` as the task's next user message and answer as `POST …/messages` does (202 JSON, or
     the run's event stream when asked for one); also the resend of an edited message (routes/resend.py)."""
     check_task_id(task_id)
@@ -146,18 +156,25 @@ async def submit_and_answer(request: Request, task_id: str, content: str, multit
         multitask=multitask, channel="web", storage_root=settings.storage_root,
         limits=submit.RunLimits.from_settings(settings),
         events_from=feed.events_from() if feed is not None else None, grant_key=settings.zcbot_run_grant_key,
+        client_key=client_key,
     )
     events_url = f"/v1/tasks/{task_id}/events?run_id={result.run_id}"
     if hub is not None:
-        # A pending run's events come after the active run's: the plan follows this run only.
-        plan = StreamPlan(start_seq=result.events_from or 1, run_id=result.run_id, idle_when_caught_up=False,
+        # A pending run's events come after the active run's: the plan follows this run only. A
+        # replayed run that is over is streamed from its start to its `done` (as `GET events_url`).
+        over = result.replayed and result.status not in ACTIVE and result.status != "pending"
+        plan = StreamPlan(start_seq=result.events_from or 1, run_id=result.run_id, idle_when_caught_up=over,
+                          done_grace=DONE_GRACE_SECONDS if over else 0.0,
                           queued_position=result.position if result.status == RunStatus.WAITING else 0)
         headers = {**SSE_HEADERS, "X-Run-Id": result.run_id, "X-Run-Status": result.status,
                    "X-Queue-Position": str(result.position), "Content-Location": events_url,
                    "X-Message-Idx": "" if result.message_idx is None else str(result.message_idx)}
         return StreamingResponse(stream_events(hub, task_id, plan), media_type="text/event-stream", headers=headers)
-    return SubmitOut(run_id=result.run_id, task_id=task_id, status=result.status, position=result.position,
-                     events_url=events_url, message_idx=result.message_idx)
+    out = SubmitOut(run_id=result.run_id, task_id=task_id, status=result.status, position=result.position,
+                    events_url=events_url, message_idx=result.message_idx)
+    if result.replayed:  # nothing new was accepted: the earlier request's run, as it stands
+        return JSONResponse(out.model_dump(), status_code=status.HTTP_200_OK)
+    return out
 
 
 @router.post("/tasks/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED)

@@ -36,9 +36,23 @@ export function updateComposer() {
   lock.textContent = m === "job" ? t("chat.locked_by_job") : "";
 }
 
+// The Idempotency-Key of the message being sent: one per composed message, kept while its send
+// fails, so sending the same text to the same task again (the composer keeps it after a failure,
+// e.g. the 503 "saved, send again") retries that message instead of storing it twice.
+let unsent = null; // {taskId, content, key}
+
+function keyFor(taskId, content) {
+  if (!unsent || unsent.taskId !== taskId || unsent.content !== content) {
+    const bytes = crypto.getRandomValues(new Uint8Array(16)); // randomUUID needs a secure context
+    unsent = { taskId, content, key: Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("") };
+  }
+  return unsent.key;
+}
+
 export async function sendMessage(content) {
   const task = state.current;
   if (!task || !content.trim()) return false;
+  const key = keyFor(task.task_id, content);
   const queued = mode() === "queue";
   const box = messagesBox();
   clearEmpty();
@@ -53,7 +67,8 @@ export async function sendMessage(content) {
     if (queued) {
       // Behind the active run: it starts when that one ends (run-ended re-follows the task).
       const out = await api("/v1/tasks/" + enc(task.task_id) + "/messages", { method: "POST",
-        json: { content, multitask: "enqueue" } });
+        json: { content, multitask: "enqueue" }, headers: { "Idempotency-Key": key } });
+      unsent = null;
       setMessageIdx(bubble, out && out.message_idx);
       return true;
     }
@@ -61,8 +76,10 @@ export async function sendMessage(content) {
     // Content-Location), instead of a JSON body and then a GET of events_url.
     const abort = new AbortController();
     const resp = await api("/v1/tasks/" + enc(task.task_id) + "/messages", {
-      method: "POST", json: { content }, headers: { Accept: "text/event-stream" }, signal: abort.signal, raw: true,
+      method: "POST", json: { content }, headers: { Accept: "text/event-stream", "Idempotency-Key": key },
+      signal: abort.signal, raw: true,
     });
+    unsent = null;
     const runId = resp.headers.get("X-Run-Id");
     setMessageIdx(bubble, resp.headers.get("X-Message-Idx"));
     const status = resp.headers.get("X-Run-Status") === "queued" ? "queued" : "running";
