@@ -1,7 +1,7 @@
 """Admin and phone (issue 37): the admin page asks in its own dialogs (no prompt()/confirm()): a new
 password is typed into a masked field, a destructive action is confirmed, Cancel and Escape change
 nothing, a bad number keeps the dialog open with the reason, Chinese by default and English with the
-page's language switch; and every tap target of the main and admin pages is at least 40 px at 390 px.
+page's language switch; a schedule's Delete is confirmed the same way on the main page; and every tap target of the main and admin pages is at least 40 px at 390 px.
 One stack for the module."""
 
 from __future__ import annotations
@@ -85,6 +85,23 @@ async def add_user(page: Page, email: str) -> Any:
     row = page.locator(f'{tid("user-row")}[data-email="{email}"]')
     await expect(row).to_have_attribute("data-role", "user")
     return row
+
+
+async def delete_schedule_after_confirming(page: Page) -> None:
+    """The schedule's Delete asks first (a red dialog starting on Cancel); Cancel keeps it."""
+    item = page.locator(tid("schedule-item"))
+    await expect(item).to_have_count(1)
+    await item.locator(tid("schedule-delete")).click()
+    dialog = page.locator(tid("ask-dialog"))
+    await expect(dialog).to_have_attribute("data-kind", "danger")
+    await expect(page.locator(tid("ask-message"))).to_have_text("删除定时任务“晨报”？")
+    await assert_tap_targets(page, "schedule delete dialog", 2)
+    await page.locator(tid("ask-cancel")).click()
+    await expect(dialog).to_have_count(0)
+    await expect(item).to_have_count(1)
+    await item.locator(tid("schedule-delete")).click()
+    await page.locator(tid("ask-ok")).click()
+    await expect(page.locator(tid("schedules-empty"))).to_be_visible()
 
 
 async def test_admin_dialogs_mask_confirm_cancel_at_390(stack: Stack, browser: Any, artifacts_dir: Path) -> None:
@@ -174,7 +191,10 @@ async def test_tap_targets_at_390(stack: Stack, browser: Any, artifacts_dir: Pat
         await login_with_password(page, stack, "tapboss@example.test", "correct horse battery")
         await assert_tap_targets(page, "main, no task", 4)
         await create_task(page, "手指")
-        stack.fake.script("KEY-tap", [{"text": "好的，代码如下：\n\n```python\nprint(1)\n```"}])
+        stack.fake.script("KEY-tap", [
+            {"tool_calls": [{"name": "schedule_create", "arguments": {
+                "name": "晨报", "cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai", "prompt": "写晨报"}}]},
+            {"text": "好的，代码如下：\n\n```python\nprint(1)\n```"}])
         await send(page, "KEY-tap 你好")
         await expect(page.locator(tid("live-run")).last).to_have_attribute("data-status", "ok")
         await assert_tap_targets(page, "main, a conversation", 6)
@@ -184,6 +204,8 @@ async def test_tap_targets_at_390(stack: Stack, browser: Any, artifacts_dir: Pat
             await page.locator(tid(f"side-tab-{tab}")).click()
             await expect(page.locator(tid(f"{tab}-section"))).to_be_visible()
             await assert_tap_targets(page, f"tasks drawer, {tab}", 4)
+            if tab == "schedules":
+                await delete_schedule_after_confirming(page)
         await page.locator(tid("side-tab-tasks")).click()
         await close_drawers(page)
         await upload(page, "笔记.txt", "text/plain", "一行字".encode())
