@@ -13,6 +13,7 @@ import pytest
 
 from tests.browser.conftest import PHONE, new_page
 from tests.browser.pagekit import (
+    assert_no_horizontal_overflow,
     check_view,
     close_drawers,
     create_task,
@@ -70,6 +71,8 @@ async def assert_tap_targets(page: Page, where: str, at_least: int) -> None:
     count, small = await small_targets(page)
     assert count >= at_least, (where, count)
     assert small == [], (where, len(small), small)
+    # The taller targets must not push anything off the side of the phone.
+    await assert_no_horizontal_overflow(page)
 
 
 async def make_admin(stack: Stack, user_id: str, email: str, password: str) -> None:
