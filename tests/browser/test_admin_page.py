@@ -4,7 +4,6 @@ is refused the admin page politely; the overview's uptime reads as a duration un
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -76,34 +75,40 @@ async def test_admin_manages_users_and_reads_the_overview(stack: Stack, page: Pa
     await expect(page.locator(tid("users-status"))).to_contain_text("操作失败")
     assert await password_login_status(stack, "newbie@example.test", "a good long password") == 200
 
-    # A budget: daily 1.5 USD, monthly the server default (two prompts).
-    # Every prompt and confirm below is answered from this list, in order.
-    answers = ["1.5", "", "reset to this password", "", ""]
-
-    def answer(d: Any) -> None:
-        asyncio.ensure_future(d.accept(answers.pop(0)))
-
-    page.on("dialog", answer)
+    # A budget: daily 1.5 USD, monthly the server default, in one dialog.
+    dialog = page.locator(tid("ask-dialog"))
     await row.locator(tid("user-budget")).click()
+    await page.locator(tid("ask-daily")).fill("1.5")
+    await page.locator(tid("ask-monthly")).fill("")
+    await page.locator(tid("ask-ok")).click()
+    await expect(dialog).to_have_count(0)
     await expect(page.locator(tid("users-status"))).to_have_text("已保存。")
     token = await stack.login("boss")
     async with stack.client(token) as c:
         budget = (await c.get("/v1/admin/users/newbie@example.test/budget")).json()
     assert (budget["daily_usd"], budget["monthly_usd"]) == (1.5, None), budget
 
-    # Reset the password (prompt), promote, then disable.
+    # Reset the password (a masked field), promote, then disable (confirmed in a dialog).
     await row.locator(tid("user-reset")).click()
+    await expect(page.locator(tid("ask-password"))).to_have_attribute("type", "password")
+    await page.locator(tid("ask-password")).fill("reset to this password")
+    await page.locator(tid("ask-ok")).click()
+    # The dialog's close event is a task of its own: until it has run, the status is the budget's.
+    await expect(dialog).to_have_count(0)
     await expect(page.locator(tid("users-status"))).to_have_text("已保存。")
     assert await password_login_status(stack, "newbie@example.test", "reset to this password") == 200
     await row.locator(tid("user-role")).click()
     await expect(row).to_have_attribute("data-role", "admin")
     await row.locator(tid("user-disable")).click()
+    await expect(dialog).to_have_attribute("data-kind", "danger")
+    await page.locator(tid("ask-ok")).click()
     await expect(row).to_have_attribute("data-role", "disabled")
     await expect(row.locator(tid("user-disable"))).to_have_count(0)
     assert await password_login_status(stack, "newbie@example.test", "reset to this password") == 403
-    # Enable (empty prompt: a password is generated and shown this once); no reset on a disabled row.
+    # Enable (empty password: one is generated and shown this once); no reset on a disabled row.
     await expect(row.locator(tid("user-reset"))).to_have_count(0)
     await row.locator(tid("user-enable")).click()
+    await page.locator(tid("ask-ok")).click()
     await expect(row).to_have_attribute("data-role", "user")
     await expect(page.locator(tid("users-status"))).to_contain_text("只显示这一次")
     shown = await page.locator(tid("users-status")).text_content() or ""

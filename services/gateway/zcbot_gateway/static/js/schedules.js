@@ -4,6 +4,7 @@
 import { api, enc } from "./api.js";
 import { $, clip, el, formatTime, itemsOf } from "./dom.js";
 import { t } from "./i18n.js";
+import { confirmDanger } from "./ask.js";
 
 export async function loadSchedules() {
   const list = $("schedule-list");
@@ -48,8 +49,9 @@ function scheduleItem(job) {
         onclick: () => act("POST", "/v1/schedules/" + enc(id) + "/disable", t("schedules.disable")) },
       t("schedules.disable")) : null,
       el("button", { type: "button", class: "small danger", "data-testid": "schedule-delete",
-        onclick: () => {
-          if (window.confirm(t("schedules.confirm_delete", { name: job.name || id }))) {
+        onclick: async () => {
+          if (await confirmDanger(t("schedules.delete_title"), t("schedules.confirm_delete", { name: job.name || id }),
+            t("schedules.delete"))) {
             act("DELETE", "/v1/schedules/" + enc(id), t("schedules.delete"));
           }
         } }, t("schedules.delete"))));

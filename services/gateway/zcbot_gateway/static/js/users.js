@@ -4,6 +4,7 @@
 import { api, enc } from "./api.js";
 import { $, el, formatTime, itemsOf } from "./dom.js";
 import { t } from "./i18n.js";
+import { ask, confirmDanger } from "./ask.js";
 
 function say(text, kind = "muted") {
   const status = $("users-status");
@@ -26,7 +27,7 @@ function roleLabel(role) {
   return t("users.role_" + role) === "users.role_" + role ? role : t("users.role_" + role);
 }
 
-/** Two prompts (daily, monthly in USD): empty = the server default, 0 = no limit. */
+/** One dialog, daily and monthly in USD: empty = the server default, 0 = no limit. */
 async function editBudget(base, email) {
   let current;
   try {
@@ -35,21 +36,20 @@ async function editBudget(base, email) {
     say(t("users.failed", { msg: err.message }), "error");
     return;
   }
-  const ask = (period, value) => {
-    const answer = window.prompt(t("users.budget_prompt", { email, period: t("users.period_" + period) }),
-      value === null || value === undefined ? "" : String(value));
-    if (answer === null) return undefined; // cancelled
-    return answer.trim() === "" ? null : Number(answer);
-  };
-  const daily = ask("daily", current.daily_usd);
-  if (daily === undefined) return;
-  const monthly = ask("monthly", current.monthly_usd);
-  if (monthly === undefined) return;
-  if ([daily, monthly].some((v) => v !== null && !(Number.isFinite(v) && v >= 0))) {
-    say(t("users.budget_invalid"), "error");
-    return;
-  }
-  act(() => api(base + "/budget", { method: "PUT", json: { daily_usd: daily, monthly_usd: monthly } }), t("users.saved"));
+  const shown = (v) => (v === null || v === undefined ? "" : String(v));
+  const parse = (v) => (v.trim() === "" ? null : Number(v));
+  const answer = await ask({
+    title: t("users.budget_title", { email }),
+    message: t("users.budget_hint"),
+    fields: ["daily", "monthly"].map((p) => ({ name: p, label: t("users.period_" + p) + " (USD)", inputmode: "decimal",
+      value: shown(current[p + "_usd"]) })),
+    confirm: t("users.save"),
+    check: (v) => [v.daily, v.monthly].map(parse).some((x) => x !== null && !(Number.isFinite(x) && x >= 0))
+      ? t("users.budget_invalid") : "",
+  });
+  if (!answer) return;
+  act(() => api(base + "/budget", { method: "PUT", json: { daily_usd: parse(answer.daily), monthly_usd: parse(answer.monthly) } }),
+    t("users.saved"));
 }
 
 function userRow(u) {
@@ -57,8 +57,11 @@ function userRow(u) {
   const actions = u.role === "disabled" ? [
     // A disabled user has no password: enabling gives one (typed, or generated and shown once).
     el("button", { type: "button", class: "small", "data-testid": "user-enable", onclick: async () => {
-      const typed = window.prompt(t("users.enable_prompt", { email: u.email }));
-      if (typed === null) return;
+      const answer = await ask({ title: t("users.enable_title", { email: u.email }),
+        fields: [{ name: "password", type: "password", label: t("users.new_password"), hint: t("users.enable_hint") }],
+        confirm: t("users.enable") });
+      if (answer === null) return;
+      const typed = answer.password;
       say("");
       try {
         const done = await api(base + "/enable", { method: "POST", json: typed ? { password: typed } : {} });
@@ -70,8 +73,11 @@ function userRow(u) {
       }
     } }, t("users.enable")),
   ] : [
-    el("button", { type: "button", class: "small", "data-testid": "user-reset", onclick: () => {
-      const password = window.prompt(t("users.new_password_prompt", { email: u.email }));
+    el("button", { type: "button", class: "small", "data-testid": "user-reset", onclick: async () => {
+      const answer = await ask({ title: t("users.reset_title", { email: u.email }),
+        fields: [{ name: "password", type: "password", label: t("users.new_password") }],
+        confirm: t("users.save"), check: (v) => (v.password ? "" : t("users.password_required")) });
+      const password = answer && answer.password;
       if (password) act(() => api(base + "/password", { method: "PUT", json: { password } }), t("users.saved"));
     } }, t("users.reset")),
   ];
@@ -82,8 +88,8 @@ function userRow(u) {
     actions.push(el("button", { type: "button", class: "small", "data-testid": "user-role",
       onclick: () => act(() => api(base + "/role", { method: "PUT", json: { role: next } }), t("users.saved")) },
     next === "admin" ? t("users.make_admin") : t("users.make_user")));
-    actions.push(el("button", { type: "button", class: "small danger", "data-testid": "user-disable", onclick: () => {
-      if (window.confirm(t("users.confirm_disable", { email: u.email }))) {
+    actions.push(el("button", { type: "button", class: "small danger", "data-testid": "user-disable", onclick: async () => {
+      if (await confirmDanger(t("users.disable_title"), t("users.confirm_disable", { email: u.email }), t("users.disable"))) {
         act(() => api(base + "/disable", { method: "POST" }), t("users.saved"));
       }
     } }, t("users.disable")));
