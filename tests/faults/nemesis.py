@@ -162,7 +162,8 @@ class Nemesis:
     async def majority_sees_cut(self, node: str, timeout: float) -> bool:
         """Whether the other nodes, asked directly, lose `node` on the events stream: a leader other than
         it, which has not heard from its replica for longer than two Raft heartbeats (1 s each), or sees
-        it offline. Not `current`: a busy follower is often briefly behind without any fault."""
+        it offline, or reports it not current for longer than that. A moment not current is no cut: a busy
+        follower is often briefly behind without any fault."""
         import nats
 
         from zcbot_devstack.embedded.nats_auth import ADMIN_USER
@@ -174,6 +175,7 @@ class Nemesis:
         try:
             js = nc.jetstream()
             deadline = time.monotonic() + timeout
+            behind_since: float | None = None  # since when the leader has reported the replica not current
             while time.monotonic() < deadline:
                 try:
                     info = await asyncio.wait_for(js.stream_info(self.cluster.topo.events_stream), 1.0)
@@ -183,6 +185,14 @@ class Nemesis:
                     peer = next((p for p in info.cluster.replicas or [] if p.name == node), None)
                     if peer is None or peer.offline or (peer.active or 0) > SILENT_PEER_NS:
                         return True
+                    # A leader elected after the cut may never have heard from the replica: it reports it
+                    # not current with `active` 0 (no time since a contact it never had) and a growing lag.
+                    if peer.current is False:
+                        behind_since = behind_since if behind_since is not None else time.monotonic()
+                        if time.monotonic() - behind_since > SILENT_PEER_NS / 1e9:
+                            return True
+                    else:
+                        behind_since = None
                 await asyncio.sleep(0.25)
             return False
         finally:
