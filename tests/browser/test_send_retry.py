@@ -4,15 +4,12 @@ the next message gets a new key. The bus refusal is injected at the submit path'
 
 from __future__ import annotations
 
-from typing import Any
-
-import nats.errors
 import pytest
 
 from tests.browser.pagekit import create_task, login_with_key, send, tid
+from tests.helpers.bus_faults import bus_refuses_once
 from tests.helpers.db import db_rows
 from tests.helpers.stack import Stack
-from zcbot_core.runstate import submit
 
 try:
     from playwright.async_api import Page, Request, expect
@@ -24,16 +21,7 @@ async def test_send_again_after_the_503_retries_the_same_message(
         stack: Stack, page: Page, monkeypatch: pytest.MonkeyPatch) -> None:
     stack.fake.script("KEY-retry", [{"text": "重试成功"}])
     stack.fake.script("KEY-next", [{"text": "下一条"}])
-    refused: list[str] = []
-    real = submit.publish_run
-
-    async def publish(js: Any, topo: Any, req: Any, **kw: Any) -> None:
-        if not refused:
-            refused.append(req.run_id)
-            raise nats.errors.TimeoutError
-        await real(js, topo, req, **kw)
-
-    monkeypatch.setattr(submit, "publish_run", publish)
+    refused = bus_refuses_once(monkeypatch)
     keys: list[str | None] = []
 
     def seen(request: Request) -> None:

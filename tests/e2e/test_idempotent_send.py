@@ -5,12 +5,10 @@ refusal is injected at the one publish call of the submit path (the rest of the 
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
-import nats.errors
 import pytest
 
+from tests.helpers.bus_faults import bus_refuses_once
 from tests.helpers.db import db_rows
 from tests.helpers.stack import Stack
 from zcbot_core.runstate import submit
@@ -43,21 +41,6 @@ async def send(stack: Stack, token: str, task_id: str, content: str, key: str) -
 async def run_ends_ok(stack: Stack, token: str, url: str) -> None:
     events = await stack.events(token, url)
     assert events[-1]["event"] == "done" and events[-1]["data"]["status"] == "ok", events[-3:]
-
-
-def bus_refuses_once(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The next run publish of the submit path fails as a JetStream outage does (after its retries)."""
-    refused: list[str] = []
-    real = submit.publish_run
-
-    async def publish(js: Any, topo: Any, req: Any, **kw: Any) -> None:
-        if not refused:
-            refused.append(req.run_id)
-            raise nats.errors.TimeoutError
-        await real(js, topo, req, **kw)
-
-    monkeypatch.setattr(submit, "publish_run", publish)
-    return refused
 
 
 async def test_a_resend_with_the_same_key_runs_the_saved_message_once(
