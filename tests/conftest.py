@@ -66,6 +66,32 @@ from zcbot_runner import service as runner_service  # noqa: E402
 runner_service.PULL_POLL_SECONDS = 0.25
 
 
+def _test_files_under(paths: list[Path], limit: int) -> int:
+    """How many test modules the given paths name (counting stops at `limit`)."""
+    count = 0
+    for path in paths:
+        if path.is_dir():
+            count += sum(1 for _ in zip(path.rglob("test_*.py"), range(limit - count)))
+        elif path.suffix == ".py":
+            count += 1
+        if count >= limit:
+            break
+    return count
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): the default run spreads whole files (`--dist loadfile`, so a
+    module's shared stack stays in one worker) over 3 workers — on 2 cores, because most of a test's
+    time is spent waiting on a service, a timer or a sandbox, not computing. A run of a few files
+    stays in one process (a worker costs seconds of imports). `ZCBOT_TEST_WORKERS` overrides (0: no
+    workers). Each worker starts its own NATS and PostgreSQL (session fixtures)."""
+    if "ZCBOT_TEST_WORKERS" in os.environ:
+        return int(os.environ["ZCBOT_TEST_WORKERS"])
+    here = config.invocation_params.dir
+    paths = [here / str(arg).split("::", 1)[0] for arg in config.args] or [config.rootpath / "tests"]
+    return 3 if _test_files_under(paths, limit=6) >= 6 else 0
+
+
 def _os_tmp(prefix: str) -> Path:
     """A private temp dir directly under the system temp dir (see `os_tmp_dir`)."""
     return Path(tempfile.mkdtemp(prefix=prefix))

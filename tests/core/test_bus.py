@@ -74,7 +74,7 @@ _LONG_TAG = "x" * 40  # longer than a fixstr: a str8
 @pytest.mark.parametrize(
     ("data", "tag"),
     [
-        (encode(ev.Done(run_id="r", status="ok")), "ev.done"),
+        (encode(ev.Done(run_id="r", status="ok", ts=0.0)), "ev.done"),
         (encode(ev.TextDelta(run_id="r", delta="ev.done " * 3000)), "ev.text"),  # a big map, the text mentions done
         (encode(ToolCallReply(call_id="c", ok=True, output="")), "tool_reply"),
         (msgpack.packb({"run_id": "r", "status": "ok", "t": "ev.done", "v": 1}), "ev.done"),  # tag last: older encoding

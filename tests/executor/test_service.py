@@ -47,14 +47,15 @@ async def test_executor_crash_mid_call(stack: Stack) -> None:
         r = await stack.shell("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; echo end")
         assert r.ok and r.host == "hx", r
         assert secret not in r.output and "ZCBOT_" not in r.output
-        task = asyncio.create_task(stack.shell("sleep 60", timeout=120))
-        await wait_processes(lambda c: c == "sleep 60")
+        sleep = f"sleep 60.{secrets.randbelow(10**6):06d}"  # unique: the scan sees other tests' processes
+        task = asyncio.create_task(stack.shell(sleep, timeout=120))
+        await wait_processes(lambda c: c == sleep)
         proc.kill()
         started = time.monotonic()
         r = await asyncio.wait_for(task, 15)
         assert not r.ok and "stopped during the call" in r.error, r
         assert time.monotonic() - started < 5
-        assert await wait_no_processes(lambda c: c == "sleep 60", timeout=5) == []  # sandbox died with it
+        assert await wait_no_processes(lambda c: c == sleep, timeout=5) == []  # sandbox died with it
         r = await stack.shell("echo anyone")
         assert not r.ok and "executor unavailable" in r.error
     finally:
@@ -160,15 +161,17 @@ async def test_micro_stats_describe_the_calls(one: Stack) -> None:
 
 async def test_drain_finishes_short_calls_and_kills_the_rest(stack: Stack) -> None:
     svc = await stack.executor("h1", drain_grace_seconds=1.5)
-    short = asyncio.create_task(stack.shell("sleep 0.7; echo finished"))
-    long = asyncio.create_task(stack.shell("sleep 40", user="u2"))
-    await wait_processes(lambda c: c in ("sleep 0.7", "sleep 40"), count=2)
+    tag = f"{secrets.randbelow(10**6):06d}"  # unique: the scan sees other tests' and workers' processes
+    short_cmd, long_cmd = f"sleep 0.7{tag}", f"sleep 40.{tag}"
+    short = asyncio.create_task(stack.shell(f"{short_cmd}; echo finished"))
+    long = asyncio.create_task(stack.shell(long_cmd, user="u2"))
+    await wait_processes(lambda c: c in (short_cmd, long_cmd), count=2)
     await drain(stack, svc)
     r = await short
     assert r.ok and r.output.strip() == "finished"
     r = await long
     assert not r.ok and "shutting down" in r.error
-    assert await wait_no_processes(lambda c: c.startswith("sleep"), timeout=3) == []
+    assert await wait_no_processes(lambda c: c in (short_cmd, long_cmd), timeout=3) == []
     r = await stack.shell("echo after")
     assert not r.ok and "executor unavailable" in r.error
     kv = await stack.nc.jetstream().key_value(stack.topo.sandbox_leases_bucket)
@@ -221,8 +224,9 @@ async def test_real_process_metrics_and_sigterm_drain(stack: Stack) -> None:
     try:
         await proc.wait_ready(stack.nc)
         assert (await stack.shell("echo hi")).ok
-        slow = asyncio.create_task(stack.shell("sleep 1; echo drained-ok"))
-        await wait_processes(lambda c: c == "sleep 1")
+        sleep = f"sleep 1.{secrets.randbelow(10**6):06d}"  # unique: the scan sees other tests' processes
+        slow = asyncio.create_task(stack.shell(f"{sleep}; echo drained-ok"))
+        await wait_processes(lambda c: c == sleep)
         port = proc.env["ZCBOT_EXECUTOR_PORT"]
         body = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
         assert 'zcbot_tool_calls_total{outcome="ok",tool="shell"} 1.0' in body

@@ -126,13 +126,14 @@ class Stack:
             await self.nc.close()
 
 
-def sandbox_processes(predicate: Callable[[str], bool] | None = None) -> list[psutil.Process]:
+def sandbox_processes(predicate: Callable[[str], bool] | None = None, *, mine_only: bool = False) -> list[psutil.Process]:
     """Host processes running as the sandbox uid, other than the warm runners themselves.
 
     Without a predicate only this test process's descendants count (other test sessions on the
-    machine may run sandboxes too); with one, every process (background sandboxes are detached).
+    machine may run sandboxes too); with one, every process (background sandboxes are detached),
+    unless `mine_only`.
     """
-    if predicate is None:
+    if predicate is None or mine_only:
         try:
             candidates = psutil.Process(os.getpid()).children(recursive=True)
         except psutil.Error:
@@ -154,10 +155,11 @@ def sandbox_processes(predicate: Callable[[str], bool] | None = None) -> list[ps
     return out
 
 
-async def wait_no_processes(predicate: Callable[[str], bool] | None = None, timeout: float = 5.0) -> list[str]:
+async def wait_no_processes(predicate: Callable[[str], bool] | None = None, timeout: float = 5.0, *,
+                            mine_only: bool = False) -> list[str]:
     deadline = time.monotonic() + timeout
     while True:
-        left = sandbox_processes(predicate)
+        left = sandbox_processes(predicate, mine_only=mine_only)
         if not left or time.monotonic() > deadline:
             return [" ".join(p.cmdline()) for p in left if p.is_running()]
         await asyncio.sleep(0.1)
