@@ -31,9 +31,8 @@ async def test_an_unproven_claim_receives_nothing_and_blocks_no_one(chan: Channe
         # A message from alice's WeCom while only mallory's claim exists: no run, no reply.
         query, body = fake.text_callback("alice_w", "what is on my calendar?", 7001)
         assert (await c.post("/v1/channels/wecom/callback", params=query, content=body)).status_code == 200
-        await asyncio.sleep(1.5)
+        await fake.wait_sent(lambda: len(fake.texts_to("alice_w")) == 2)  # the message was handled: answered
         assert db_rows(chan.settings.zcbot_db_url, "select count(*) from tasks where channel='wecom'") == [(0,)]
-        await fake.wait_sent(lambda: len(fake.texts_to("alice_w")) == 2)
         notice = fake.texts_to("alice_w")[1]  # the code, then the "not linked yet" notice, nothing else
         assert "not linked to zcbot yet" in notice and "/v1/channels/wecom/verify" in notice
         # Guessing: each wrong code counts; after MAX_ATTEMPTS the code is gone, the right one too.

@@ -89,3 +89,16 @@ def assert_consistent(url: str, tasks: list[str] | None = None) -> None:
         assert len(asked) == len(set(asked)), f"tool call ids repeated in {task_id}: {asked}"
         assert all(n == 1 for n in answered.values()), f"tool call answered twice in {task_id}: {answered}"
         assert set(answered) == set(asked), f"unanswered/unknown tool calls in {task_id}: {asked} vs {answered}"
+
+
+async def wait_for_lock_waiter(url: str, timeout: float = 10.0) -> None:
+    """Until a session of this database waits for a lock (a statement blocked by another's row lock):
+    the condition a test of lock ordering wants, instead of a sleep it hopes is long enough."""
+    from tests.helpers.wait import wait_for
+
+    async def waiting() -> bool:
+        rows = await db_rows_async(url, "select count(*) from pg_stat_activity "
+                                        "where datname = current_database() and wait_event_type = 'Lock'")
+        return rows[0][0] > 0
+
+    await wait_for(waiting, timeout=timeout, interval=0.02, what="a statement waiting for a lock")

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.executor_stack import wait_processes
 from tests.helpers.wait import wait_for
 from tests.reliability.faults_support import Harness, assert_consistent, fake_llm, harness, roles, task_status  # noqa: F401
 
 pytestmark = pytest.mark.heavy
 
 SLOW_TOOL = [
-    {"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 4; echo late > late.txt"}}]},
+    {"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 4.0427; echo late > late.txt"}}]},
     {"text": "the executor went away; I will retry later"},
 ]
 AFTER = [
@@ -37,7 +38,7 @@ async def test_executor_kill9_mid_tool_gives_an_honest_result_and_a_restart_serv
     follower = h.follower(token, task["task_id"], run["run_id"])
     reader = asyncio.create_task(follower.run(timeout=60))
     await wait_for(lambda: "tool_call" in follower.names(), what="tool call sent")
-    await asyncio.sleep(0.7)  # the command is running inside the sandbox now
+    await wait_processes(lambda c: c == "sleep 4.0427")  # the command runs inside the sandbox now
     executor.kill9()
     killed_at = asyncio.get_running_loop().time()
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from sqlalchemy import select, update
 
-from tests.helpers.db import plain_pg_url
+from tests.helpers.db import plain_pg_url, wait_for_lock_waiter
 from zcbot_core.db.models import Message, Task, UsageEvent, User
 from zcbot_core.llm.client import Usage
 from zcbot_core.platform.config import Settings
@@ -96,7 +96,7 @@ async def test_a_step_racing_another_writer_is_written_after_it(rt: Runtime, set
         write = asyncio.create_task(
             steps.append_llm_step({"role": "assistant", "content": "second"}, Usage(1, 1, 0), 0.0, "fake")
             if llm_step else steps.append({"role": "assistant", "content": "second"}))
-        await asyncio.sleep(0.5)  # the step's statement is waiting for the row lock
+        await wait_for_lock_waiter(settings.zcbot_db_url)  # the step's statement waits for the row lock
         assert not write.done()
         await other.commit()
     await asyncio.wait_for(write, 10)
@@ -172,7 +172,7 @@ async def test_a_last_step_racing_another_writer_is_written_after_it(rt: Runtime
         steps = store(rt)
         await steps.append_llm_step({"role": "assistant", "content": "second"}, Usage(1, 1, 0), 0.0, "fake", last=True)
         ending = asyncio.create_task(steps.end_run(status="ok", error=None, timings={}))
-        await asyncio.sleep(0.5)  # the statement is waiting for the row lock
+        await wait_for_lock_waiter(settings.zcbot_db_url)  # the statement waits for the row lock
         assert not ending.done()
         await other.commit()
     assert await asyncio.wait_for(ending, 10) is False
