@@ -16,10 +16,12 @@ Landlock domain may trace only processes in the same domain or one nested in it 
 ptrace access check, which also guards `/proc/<pid>/mem` and `process_vm_writev`), so user code
 (always in a domain) cannot reach a process that is not yet confined, nor docker-init. The
 domain handles only making device nodes (refused without CAP_MKNOD anyway), so it restricts
-nothing else. A kernel without Landlock skips it (the executor then does not choose the kernel
-quota for Docker: quota/kernel.py); a kernel with Landlock that refuses it is an error.
+nothing else. When the kernel quota is on (`landlock` true: the executor chose it, quota/kernel.py,
+having seen Landlock in the host's kernel) a domain that cannot be had is an error, so the process
+never runs; otherwise it is skipped (an older kernel, or an engine profile without the calls) and
+the filter alone is loaded.
 
-    python3 -I -S confine.py HEX-FILTER COMMAND [ARG...]   # confine, then exec COMMAND (PATH search)
+    python3 -I -S confine.py HEX-FILTER 0|1 COMMAND [ARG...]   # confine, then exec COMMAND (PATH search)
 """
 
 import os
@@ -29,9 +31,7 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # the same on every architecture
-LANDLOCK_CREATE_RULESET_VERSION = 1
 LANDLOCK_ACCESS_FS_MAKE_CHAR, LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 9, 1 << 11
-NO_LANDLOCK = (38, 95)  # ENOSYS, EOPNOTSUPP: this kernel has no Landlock (or it is not enabled)
 
 
 def _fail(what: str) -> None:
@@ -41,35 +41,33 @@ def _fail(what: str) -> None:
     raise OSError(err, f"{what} failed: {os.strerror(err)}")
 
 
-def landlock_abi(libc) -> int:
-    """Landlock's ABI version, 0 when the kernel has none."""
+def landlock_domain(libc) -> None:
+    """Enter a new Landlock domain (OSError when the kernel or the engine's profile has none)."""
     import ctypes
 
-    abi = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
-    if abi < 0 and ctypes.get_errno() in NO_LANDLOCK:
-        return 0
-    if abi < 0:
-        _fail("landlock version")
-    return abi
+    attr = ctypes.c_uint64(LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK)  # handled_access_fs (ABI 1)
+    fd = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if fd < 0:
+        _fail("landlock ruleset")
+    try:
+        if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+            _fail("landlock restrict")
+    finally:
+        os.close(fd)
 
 
-def apply(program: bytes) -> None:
-    """no_new_privs, the Landlock domain (when the kernel has Landlock), then the seccomp filter."""
+def apply(program: bytes, landlock: bool = False) -> None:
+    """no_new_privs, the Landlock domain (required when `landlock`), then the seccomp filter."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
         _fail("no_new_privs")
-    if landlock_abi(libc) > 0:
-        attr = ctypes.c_uint64(LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK)  # handled_access_fs (ABI 1)
-        fd = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
-        if fd < 0:
-            _fail("landlock ruleset")
-        try:
-            if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
-                _fail("landlock restrict")
-        finally:
-            os.close(fd)
+    try:
+        landlock_domain(libc)
+    except OSError:
+        if landlock:
+            raise
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
@@ -81,8 +79,8 @@ def apply(program: bytes) -> None:
 
 
 def main(argv: list[str]) -> None:
-    apply(bytes.fromhex(argv[1]))
-    os.execvp(argv[2], argv[2:])
+    apply(bytes.fromhex(argv[1]), argv[2] == "1")
+    os.execvp(argv[3], argv[3:])
 
 
 if __name__ == "__main__":

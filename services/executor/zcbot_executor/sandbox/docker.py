@@ -113,15 +113,17 @@ class DockerBackend(SandboxBackend):
 
     def main_command(self) -> list[str]:
         """The sandbox container's own process: the egress forwarder, or just a sleeper without egress."""
-        guard = [CONTAINER_PYTHON, "-I", "-S", f"{policy.RUNNER_MOUNT}/confine.py", self.confine]
+        guard = [CONTAINER_PYTHON, "-I", "-S", f"{policy.RUNNER_MOUNT}/confine.py", self.confine, str(int(self.kernel_quota))]
         if not self.config.egress:
             return [*guard, "sleep", "infinity"]
         return [*guard, CONTAINER_PYTHON, "-I", "-S", f"{policy.RUNNER_MOUNT}/egress_forward.py", egress.SANDBOX_SOCKET,
                 str(egress.SANDBOX_PORT)]
 
     def command(self, mode: str, config_json: str, arg: str) -> list[str]:
-        """The runner's command line in a container: confined before anything else runs."""
-        return policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, mode, config_json, arg, confine=self.confine)
+        """The runner's command line in a container: confined before anything else runs (Landlock
+        required with the kernel quota: without it the filter could be got round, confine.py)."""
+        return policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, mode, config_json, arg, confine=self.confine,
+                                     landlock=self.kernel_quota)
 
     def requests_dir(self, user_id: str) -> Path:
         """The host folder of a user's call requests (the executor's, mounted read-only in the user's
