@@ -52,11 +52,13 @@ LABEL org.opencontainers.image.title="zcbot" \
 # LibreOffice (writer + impress, headless) and poppler-utils make PDFs and previews of the .docx /
 # .pptx deliverables (rendering/pdf.py, the brief's page measurement, the deck checker's renders);
 # fonts-noto-cjk gives those renders and matplotlib charts Chinese glyphs instead of boxes.
+# btrfs-progs: the executor's kernel disk quota (a subvolume with a qgroup limit per user root,
+# zcbot_core/quota/kernel.py; deploy/k8s/components/btrfs-quota).
 # Versions follow the base image's Debian release; pin the base image by digest to freeze them.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-        file git jq less procps restic ripgrep tini unzip xz-utils zip \
+        btrfs-progs file git jq less procps restic ripgrep tini unzip xz-utils zip \
         libreoffice-writer-nogui libreoffice-impress-nogui poppler-utils fontconfig fonts-noto-cjk \
     && rm -rf /var/lib/apt/lists/*
 

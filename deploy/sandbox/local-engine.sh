@@ -35,6 +35,7 @@ usr() { case "$1" in /bin/*|/lib/*|/sbin/*|/lib64/*) echo "/usr$1";; *) echo "$1
 copy() { for f in "$@"; do f=$(usr "$f"); [ -e "$f" ] || continue
   [ -d "$f" ] && continue; cp -an --parents "$f" "$R" 2>/dev/null; t=$(readlink -f "$f"); cp -an --parents "$t" "$R" 2>/dev/null; done; }
 bins=$(dpkg -L coreutils bash dash grep sed findutils procps mawk 2>/dev/null | sort -u)
+bins="$bins /usr/bin/fallocate"  # util-linux's, as in python:3.11-slim (the disk quota probes); not all of util-linux (su)
 copy $bins /usr/bin/python3 /usr/bin/python3.11
 cp -a --parents /usr/lib/python3.11 "$R"
 [ -d /usr/lib/locale/C.utf8 ] && cp -a --parents /usr/lib/locale/C.utf8 "$R" 2>/dev/null  # LC_ALL=C.UTF-8 in the sandbox env

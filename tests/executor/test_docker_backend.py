@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from zcbot_executor.config import ExecutorConfig
-from zcbot_executor.sandbox import policy
+from zcbot_executor.sandbox import policy, seccomp
 from zcbot_executor.sandbox.docker import REQUESTS_MOUNT, DockerBackend
 
 
@@ -133,6 +133,11 @@ async def test_container_is_hardened(docker_backend) -> None:
     assert kw["pids_limit"] == config.limits.max_procs and kw["mem_limit"] == f"{config.limits.memory_mb}m"
     assert kw["nano_cpus"] > 0 and "/tmp" in kw["tmpfs"] and kw["init"] is True
     assert not kw["user"].startswith("0:") and kw["user"] != "root"
+    # Its main process loads the btrfs seccomp filter (and a Landlock domain) before it runs anything.
+    assert kw["command"][:6] == ["/usr/local/bin/python3", "-I", "-S", "/opt/zcbot/confine.py", seccomp.program().hex(), "0"]
+    backend.kernel_quota = True  # with the kernel quota, Landlock is required (confine.py)
+    assert backend.main_command()[5] == "1" and ", True); import tool_runner" in backend.command("once", "{}", "r")[5]
+    backend.kernel_quota = False
     assert kw["labels"] == {"zcbot.product": "sandbox", "zcbot.user": "u1", "zcbot.instance": "hd"}
     assert kw["volumes"][str(root)] == {"bind": "/workspace", "mode": "rw"}
     assert kw["volumes"][str(backend.stage)]["mode"] == "ro"
@@ -160,6 +165,9 @@ async def test_exec_per_call_round_trip(docker_backend) -> None:
     assert all(e["cmd"][-1].startswith(REQUESTS_MOUNT + "/") for e in engine.api.execs.values())
     cmds = [e["cmd"] for e in engine.api.execs.values()]
     assert all(c[0] == "/usr/local/bin/python3" and c[c.index("-c") + 2] == "once" for c in cmds)
+    # Each exec is confined before the runner is imported (run here for real: the calls above passed under it).
+    guard = f"import confine; confine.apply(bytes.fromhex({seccomp.program().hex()!r}), False); import tool_runner"
+    assert all(guard in c[c.index("-c") + 1] for c in cmds)
     assert all(e["user"] == backend.user and e["workdir"] == "/workspace" for e in engine.api.execs.values())
     await box.close()
 

@@ -113,9 +113,13 @@ async def test_a_background_process_writing_past_the_quota_is_killed(stack: Stac
     import asyncio
 
     writer = "for i in $(seq 1 100); do head -c 100000 /dev/zero >> bg.bin; sleep 0.05; done"
+    # Waits (up to 30 s) for the writer to pass the quota, then one second for the quota's tick: a fixed
+    # `sleep 3` failed under load with docker, where the background container had not written yet.
+    over = f"[ \"$(stat -c %s bg.bin 2>/dev/null || echo 0)\" -gt {QUOTA_MB * MB} ]"
+    wait = f"for i in $(seq 1 600); do {over} && break; sleep 0.05; done; sleep 1; echo waited"
     task, events = await scripted_run(stack, "dave", "KEY-quota-bg", [
         _call("shell", command=writer, background=True),
-        _call("shell", command="sleep 3; echo waited"),
+        _call("shell", command=wait),
         {"text": "Done."},
     ])
     started, waited = _results(events)

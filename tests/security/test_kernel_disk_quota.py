@@ -7,7 +7,9 @@ a 50 MB qgroup limit. Through the real services (gateway -> runner -> executor -
 - ten `fallocate -l 200M` in one call: each refused (EDQUOT), nothing kept (it was 2000 MB);
 - a file with no name (O_TMPFILE) filled until the kernel refuses: stopped at the limit;
 - `mv -T y x` over a folder, then more writes inside: counted, refused past the limit;
-- a nested subvolume (its own qgroup, outside the limit) cannot be made in the sandbox;
+- a nested subvolume or snapshot (its own qgroup, outside the limit) cannot be made in the sandbox,
+  by any of the four ioctls or with the request's upper 32 bits set; nor can a sandbox process
+  trace or write the memory of pid 1 (with docker: docker-init, which has no filter — confine.py);
 - usage reported: a background process holding 30 MB in a file with no name shows in the user's
   ledger (the meter alone saw 0), and a write that would pass the limit is refused meanwhile;
 - `rm` at the limit still frees space; another user writes their own 40 MB meanwhile;
@@ -34,13 +36,8 @@ from zcbot_core.quota import kernel as quota_kernel
 
 QUOTA_MB = 50
 SKIP = btrfs.unavailable()
-# btrfs qgroups are the bwrap backend's disk quota; a Docker sandbox keeps Docker's seccomp profile and
-# uses the userland meter (docs/decisions.md, issue 36), which test_disk_quota.py covers in the Docker pass.
-pytestmark = [
-    pytest.mark.skipif(SKIP is not None, reason=f"kernel disk quota tests need a loop btrfs: {SKIP}"),
-    pytest.mark.skipif(os.environ.get("ZCBOT_SANDBOX") == "docker",
-                       reason="the kernel disk quota is the bwrap backend's (Docker: the meter)"),
-]
+# Both sandbox backends: bwrap, and with ZCBOT_SANDBOX=docker the container bind-mounts the same subvolume.
+pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"kernel disk quota tests need a loop btrfs: {SKIP}")
 
 
 @pytest.fixture
@@ -79,16 +76,26 @@ TMPFILE = ("python3 -c \"\nimport os\nfd = os.open('.', os.O_TMPFILE | os.O_WRON
            "    print('stopped', n, e.errno)\n\"")
 MOVE_OVER = ("rm -f f*; mkdir y && head -c 20M /dev/zero > y/f && mkdir x && mv -T y x && "
              "head -c 40M /dev/zero > x/g 2>/dev/null; echo \"head=$?\"; du -sm x | cut -f1")
-NESTED = "btrfs subvolume create nested 2>&1 >/dev/null; btrfs subvolume snapshot /workspace snap 2>&1 >/dev/null; ls"
+# SUBVOL_CREATE, SUBVOL_CREATE_V2, SNAP_CREATE, SNAP_CREATE_V2 (of /workspace, the user's subvolume), then
+# SUBVOL_CREATE with bit 32 set (the kernel reads the request as 32 bits); then ptrace and /proc/1/mem.
+NESTED = ("python3 -c \"\nimport ctypes, os, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+          "fd, src = os.open('.', os.O_RDONLY), os.open('/workspace', os.O_RDONLY)\n"
+          "for req in (0x5000940E, 0x50009418, 0x50009401, 0x50009417, 0x15000940E):\n"
+          "    head = struct.pack('qQQ', src, 0, 0) + bytes(32) if req & 0xFF in (0x17, 0x18) else struct.pack('q', src)\n"
+          "    buf = ctypes.create_string_buffer(head + b'n%x' % req, 4096)\n"
+          "    print('ioctl', libc.ioctl(fd, ctypes.c_ulong(req), buf), ctypes.get_errno())\n"
+          "print('ptrace', libc.ptrace(16, 1, None, None), ctypes.get_errno())\n"
+          "try:\n    open('/proc/1/mem', 'r+b').close(); print('mem opened')\n"
+          "except OSError as e:\n    print('mem', e.errno)\n\"; ls")
 FREE = "rm -rf x y && head -c 10M /dev/zero > after-rm && echo wrote-after-rm"
 
 
 async def test_the_kernel_refuses_writes_past_the_quota(stack: Stack) -> None:
     storage = stack.settings.storage_root
     task, events = await scripted_run(stack, "mallory", "KEY-kquota", [
-        _call("shell", command=FALLOCATE), _call("shell", command=TMPFILE), _call("shell", command=MOVE_OVER),
-        _call("shell", command=NESTED), _call("shell", command=FREE), {"text": "Done."}])
-    fall, tmpfile, move, nested, free = _results(events)
+        _call("shell", command=NESTED), _call("shell", command=FALLOCATE), _call("shell", command=TMPFILE),
+        _call("shell", command=MOVE_OVER), _call("shell", command=FREE), {"text": "Done."}])
+    nested, fall, tmpfile, move, free = _results(events)
     root = storage / "mallory"
     assert quota_kernel.is_subvolume(root), "the executor made the user root a subvolume"
     # Ten fallocate -l 200M: every one refused by the kernel, nothing kept.
@@ -99,9 +106,11 @@ async def test_the_kernel_refuses_writes_past_the_quota(stack: Stack) -> None:
     # mv -T over a folder, then more writes inside it: refused past the limit (head failed).
     assert "head=1" in move["preview"], move["preview"]
     assert _du_mb(root) <= QUOTA_MB + 1
-    # No nested subvolume (it would be outside the limit): the seccomp filter refuses the ioctl.
-    assert nested["preview"].count("Operation not permitted") == 2, nested["preview"]
-    assert not (root / task["working_dir"] / "nested").exists() and not (root / task["working_dir"] / "snap").exists()
+    # No nested subvolume or snapshot (it would be outside the limit; made first, while there is room):
+    # the seccomp filter refuses each ioctl (EPERM), and pid 1 cannot be made to make one for the sandbox.
+    assert nested["preview"].count("ioctl -1 1\n") == 5, nested["preview"]
+    assert "ptrace -1 1" in nested["preview"] and "mem opened" not in nested["preview"], nested["preview"]
+    assert not [p for p in (root / task["working_dir"]).iterdir() if p.name.startswith("n")], nested["preview"]
     # At the limit, rm still frees space and writing works again.
     assert free["ok"] and "wrote-after-rm" in free["preview"], free["preview"]
     # Another user is not affected by any of it.

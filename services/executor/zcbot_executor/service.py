@@ -122,6 +122,7 @@ class ExecutorService:
                 self.settings.zcbot_user_disk_quota_mb * MB, self.config.owner, self.backend.name)
         except quota_kernel.KernelQuotaUnavailable as exc:
             raise SandboxError(str(exc)) from None
+        self.backend.kernel_quota = kernel_quota is not None  # docker: Landlock required in its sandboxes then
         self.quota = QuotaGuard(self.config.storage_root, self.settings.zcbot_user_disk_quota_mb * MB, self.procs.watch,
                                 kernel=kernel_quota)
         self.procs.watch.start()

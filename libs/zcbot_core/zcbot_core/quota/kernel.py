@@ -8,16 +8,19 @@ meter stays only for reporting. Measured on this machine: `fallocate -l 200M` re
 50 MB limit, an O_TMPFILE writer stopped at 30 MB, `rm` still frees space at the limit.
 
 - `ZCBOT_DISK_QUOTA_BACKEND`: `auto` (btrfs when the storage root is btrfs, the executor is root,
-  `btrfs` (btrfs-progs) is installed and sandboxes are bwrap; else the meter), `btrfs` (required:
+  `btrfs` (btrfs-progs) is installed and sandboxes are bwrap, or docker on a kernel with Landlock;
+  else the meter), `btrfs` (required:
   the executor refuses to start without it), `meter` (the userland meter only).
 - Quotas are enabled on the filesystem at start (`btrfs quota enable`, once).
 - A user root is made a subvolume when the executor first prepares it; an existing plain folder
   (from before, or made by the gateway for an upload) is migrated: a new subvolume is filled with
   a reflink copy, swapped in with one RENAME_EXCHANGE, and the old folder removed.
 - A nested subvolume would be its own qgroup, outside the limit (measured: 100 MB written under
-  a 50 MB limit): the bwrap sandbox's seccomp filter refuses the ioctls that create one
-  (zcbot_executor/sandbox/seccomp.py). Docker sandboxes have no such filter, so `auto` picks the
-  meter with them and `btrfs` refuses to start.
+  a 50 MB limit): the sandbox's seccomp filter refuses the ioctls that create one
+  (zcbot_executor/sandbox/seccomp.py; bwrap loads it, in a Docker container every process the
+  executor starts loads it itself with a Landlock domain that keeps user code from tracing a
+  process not yet filtered: zcbot_executor/confine.py). Docker without Landlock, or another
+  sandbox, has no such filter, so `auto` picks the meter with it and `btrfs` refuses to start.
 - Usage: the qgroup's referenced bytes from sysfs (`/sys/fs/btrfs/<fsid>/qgroups/0_<id>/referenced`,
   no privilege needed), updated by the kernel at each transaction commit (≤ 30 s); the meter
   reports the larger of its own count and this one, so bytes no name points to are reported too.
@@ -272,6 +275,15 @@ def _mount_image(storage_root: Path, image: Path, size_mb: int) -> bool:
     return is_btrfs(storage_root)
 
 
+SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every architecture
+
+
+def landlock_available() -> bool:
+    """The kernel has Landlock (its ABI version is at least 1)."""
+    abi = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return abi >= 1
+
+
 def select(backend: str, storage_root: Path, limit_bytes: int, owner: tuple[int, int] | None,
            sandbox: str) -> BtrfsQuota | None:
     """The kernel quota for this executor (None: the userland meter alone), started. `btrfs`
@@ -287,8 +299,10 @@ def select(backend: str, storage_root: Path, limit_bytes: int, owner: tuple[int,
         reason = f"the storage root {storage_root} is not on btrfs"
     elif btrfs_cli() is None:
         reason = "btrfs-progs is not installed (no `btrfs` command)"
-    elif sandbox != "bwrap":
-        reason = f"the {sandbox} sandbox has no seccomp filter against nested subvolumes (bwrap has)"
+    elif sandbox not in ("bwrap", "docker"):
+        reason = f"the {sandbox} sandbox has no seccomp filter against nested subvolumes (bwrap and docker have)"
+    elif sandbox == "docker" and not landlock_available():
+        reason = "this kernel has no Landlock, which keeps docker sandbox processes from tracing one not yet filtered"
     if reason is None:
         quota = BtrfsQuota(storage_root, limit_bytes, owner)
         try:

@@ -91,6 +91,7 @@ class SandboxBackend(abc.ABC):
     name: str = "?"
     cgroups: Any = None  # cgroups.UserCgroups when this host has per-user cgroups (bwrap, unsafe)
     egress: Any = None  # egress.hub.EgressHub when sandboxes get package-install egress (bwrap, docker)
+    kernel_quota = False  # set by the service when the btrfs qgroup quota is on (quota/kernel.py)
 
     async def start_egress(self, config: Any) -> None:
         """Start the egress proxy when ZCBOT_EGRESS is on (a backend whose sandboxes have no network)."""

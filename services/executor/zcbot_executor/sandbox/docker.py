@@ -8,7 +8,10 @@ file of the user's request folder (REQUESTS_MOUNT, read-only; deleted by the exe
 cancel execs `tool_runner.py kill`. The requests live outside /workspace so they are never the user's
 files: in /workspace they counted against the disk quota while a call started, and a user over the
 quota had the very `rm` that frees space killed for "growing" by its own request file.
-Idle containers are reaped by the pool; names and labels carry the executor host id, and a
+Every process the executor starts in a container (the main process, each exec, a background
+process container's runner) first loads the btrfs seccomp filter with a Landlock domain
+(`confine.py`): no nested subvolume escapes the user's qgroup limit (issue 36), so the kernel disk
+quota holds here as with bwrap. Idle containers are reaped by the pool; names and labels carry the executor host id, and a
 starting executor removes its own leftovers. Background processes get a container of their own
 (`zcbot-proc-<id>`, label product=proc, no instance label) so reaping and restarts never touch them.
 
@@ -35,7 +38,7 @@ from typing import Any
 
 from zcbot_executor import egress
 from zcbot_executor.config import ExecutorConfig
-from zcbot_executor.sandbox import policy
+from zcbot_executor.sandbox import policy, seccomp
 from zcbot_executor.sandbox.base import BackgroundSpec, Sandbox, SandboxBackend, SandboxError, ToolResult
 
 log = logging.getLogger(__name__)
@@ -74,6 +77,7 @@ class DockerBackend(SandboxBackend):
                                       extra=self.egress_env(config))
         owner = config.owner or (os.getuid(), os.getgid())
         self.user = f"{owner[0]}:{owner[1]}"
+        self.confine = seccomp.program().hex()  # loaded by every process started in a container (confine.py)
 
     async def start(self) -> None:
         try:
@@ -109,10 +113,17 @@ class DockerBackend(SandboxBackend):
 
     def main_command(self) -> list[str]:
         """The sandbox container's own process: the egress forwarder, or just a sleeper without egress."""
+        guard = [CONTAINER_PYTHON, "-I", "-S", f"{policy.RUNNER_MOUNT}/confine.py", self.confine, str(int(self.kernel_quota))]
         if not self.config.egress:
-            return ["sleep", "infinity"]
-        return [CONTAINER_PYTHON, "-I", "-S", f"{policy.RUNNER_MOUNT}/egress_forward.py", egress.SANDBOX_SOCKET,
+            return [*guard, "sleep", "infinity"]
+        return [*guard, CONTAINER_PYTHON, "-I", "-S", f"{policy.RUNNER_MOUNT}/egress_forward.py", egress.SANDBOX_SOCKET,
                 str(egress.SANDBOX_PORT)]
+
+    def command(self, mode: str, config_json: str, arg: str) -> list[str]:
+        """The runner's command line in a container: confined before anything else runs (Landlock
+        required with the kernel quota: without it the filter could be got round, confine.py)."""
+        return policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, mode, config_json, arg, confine=self.confine,
+                                     landlock=self.kernel_quota)
 
     def requests_dir(self, user_id: str) -> Path:
         """The host folder of a user's call requests (the executor's, mounted read-only in the user's
@@ -169,8 +180,7 @@ class DockerBackend(SandboxBackend):
 
     async def start_background(self, spec: BackgroundSpec) -> dict[str, Any]:
         name = f"zcbot-proc-{spec.proc_id}"
-        cmd = policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, "proc", json.dumps(self.runner_config()),
-                                    spec.proc_dir_virtual)
+        cmd = self.command("proc", json.dumps(self.runner_config()), spec.proc_dir_virtual)
         kwargs = self._run_kwargs(spec.user_id, spec.user_root, "proc", await self.egress_socket(spec.user_id))
         kwargs["auto_remove"] = True
         await asyncio.to_thread(self.client.containers.run, self.config.docker_image, cmd, name=name, **kwargs)
@@ -226,8 +236,7 @@ class DockerSandbox(Sandbox):
         # 0600 and the sandbox's: readable by the container's user only (the runner's unlink is refused
         # by the read-only mount; the executor deletes it below).
         policy.safe_write(requests, name, json.dumps(request), owner or (os.getuid(), os.getgid()), mode=0o600)
-        cmd = policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, "once", json.dumps(self.backend.runner_config()),
-                                    f"{REQUESTS_MOUNT}/{name}")
+        cmd = self.backend.command("once", json.dumps(self.backend.runner_config()), f"{REQUESTS_MOUNT}/{name}")
         try:
             code, out, err = self._exec(cmd)
         finally:
@@ -264,7 +273,7 @@ class DockerSandbox(Sandbox):
             return False
 
     async def cancel(self, call_id: str) -> None:
-        cmd = policy.runner_command(CONTAINER_PYTHON, policy.RUNNER_MOUNT, "kill", json.dumps({"calls_dir": CALLS_DIR}), call_id)
+        cmd = self.backend.command("kill", json.dumps({"calls_dir": CALLS_DIR}), call_id)
         try:
             await asyncio.to_thread(self._exec, cmd)
         except Exception:

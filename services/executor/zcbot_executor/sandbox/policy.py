@@ -19,7 +19,7 @@ from zcbot_core.workspace.skills import SkillPaths
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
 RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_search.py", "tools_exec.py", "proc_wrapper.py",
-                "sandbox_init.py", "wire.py", "egress_forward.py", "user_venv.py")
+                "sandbox_init.py", "wire.py", "egress_forward.py", "user_venv.py", "confine.py")
 RUNNER_MOUNT = "/opt/zcbot"
 WORKSPACE = "/workspace"
 INNER_UID = 1000
@@ -103,15 +103,18 @@ def platform_mounts(paths: SkillPaths) -> list[tuple[str, str]]:
 
 
 def runner_command(python: str, folder: str, mode: str, config_json: str, arg: str | None = None,
-                   drop: tuple[int, int] | None = None) -> list[str]:
+                   drop: tuple[int, int] | None = None, confine: str | None = None, landlock: bool = False) -> list[str]:
     """The runner's command line. `-I` keeps every user-writable folder off `sys.path` (no '' for
     the cwd, no PYTHON* variables, no user site) and `-S` skips site-packages and `.pth` files; the
     only folder added is the read-only runner mount. The first statement closes inherited fds and, with `drop`,
     drops privileges, before any module is loaded from a search path (see sandbox_init.py). `-c` imports
     tool_runner as a module so its compiled bytecode (staged next to it) is used: a cold sandbox
-    then compiles nothing."""
+    then compiles nothing. `confine` (a seccomp program, hex) is loaded next, with a Landlock domain
+    (confine.py, the Docker backend's processes; `landlock`: one is required)."""
     ids = f"{int(drop[0])}, {int(drop[1])}" if drop is not None else ""
-    code = (f"import sys; sys.path.insert(0, {folder!r}); import sandbox_init; sandbox_init.early({ids}); "
+    guard = (f"import confine; confine.apply(bytes.fromhex({bytes.fromhex(confine).hex()!r}), {bool(landlock)}); "
+             if confine else "")
+    code = (f"import sys; sys.path.insert(0, {folder!r}); import sandbox_init; sandbox_init.early({ids}); {guard}"
             "import tool_runner; sys.exit(tool_runner.main(sys.argv))")
     return [python, "-I", "-S", "-B", "-c", code, mode, config_json] + ([arg] if arg else [])
 
