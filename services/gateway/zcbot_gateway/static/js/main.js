@@ -26,6 +26,7 @@ import { setupResend } from "./resend.js";
 import { setupPrefs } from "./prefs.js";
 import "./theme.js";
 import { setupAttach } from "./attach.js";
+import { wecomOutcomeFromAddress } from "./wecom.js";
 
 // Named by run: a run that ends between reading the task and this request is still replayed from
 // its first event (without the id the server, seeing no active run, answers "idle" at once, and a
@@ -90,6 +91,7 @@ async function enterApp() {
   loadProfiles().then(() => { if (state.current) showTaskHead(state.current); }).catch(() => {});
   await loadTasks();
   await openFromAddress();
+  wecomOutcomeFromAddress();
 }
 
 /** The chat head of the open task: its name, folder and model, and its menu button. */
