@@ -1,5 +1,6 @@
-"""The files API's refusals of a delete or rename carry their own `code` (issue 37), which the page
-says in the user's language; the English detail keeps the specifics."""
+"""Refusals the page words by their own `code`: the files API's delete and rename (issue 37), and WeCom
+binding on a gateway without WeCom (issue 40); the page says them in the user's language, the
+English detail keeps the specifics."""
 
 from __future__ import annotations
 
@@ -31,3 +32,12 @@ async def test_delete_and_rename_refusals_have_codes(app_client: httpx.AsyncClie
     assert (await post("delete", path="项目/子"))[:2] == (200, "")
     assert (await post("delete", path="空的"))[:2] == (200, "")
     assert (await post("delete", path="空的"))[:2] == (404, "not_found")
+
+
+async def test_wecom_binding_without_wecom_configured_names_it(app_client: httpx.AsyncClient, make_user) -> None:
+    """The page says "服务器没有配置企业微信" by this code (not the generic service_unavailable)."""
+    h = await make_user(app_client, "refusals-wen")
+    for method, path, body in [("PUT", "/v1/channels/wecom", {"userid": "someone"}),
+                               ("POST", "/v1/channels/wecom/oauth", None)]:
+        resp = await app_client.request(method, path, headers=h, json=body)
+        assert (resp.status_code, resp.json()["code"]) == (503, "wecom_not_configured"), resp.text
