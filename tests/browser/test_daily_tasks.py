@@ -42,7 +42,7 @@ async def test_tasks_search_menu_model_export_delete_undo_restore(stack: Stack, 
         await page.locator(tid("task-search")).fill("报告")
         await expect(task_items(page)).to_have_count(2)
         await page.locator(tid("task-search")).fill("没有这个")
-        await expect(page.locator(tid("tasks-empty"))).to_have_text("没有名称或说明包含“没有这个”的任务。")
+        await expect(page.locator(tid("tasks-empty"))).to_have_text("没有名称、说明或消息包含“没有这个”的任务。")
         await page.locator(tid("task-search")).fill("")
         await expect(task_items(page)).to_have_count(3)
         await close_drawers(page)

@@ -20,7 +20,8 @@ from fastapi import HTTPException, status
 from starlette.datastructures import UploadFile
 
 from zcbot_core import filehistory, safe_fs
-from zcbot_gateway.http import bad_request, conflict
+from zcbot_gateway.file_refusals import FolderNotEmpty, NameTaken, PathChanged
+from zcbot_gateway.http import bad_request
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def write_uploads(root: Path, rel_dir: str, files: list[tuple[str, UploadFile]],
             for name, upload in files:
                 st = r.lstat(posixpath.join(rel_dir, name) if rel_dir else name)
                 if st is not None and stat.S_ISDIR(st.st_mode):  # checked before anything is renamed
-                    raise conflict(f"a folder named {name!r} already exists here")
+                    raise NameTaken(f"a folder named {name!r} already exists here")
                 tmp = r.temp_file(rel_dir)
                 temps.append((tmp, name))
                 upload.file.seek(0)
@@ -134,10 +135,10 @@ def mkdir_at(root: Path, rel: str) -> dict[str, Any]:
         try:
             r.mkdir(rel)
         except safe_fs.Conflict:
-            raise conflict(f"{rel!r} already exists") from None
+            raise NameTaken(f"{rel!r} already exists") from None
         st = r.lstat(rel)
         if st is None:
-            raise conflict("folder changed during the request; retry")
+            raise PathChanged("folder changed during the request; retry")
         return _entry(rel, st)
 
 
@@ -165,7 +166,7 @@ def delete_at(root: Path, rel: str, check_dir: Any, store: filehistory.VersionSt
                 r.rmdir(rel)
             except safe_fs.SafeFsError as exc:
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise bad_request("folder is not empty; delete its contents first") from None
+                    raise FolderNotEmpty("folder is not empty; delete its contents first") from None
                 raise
             changes.append(filehistory.Change(rel, "rmdir"))
         else:
@@ -173,7 +174,7 @@ def delete_at(root: Path, rel: str, check_dir: Any, store: filehistory.VersionSt
             try:
                 r.unlink(rel)
             except safe_fs.Conflict:  # became a folder meanwhile
-                raise conflict("path changed during the request; retry") from None
+                raise PathChanged("path changed during the request; retry") from None
             changes.append(filehistory.Change(rel, "delete", None, None, prev))
         return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
@@ -185,7 +186,7 @@ def stat_source(root: Path, rel: str, new_name: str) -> str | None:
         if st is None:
             raise not_found()
         if r.lstat(posixpath.join(posixpath.dirname(rel), new_name)) is not None:
-            raise conflict(f"{new_name!r} already exists in this folder")
+            raise NameTaken(f"{new_name!r} already exists in this folder")
     return rel if stat.S_ISDIR(st.st_mode) else None
 
 
@@ -196,12 +197,12 @@ def rename_at(root: Path, rel: str, new_name: str) -> dict[str, Any]:
         try:
             r.rename(rel, new_rel)  # RENAME_NOREPLACE: a sibling made meanwhile is never replaced
         except safe_fs.Conflict:
-            raise conflict(f"{new_name!r} already exists in this folder") from None
+            raise NameTaken(f"{new_name!r} already exists in this folder") from None
         except safe_fs.NotFound:
             raise not_found() from None
         st = r.lstat(new_rel)
         if st is None:
-            raise conflict("path changed during the request; retry")
+            raise PathChanged("path changed during the request; retry")
         return _entry(new_rel, st)
 
 

@@ -58,6 +58,14 @@ MIN_WALL_CLOCK = 1
 MAX_WALL_CLOCK = 7 * 24 * 3600
 
 
+class TaskMatch(BaseModel):
+    """Where a search (`GET /v1/tasks?q=`) found the task in its messages: the latest such message."""
+
+    idx: int
+    role: str
+    snippet: str
+
+
 class TaskOut(BaseModel):
     task_id: str
     name: str
@@ -85,10 +93,14 @@ class TaskOut(BaseModel):
     deleted_at: str | None
 
 
+class TaskListed(TaskOut):
+    match: TaskMatch | None = Field(default=None, description="with `q`: the message that matched, else null")
+
+
 class TaskPage(BaseModel):
     """The list envelope (`http.Paging.envelope`) of tasks."""
 
-    items: list[TaskOut]
+    items: list[TaskListed]
     total: int
     page: int
     page_size: int

@@ -50,7 +50,7 @@ from zcbot_core.channels.ilink_api import ILinkClient, ILinkError
 from zcbot_core.channels.ilink_login import poll_login, start_login
 from zcbot_core.channels.sealing import key_from_settings
 from zcbot_core.channels.settings import ChannelSettings
-from zcbot_core.channels.wecom_api import WeComClient
+from zcbot_core.channels.wecom_api import WeComClient, WeComNotConfigured
 from zcbot_core.channels.wecom_binding import confirm_binding, finish_oauth, start_binding, start_oauth
 from zcbot_core.channels.wecom_callback import WeComCallback
 from zcbot_core.channels.wecom_crypto import WeComCryptoError
@@ -183,7 +183,7 @@ async def bind_wecom(request: Request, body: WeComBindIn, user_id: CurrentUser, 
                             detail="userid must be 1-64 characters of letters, digits, '_', '.', '@' or '-'")
     sender = _state(request.app).wecom_sender
     if sender is None:
-        raise ServiceUnavailable("WeCom is not configured (ZCBOT_WECOM_CORP_ID, ZCBOT_WECOM_AGENT_ID, ZCBOT_WECOM_SECRET)")
+        raise WeComNotConfigured("WeCom is not configured (ZCBOT_WECOM_CORP_ID, ZCBOT_WECOM_AGENT_ID, ZCBOT_WECOM_SECRET)")
     # WeComUserTaken 409, CodeRecentlySent 429, BindingRefused 400, WeComError 502 (WeComUnavailable 503): mapped at the edge
     return await start_binding(session, sender, user_id, userid)
 
@@ -199,7 +199,7 @@ async def wecom_oauth_start(request: Request, user_id: CurrentUser, session: Ses
     """The WeCom QR login URL that binds the scanner's WeCom account to yours (one-time, 10 minutes)."""
     state = _state(request.app)
     if state.wecom_sender is None:
-        raise ServiceUnavailable("WeCom is not configured (ZCBOT_WECOM_CORP_ID, ZCBOT_WECOM_AGENT_ID, ZCBOT_WECOM_SECRET)")
+        raise WeComNotConfigured("WeCom is not configured (ZCBOT_WECOM_CORP_ID, ZCBOT_WECOM_AGENT_ID, ZCBOT_WECOM_SECRET)")
     redirect = state.cs.wecom_oauth_redirect_url or str(request.url_for("wecom_oauth_callback"))
     return await start_oauth(session, state.cs, user_id, redirect)
 

@@ -55,6 +55,7 @@ from zcbot_core.safe_fs import paths
 from zcbot_core.workspace.folders import MAX_WORKING_DIR, lock_user_folders, normalize_working_dir
 from zcbot_core.workspace.memory import SANDBOX_ROOT
 from zcbot_gateway.deps import CurrentUser, SessionDep, SettingsDep
+from zcbot_gateway.file_refusals import FolderBusy, FolderInUse, PathChanged, RootRefused, SameName, WouldNest
 from zcbot_gateway.files_fs import (
     MAX_LIST_ENTRIES,
     canon_dir,
@@ -67,7 +68,7 @@ from zcbot_gateway.files_fs import (
     stat_source,
     write_uploads,
 )
-from zcbot_gateway.http import PagingDep, bad_request, conflict, invalid_query
+from zcbot_gateway.http import PagingDep, bad_request, invalid_query
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/files", tags=["files"])
@@ -237,7 +238,7 @@ async def delete_path(body: PathIn, user: CurrentUser, session: SessionDep, sett
     """Delete a file or an empty folder (not your root; not a live task's folder: 409)."""
     rel = clean_rel(body.path)
     if not rel:
-        raise bad_request("your root folder cannot be deleted")
+        raise RootRefused("your root folder cannot be deleted")
     root = user_root(settings, user)
     await lock_user_folders(session, user)  # no task can be created in it meanwhile
     canon = await asyncio.to_thread(canon_dir, root, rel)
@@ -249,8 +250,9 @@ async def delete_path(body: PathIn, user: CurrentUser, session: SessionDep, sett
 
     def check_dir(now_canon: str) -> None:
         if live is not None or now_canon != canon:
-            raise conflict(f"folder is used by a task (working_dir {live!r}); delete or move that task first"
-                           if live is not None else "folder changed during the request; retry")
+            if live is not None:
+                raise FolderInUse(f"folder is used by a task (working_dir {live!r}); delete or move that task first")
+            raise PathChanged("folder changed during the request; retry")
 
     changes: list[filehistory.Change] = []
     freed = await asyncio.to_thread(delete_at, root, rel, check_dir, filehistory.VersionStore.from_settings(settings, user),
@@ -271,7 +273,7 @@ async def _rewrite_working_dirs(session: AsyncSession, user: str, rel: str, new_
     )).all()
     busy = [t for t in tasks if t.run_status in ACTIVE]
     if busy:
-        raise conflict(f"task {busy[0].name!r} in this folder has an active run ({busy[0].run_status}); "
+        raise FolderBusy(f"task {busy[0].name!r} in this folder has an active run ({busy[0].run_status}); "
                        "wait for it or cancel it first")
     moved = {t.task_id: new_rel + t.working_dir[len(rel):] for t in tasks}
     if any(len(wd) > MAX_WORKING_DIR for wd in moved.values()):
@@ -285,7 +287,7 @@ async def _rewrite_working_dirs(session: AsyncSession, user: str, rel: str, new_
             continue
         for other in others:
             if paths.is_prefix_nested(moved[task.task_id], other):
-                raise conflict(f"renaming would nest task folder {moved[task.task_id]!r} with {other!r}; "
+                raise WouldNest(f"renaming would nest task folder {moved[task.task_id]!r} with {other!r}; "
                                "tasks cannot be nested")
     for task in tasks:
         task.working_dir = moved[task.task_id]
@@ -306,13 +308,13 @@ async def rename_path(body: RenameIn, user: CurrentUser, session: SessionDep, se
     """Rename a file or folder in place. Task folders: DB updated first, 409 while a run is active."""
     rel = clean_rel(body.path)
     if not rel:
-        raise bad_request("your root folder cannot be renamed")
+        raise RootRefused("your root folder cannot be renamed")
     new_name = paths.validate_task_name(body.new_name, "new_name")
     parent, old_name = posixpath.split(rel)
     new_rel = posixpath.join(parent, new_name)
     root = user_root(settings, user)
     if new_name == old_name:
-        raise bad_request("new_name is the current name")
+        raise SameName("new_name is the current name")
     canon = await asyncio.to_thread(stat_source, root, rel, new_name)
     tasks_moved = 0
     if canon is not None:  # a folder: task working dirs in it move with it

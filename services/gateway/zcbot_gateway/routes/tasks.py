@@ -20,7 +20,7 @@ import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
-from sqlalchemy import ColumnElement, Select, func, or_, select
+from sqlalchemy import ColumnElement, Select, func, select
 
 from zcbot_core.db.models import Task
 from zcbot_core.runstate import ACTIVE, RunStatus
@@ -58,6 +58,7 @@ from zcbot_gateway.schemas import (
     task_to_json,
 )
 from zcbot_gateway.task_access import get_user_task, require_web_task
+from zcbot_gateway.task_search import message_matches, search_condition
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
 
@@ -100,10 +101,6 @@ def parse_ordering(ordering: str | None) -> list[Any]:
     return clauses
 
 
-def _escape_like(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
 # ---- routes ----------------------------------------------------------------------------------
 
 
@@ -140,7 +137,9 @@ async def list_tasks(
     working_dir: Annotated[str | None, Query(max_length=MAX_WORKING_DIR)] = None,
     run_status: Annotated[str | None, Query(max_length=200, description=(
         f"comma-separated of {', '.join(RUN_STATUS_VALUES)}, e.g. running,cancelling"))] = None,
-    q: Annotated[str | None, Query(max_length=200, description="search in name and description")] = None,
+    q: Annotated[str | None, Query(max_length=200, description=(
+        "search (any case, substrings, Chinese too) in the name, the description and the text of the "
+        "task's user and assistant messages; a task found by a message carries `match`"))] = None,
     ordering: Annotated[
         str | None, Query(max_length=200,
                           description=f"comma-separated of {', '.join(ORDERING_FIELDS)}; '-' = descending")
@@ -164,16 +163,21 @@ async def list_tasks(
         conds.append(Task.skill == clean_text(skill, "skill"))
     if working_dir is not None:
         conds.append(Task.working_dir == normalize_working_dir(working_dir))
-    if q is not None and q.strip():
-        pattern = f"%{_escape_like(clean_text(q.strip(), 'q') or '')}%"
-        conds.append(or_(Task.name.ilike(pattern, escape="\\"), Task.description.ilike(pattern, escape="\\")))
+    needle = (clean_text(q.strip(), "q") or "") if q is not None else ""
+    if needle:
+        conds.append(search_condition(needle))
 
     count = await session.scalar(select(func.count()).select_from(Task).where(*conds)) or 0
     stmt: Select[tuple[Task]] = (
         select(Task).where(*conds).order_by(*order_by).offset(paging.offset).limit(paging.page_size)
     )
     rows = (await session.scalars(stmt)).all()
-    return paging.envelope([task_to_json(t) for t in rows], count)
+    items = [task_to_json(t) for t in rows]
+    if needle:
+        found = await message_matches(session, [t.task_id for t in rows], needle)
+        for item in items:
+            item["match"] = found.get(item["task_id"])
+    return paging.envelope(items, count)
 
 
 @router.get("/tasks/{task_id}", response_model=TaskOut)

@@ -53,9 +53,10 @@ export function table(caption, rows, testid) {
   const cols = [];
   for (const row of rows) for (const key of Object.keys(row)) if (!cols.includes(key)) cols.push(key);
   const numeric = new Set(cols.filter((c) => rows.some((r) => typeof r[c] === "number")));
-  return el("table", { class: "data", "data-testid": testid },
+  // "cards": below 600 px each row is a card, each cell labelled with its column (data-label).
+  return el("table", { class: "data cards", "data-testid": testid },
     el("caption", {}, caption),
     el("thead", {}, el("tr", {}, cols.map((c) => el("th", { scope: "col", class: numeric.has(c) ? "num" : null }, label(c))))),
     el("tbody", {}, rows.map((r) => el("tr", { "data-testid": "table-row" },
-      cols.map((c) => el("td", { class: numeric.has(c) ? "num" : null }, formatValue(c, r[c])))))));
+      cols.map((c) => el("td", { class: numeric.has(c) ? "num" : null, "data-label": label(c) }, formatValue(c, r[c])))))));
 }

@@ -1,5 +1,6 @@
 /* The files pane: the open task's folder (crumbs up to the user's root), upload (only with a
- * task open), download through the auth header, and Preview for the types the server previews. */
+ * task open), download through the auth header, Preview for the types the server previews,
+ * rename and delete of files and folders (fileops.js), and the tree of all folders (foldertree.js). */
 
 import { api, blobOf, enc } from "./api.js";
 import { $, el, formatBytes, formatTime, itemsOf, saveBlob } from "./dom.js";
@@ -7,6 +8,8 @@ import { t } from "./i18n.js";
 import { on, state } from "./state.js";
 import { canPreview, openPreview } from "./preview.js";
 import { openVersions } from "./versions.js";
+import { deleteEntry, renameEntry } from "./fileops.js";
+import { markCurrentFolder, reloadTree, setupFolderTree } from "./foldertree.js";
 
 function joinPath(dir, name) { return dir ? dir.replace(/\/+$/, "") + "/" + name : name; }
 const isDir = (entry) => entry.type === "dir" || entry.type === "directory";
@@ -30,10 +33,31 @@ async function download(path, name) {
   saveBlob(blob, name);
 }
 
-function fileRow(entry, path, status) {
+/** The pane's status line; an error is red. */
+function say(text, kind = "") {
+  const status = $("files-status");
+  status.textContent = text;
+  status.classList.toggle("error", kind === "error");
+  status.classList.toggle("muted", kind !== "error");
+}
+
+/** Rename and Delete, for files and folders alike; a done change redraws the list and the tree. */
+function changeButtons(entry, path, dir) {
+  const after = (done) => { if (done) { loadFiles(state.filesPath, { keepStatus: true }); reloadTree(); } };
+  return [
+    el("button", { type: "button", class: "small", "data-testid": "file-rename",
+      "aria-label": t("files.rename_named", { name: entry.name }),
+      onclick: async () => after(await renameEntry(path, entry.name, dir, say)) }, t("files.rename")),
+    el("button", { type: "button", class: "small", "data-testid": "file-delete",
+      "aria-label": t("files.delete_named", { name: entry.name }),
+      onclick: async () => after(await deleteEntry(path, entry.name, dir, say)) }, t("files.delete")),
+  ];
+}
+
+function fileRow(entry, path) {
   const dir = isDir(entry);
   const meta = dir ? t("files.folder") : formatBytes(entry.size) + (entry.mtime ? " · " + formatTime(entry.mtime) : "");
-  const actions = dir ? [] : [
+  const actions = dir ? changeButtons(entry, path, true) : [
     canPreview(entry.name) ? el("button", { type: "button", class: "small", "data-testid": "file-preview",
       "aria-label": t("files.preview_named", { name: entry.name }), onclick: () => openPreview(path, entry.name) },
     t("files.preview")) : null,
@@ -42,9 +66,9 @@ function fileRow(entry, path, status) {
         e.target.disabled = true;
         try {
           await download(path, entry.name);
-          status.textContent = "";
+          say("");
         } catch (err) {
-          status.textContent = t("files.download_failed", { msg: err.message });
+          say(t("files.download_failed", { msg: err.message }), "error");
         } finally {
           e.target.disabled = false;
         }
@@ -52,6 +76,7 @@ function fileRow(entry, path, status) {
     el("button", { type: "button", class: "small", "data-testid": "file-history",
       "aria-label": t("files.history_named", { name: entry.name }),
       onclick: (e) => openVersions(path, entry.name, e.currentTarget) }, t("files.history")),
+    ...changeButtons(entry, path, false),
   ];
   return el("li", { class: "file-entry", "data-testid": "file-entry", "data-name": entry.name, "data-path": path,
     "data-type": dir ? "dir" : "file" },
@@ -62,17 +87,17 @@ function fileRow(entry, path, status) {
     el("span", { class: "file-actions" }, actions));
 }
 
-export async function loadFiles(path) {
+export async function loadFiles(path, { keepStatus = false } = {}) {
   state.filesPath = path || "";
   const list = $("file-list");
-  const status = $("files-status");
   renderCrumbs(state.filesPath);
+  markCurrentFolder(state.filesPath);
   let out;
   try {
     out = await api("/v1/files?path=" + enc(state.filesPath));
   } catch (err) {
     list.replaceChildren();
-    status.textContent = t("files.load_failed", { msg: err.message });
+    say(t("files.load_failed", { msg: err.message }), "error");
     return;
   }
   if (typeof out.current === "string") {
@@ -81,9 +106,12 @@ export async function loadFiles(path) {
   }
   const entries = itemsOf(out, "entries");
   list.replaceChildren();
-  status.textContent = out.exists === false ? t("files.missing_folder") : entries.length ? "" : t("files.empty");
+  markCurrentFolder(state.filesPath);
+  if (!keepStatus || out.exists === false || !entries.length) {
+    say(out.exists === false ? t("files.missing_folder") : entries.length ? "" : t("files.empty"));
+  }
   for (const entry of [...entries.filter(isDir), ...entries.filter((e) => !isDir(e))]) {
-    list.append(fileRow(entry, entry.path || joinPath(state.filesPath, entry.name), status));
+    list.append(fileRow(entry, entry.path || joinPath(state.filesPath, entry.name)));
   }
 }
 
@@ -103,6 +131,7 @@ function setUploadEnabled() {
 
 export function setupFiles() {
   setUploadEnabled();
+  setupFolderTree((path) => loadFiles(path));
   on("task-selected", ({ task }) => { setUploadEnabled(); loadFiles(task.working_dir); });
   on("task-cleared", setUploadEnabled);
   on("run-ended", () => { if (state.current) loadFiles(state.filesPath); });
@@ -111,10 +140,9 @@ export function setupFiles() {
   $("upload-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const input = $("file-input");
-    const status = $("files-status");
     if (!state.current) return;
     if (!input.files || !input.files.length) {
-      status.textContent = t("files.choose_first");
+      say(t("files.choose_first"), "error");
       return;
     }
     const button = $("upload-button");
@@ -124,14 +152,14 @@ export function setupFiles() {
       const form = new FormData();
       form.append("path", state.filesPath);
       for (const file of input.files) form.append("file", file, file.name);
-      status.textContent = t("files.uploading", { names: Array.from(input.files, (f) => f.name).join(", ") });
+      say(t("files.uploading", { names: Array.from(input.files, (f) => f.name).join(", ") }));
       await api("/v1/files/upload?path=" + enc(state.filesPath), { method: "POST", body: form });
       input.value = "";
       showChosen();
       await loadFiles(state.filesPath);
-      status.textContent = t("files.uploaded");
+      say(t("files.uploaded"));
     } catch (err) {
-      status.textContent = t("files.upload_failed", { msg: err.message });
+      say(t("files.upload_failed", { msg: err.message }), "error");
     } finally {
       button.disabled = false;
     }

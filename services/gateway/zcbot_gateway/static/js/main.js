@@ -11,7 +11,7 @@ import { loadFiles, setupFiles } from "./files.js";
 import { loadHistory } from "./history.js";
 import { setupLayout } from "./layout.js";
 import { setupLogin, showLogin } from "./login.js";
-import { setupPreview } from "./preview.js";
+import { previewFromAddress, setupPreview } from "./preview.js";
 import { setupVersions } from "./versions.js";
 import { loadProcs, setupProcs, startProcs, stopProcs } from "./procs.js";
 import { follow, setRunStatus, setupCancel, stopRun } from "./run.js";
@@ -26,6 +26,7 @@ import { setupResend } from "./resend.js";
 import { setupPrefs } from "./prefs.js";
 import "./theme.js";
 import { setupAttach } from "./attach.js";
+import { wecomOutcomeFromAddress } from "./wecom.js";
 
 // Named by run: a run that ends between reading the task and this request is still replayed from
 // its first event (without the id the server, seeing no active run, answers "idle" at once, and a
@@ -56,12 +57,14 @@ function clearTask() {
   emit("task-cleared");
 }
 
-/** Open what the address names (after sign-in, on back/forward); the address is left as it is. */
+/** Open what the address names (after sign-in, on back/forward): the task, then the file's
+ * preview (`?file=`); the address is left as it is. */
 async function openFromAddress() {
   const taskId = taskIdFromPath();
-  if (!taskId) { if (state.current) clearTask(); return; }
-  if (state.current && state.current.task_id === taskId) return;
-  await selectTask(taskId, { route: "none" });
+  if (!taskId) { if (state.current) clearTask(); } else if (!state.current || state.current.task_id !== taskId) {
+    await selectTask(taskId, { route: "none" });
+  }
+  previewFromAddress();
 }
 
 /** A task named by the address that cannot be opened (deleted, someone else's, a typo): say so in the chat. */
@@ -88,6 +91,7 @@ async function enterApp() {
   loadProfiles().then(() => { if (state.current) showTaskHead(state.current); }).catch(() => {});
   await loadTasks();
   await openFromAddress();
+  wecomOutcomeFromAddress();
 }
 
 /** The chat head of the open task: its name, folder and model, and its menu button. */
@@ -175,6 +179,11 @@ function boot() {
   on("task-updated", onTaskUpdated);
   on("task-deleted", onTaskDeleted);
   on("task-reopen", (taskId) => selectTask(taskId));
+  on("tasks-moved", async () => { // a folder rename in the files pane moved tasks' folders
+    loadTasks();
+    const task = await refreshCurrentTask();
+    if (task) showTaskHead(task);
+  });
   window.addEventListener("popstate", () => { if (state.me) openFromAddress(); });
   if (auth.token) {
     enterApp().catch((err) => {

@@ -2,13 +2,15 @@
  * (converted to PDF on the host by the preview route) in an <iframe>, both from a blob URL because
  * they need the auth header. When the server cannot convert (no LibreOffice) the dialog says so and
  * offers the download. Text files are read through the download route and shown here (issue 37):
- * Markdown rendered (sanitized, markdown.js), CSV as a table, other text and code highlighted. */
+ * Markdown rendered (sanitized, markdown.js), CSV as a table, other text and code highlighted.
+ * The open preview is in the address (`?file=`, route.js): a reload or back/forward keeps it. */
 
 import { blobOf, enc } from "./api.js";
 import { $, el, formatBytes } from "./dom.js";
 import { openModal } from "./focustrap.js";
 import { t } from "./i18n.js";
 import { renderMarkdown } from "./markdown.js";
+import { fileFromAddress, setFileRoute } from "./route.js";
 import hljs from "../vendor/highlight.min.js";
 
 const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
@@ -19,6 +21,8 @@ const TEXT = /\.(md|markdown|csv|tsv|txt|log|json|jsonl|ya?ml|toml|ini|cfg|conf|
 const MAX_TEXT_BYTES = 2 * 1024 * 1024;
 const MAX_ROWS = 1000;
 let current = null; // the blob URL shown, revoked on close
+let shownPath = null; // the file the dialog shows
+let closingForAddress = false; // the address dropped the file (back): do not touch the history again
 
 export function canPreview(name) { return IMAGE.test(name) || PDF_LIKE.test(name) || TEXT.test(name); }
 
@@ -85,10 +89,14 @@ function close() {
   $("preview-body").replaceChildren();
 }
 
-export async function openPreview(path, name) {
+/** Preview `path` (relative to the user's root); `route: false` when the address already names it. */
+export async function openPreview(path, name = path.split("/").pop(), { route = true } = {}) {
   const dialog = $("preview-dialog");
   const body = $("preview-body");
   close();
+  shownPath = path;
+  dialog.dataset.path = path;
+  if (route) setFileRoute(path);
   $("preview-title").textContent = name;
   body.replaceChildren(el("p", { class: "muted", "data-testid": "preview-loading" },
     IMAGE.test(name) ? t("preview.loading") : t("preview.converting")));
@@ -96,7 +104,7 @@ export async function openPreview(path, name) {
   if (TEXT.test(name)) {
     try {
       const view = await textPreview(path, name);
-      if (dialog.open) body.replaceChildren(view);
+      if (dialog.open && shownPath === path) body.replaceChildren(view);
     } catch (err) {
       body.replaceChildren(el("p", { class: "notice warn", role: "status", "data-testid": "preview-error" },
         t("preview.failed", { msg: err.message })));
@@ -114,7 +122,7 @@ export async function openPreview(path, name) {
       "data-code": err.code || "" }, text));
     return;
   }
-  if (!dialog.open) return;
+  if (!dialog.open || shownPath !== path) return;
   current = URL.createObjectURL(out.blob);
   const media = out.type.startsWith("image/")
     ? el("img", { src: current, alt: name, class: "preview-image", "data-testid": "preview-image" })
@@ -123,8 +131,26 @@ export async function openPreview(path, name) {
   body.replaceChildren(media);
 }
 
+/** Make the dialog follow the address (after sign-in, on back/forward): open or close the preview. */
+export function previewFromAddress() {
+  const file = fileFromAddress();
+  const dialog = $("preview-dialog");
+  if (file && (!dialog.open || shownPath !== file)) {
+    openPreview(file, undefined, { route: false }); // an open dialog stays open with the other file
+  } else if (!file && dialog.open) {
+    closingForAddress = true;
+    dialog.close();
+  }
+}
+
 export function setupPreview() {
   const dialog = $("preview-dialog");
   $("preview-close").addEventListener("click", () => dialog.close());
-  dialog.addEventListener("close", close);
+  dialog.addEventListener("close", () => {
+    close();
+    shownPath = null;
+    delete dialog.dataset.path;
+    if (!closingForAddress) setFileRoute(null);
+    closingForAddress = false;
+  });
 }

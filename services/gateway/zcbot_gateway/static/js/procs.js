@@ -1,6 +1,9 @@
 /* Background jobs (seed §8.12): cards with a spinner, elapsed time and Stop for the open task's
  * running processes (GET /v1/procs, so they are back after a reload), a toast when a job ends in
- * any task, and what the composer lock reads (jobsOfTask). */
+ * any task (it says the task can go on, and opens it), and what the composer lock reads
+ * (jobsOfTask). `/v1/procs` is polled every 5 s only while a job runs (the seed's rule); otherwise
+ * it is read when something may have started one: sign-in, a tool result, a run's end, opening a
+ * task, a reconnect. */
 
 import { api, enc } from "./api.js";
 import { $, el, formatDuration, itemsOf } from "./dom.js";
@@ -8,8 +11,9 @@ import { t } from "./i18n.js";
 import { toast } from "./toast.js";
 import { emit, on, state } from "./state.js";
 
-const POLL_MS = 3000;
-let poll = null;
+const POLL_MS = 5000;
+let poll = null; // the next poll's timer, set only while a job runs
+let polling = false; // signed in: polls may be scheduled
 let ticker = null;
 let available = true;
 let known = new Map(); // proc_id -> last seen state (to notice an end)
@@ -44,8 +48,10 @@ export async function loadProcs() {
   for (const p of items) {
     const before = known.get(p.proc_id);
     if (!first && before === "running" && p.state !== "running") {
+      const here = state.current && state.current.task_id === p.task_id;
       toast(t("procs.ended_toast", { cmd: shortCommand(p.command), task: taskName(p.task_id),
-        state: t("procs.state." + p.state) }), p.state === "exited" && !p.exit_code ? "ok" : "warn", "proc-toast");
+        state: t("procs.state." + p.state) }), p.state === "exited" && !p.exit_code ? "ok" : "warn", "proc-toast",
+      here ? null : { label: t("procs.open_task"), testid: "proc-toast-open", run: () => emit("task-reopen", p.task_id) });
     }
   }
   // A job gone from the list while running ended too (swept): no toast, it is simply gone.
@@ -53,6 +59,16 @@ export async function loadProcs() {
   state.procs = items;
   render();
   emit("procs-changed");
+  schedulePoll();
+}
+
+/** Poll again in POLL_MS while a job runs; nothing runs: no poll until something may start one. */
+function schedulePoll() {
+  clearTimeout(poll);
+  poll = null;
+  if (polling && state.procs.some((p) => p.state === "running")) {
+    poll = setTimeout(() => { poll = null; if (document.hidden) schedulePoll(); else loadProcs(); }, POLL_MS);
+  }
 }
 
 function elapsedOf(p) {
@@ -96,7 +112,8 @@ function tick() {
 }
 
 export function stopProcs() {
-  clearInterval(poll);
+  polling = false;
+  clearTimeout(poll);
   clearInterval(ticker);
   poll = ticker = null;
   known = new Map();
@@ -105,7 +122,7 @@ export function stopProcs() {
 }
 
 export function setupProcs() {
-  on("task-selected", render);
+  on("task-selected", () => { render(); loadProcs(); }); // a job started in another tab shows up here
   // A tool call may have just started a job: look at once instead of at the next poll.
   on("tool-result", () => loadProcs());
   on("run-ended", () => loadProcs());
@@ -113,9 +130,7 @@ export function setupProcs() {
 
 export function startProcs() {
   available = true;
-  if (poll === null) {
-    poll = setInterval(() => { if (!document.hidden) loadProcs(); }, POLL_MS);
-    ticker = setInterval(tick, 1000);
-  }
+  polling = true;
+  if (ticker === null) ticker = setInterval(tick, 1000);
   loadProcs();
 }

@@ -1,9 +1,11 @@
-/* The schedules board: the user's jobs with cron, next run and state; disable and delete
- * (creating and editing happen in conversation). */
+/* The schedules board: the user's jobs with when they run in words (cronwords.js; the cron on
+ * hover), the next run in this browser's time zone, and state; disable and delete (creating and
+ * editing happen in conversation). */
 
 import { api, enc } from "./api.js";
-import { $, clip, el, formatTime, itemsOf } from "./dom.js";
-import { t } from "./i18n.js";
+import { $, clip, el, itemsOf } from "./dom.js";
+import { lang, t } from "./i18n.js";
+import { scheduleWords } from "./cronwords.js";
 import { confirmDanger } from "./ask.js";
 
 export async function loadSchedules() {
@@ -26,6 +28,14 @@ export async function loadSchedules() {
   for (const job of items) list.append(scheduleItem(job));
 }
 
+/** A time in this browser's zone, with the zone's name ("2026/12/8 09:00 GMT+8"). */
+function zonedTime(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return String(iso);
+  return d.toLocaleString(lang === "zh" ? "zh-CN" : "en", { year: "numeric", month: "numeric", day: "numeric",
+    hour: "2-digit", minute: "2-digit", hour12: false, timeZoneName: "short" });
+}
+
 function scheduleItem(job) {
   const id = job.job_id || job.id;
   const enabled = job.enabled !== false;
@@ -37,12 +47,12 @@ function scheduleItem(job) {
       $("schedules-error").textContent = t("schedules.action_failed", { what, msg: err.message });
     }
   };
-  const meta = [job.cron, job.timezone].filter(Boolean).join(" ")
+  const meta = scheduleWords(job.cron, job.timezone)
     + (enabled ? "" : " · " + t("schedules.disabled"))
-    + (job.next_run_at && enabled ? " · " + t("schedules.next", { when: formatTime(job.next_run_at) }) : "");
+    + (job.next_run_at && enabled ? " · " + t("schedules.next", { when: zonedTime(job.next_run_at) }) : "");
   return el("li", { class: "schedule" + (enabled ? "" : " disabled"), "data-testid": "schedule-item", "data-job-id": id },
     el("div", { class: "schedule-name" }, job.name || id),
-    el("div", { class: "muted small-text" }, meta),
+    el("div", { class: "muted small-text", "data-testid": "schedule-when", title: job.cron }, meta),
     job.prompt ? el("div", { class: "schedule-prompt small-text" }, clip(job.prompt, 200)) : null,
     el("div", { class: "row" },
       enabled ? el("button", { type: "button", class: "small", "data-testid": "schedule-disable",

@@ -1,6 +1,7 @@
 /* The task list (polled, re-rendered only on change), creating a task, selecting one, and the
  * soft warning when another task in the same folder is running (or cancelling: its tools may still write). The list can be searched (the
- * server's `q`: name and description) and switched to the deleted tasks, each with Restore; each
+ * server's `q`: name, description and message text; a task found by a message shows that message's
+ * excerpt under its name) and switched to the deleted tasks, each with Restore; each
  * live task has a menu (taskmenu.js: rename, model, export, delete). */
 
 import { api, enc } from "./api.js";
@@ -18,7 +19,8 @@ const view = { deleted: false, q: "" }; // the list shown: the trash or the live
 
 function sig() {
   return JSON.stringify([state.current && state.current.task_id, view,
-    state.tasks.map((x) => [x.task_id, x.name, x.working_dir, x.run_status, x.model_profile])]);
+    state.tasks.map((x) => [x.task_id, x.name, x.working_dir, x.run_status, x.model_profile,
+      x.match && x.match.snippet])]);
 }
 
 export async function loadTasks() {
@@ -67,11 +69,19 @@ export function renderTasks() {
         "data-testid": "task-item", "data-task-id": task.task_id, onclick: () => selectTask(task.task_id),
       },
       el("span", { class: "task-name" }, task.name),
-      el("span", { class: "task-meta muted" }, task.working_dir + (busy ? " · " + statusLabel(task.run_status) : ""))),
+      el("span", { class: "task-meta muted" }, task.working_dir + (busy ? " · " + statusLabel(task.run_status) : "")),
+      matchLine(task)),
       el("button", { type: "button", class: "task-menu-button", "data-testid": "task-menu",
         "aria-label": t("tasks.menu_named", { name: task.name }), "aria-haspopup": "dialog",
         onclick: (e) => openTaskMenu(task, e.currentTarget) }, "⋯")));
   }
+}
+
+/** Under a task found by a message (a search): who said it and the excerpt around the words. */
+function matchLine(task) {
+  if (!view.q || !task.match) return null;
+  const key = task.match.role === "user" ? "tasks.match_user" : "tasks.match_assistant";
+  return el("span", { class: "task-match muted", "data-testid": "task-match" }, t(key, { text: task.match.snippet }));
 }
 
 /** Show the live tasks or the deleted ones (the "已删除" switch). */

@@ -94,10 +94,13 @@ function userRow(u) {
       }
     } }, t("users.disable")));
   }
+  // data-label: each cell's column head, shown in it when the table is a list of cards (< 600 px).
   return el("tr", { "data-testid": "user-row", "data-email": u.email, "data-role": u.role },
-    el("td", {}, u.email), el("td", { "data-testid": "user-role-cell" }, roleLabel(u.role)),
-    el("td", {}, u.has_password ? t("admin.yes") : t("admin.no")), el("td", {}, formatTime(u.created_at)),
-    el("td", {}, el("div", { class: "row" }, actions)));
+    el("td", { class: "card-title", "data-label": t("users.email") }, u.email),
+    el("td", { "data-testid": "user-role-cell", "data-label": t("users.role") }, roleLabel(u.role)),
+    el("td", { "data-label": t("users.has_password") }, u.has_password ? t("admin.yes") : t("admin.no")),
+    el("td", { "data-label": t("users.created") }, formatTime(u.created_at)),
+    el("td", { class: "card-actions", "data-label": t("users.actions") }, el("div", { class: "row" }, actions)));
 }
 
 export async function loadUsers() {
@@ -113,7 +116,7 @@ export async function loadUsers() {
     box.replaceChildren(el("p", { class: "muted" }, t("users.empty")));
     return;
   }
-  box.replaceChildren(el("table", { class: "data", "data-testid": "users-list" },
+  box.replaceChildren(el("table", { class: "data cards", "data-testid": "users-list" },
     el("thead", {}, el("tr", {}, [t("users.email"), t("users.role"), t("users.has_password"), t("users.created"),
       t("users.actions")].map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, users.map(userRow))));
