@@ -211,6 +211,32 @@ def wide_bar_labels(prs):
     frame.chart.font.size = Pt(14)
 
 
+def half_empty_card(prs):
+    """A tall card with two short lines at its top: the lower two thirds of the card are empty."""
+    slide = _blank(prs)
+    card = slide.shapes.add_shape(MSO_SHAPE.RECTANGLE, Inches(0.6), Inches(1.0), Inches(5.5), Inches(5.2))
+    card.fill.solid()
+    card.fill.fore_color.rgb = RGBColor.from_string("EEF2F7")
+    card.line.fill.background()
+    _box(slide, 0.8, 1.2, 5.1, 1.0, "15.4 亿\n季度收入", 24, name="Card Text")
+
+
+def equation_does_not_add_up(prs):
+    """A slide whose own arithmetic is wrong: 12 + 30 is not 40."""
+    _box(_blank(prs), 0.6, 1.0, 12, 1.0, "新增客户：12 + 30 = 40 家", 24)
+
+
+def growth_label_mismatch(prs):
+    """'+38 %' on the 2025 bar, while 9.8 -> 15.2 is +55 %."""
+    data = CategoryChartData()
+    data.categories = ["2022", "2023", "2024", "2025"]
+    data.add_series("收入", (4.0, 5.1, 9.8, 15.2))
+    frame = _blank(prs).shapes.add_chart(XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(0.6), Inches(1), Inches(9), Inches(5), data)
+    label = frame.chart.plots[0].series[0].points[3].data_label
+    label.has_text_frame = True
+    label.text_frame.text = "+38 %"
+
+
 # Some defect slides also show a second, true finding of the space rules (a narrow table whose
 # cells wrap; a slide with one short line under its title): listed with them.
 DEFECTS: dict[str, tuple[Callable, set[tuple[int, str, str]]]] = {
@@ -233,6 +259,9 @@ DEFECTS: dict[str, tuple[Callable, set[tuple[int, str, str]]]] = {
     "half_empty": (half_empty, {(1, "empty-area", "warning")}),
     "narrow_table": (narrow_table, {(1, "table-width", "warning")}),
     "wide_bar_labels": (wide_bar_labels, {(1, "chart", "warning")}),
+    "half_empty_card": (half_empty_card, {(1, "card-fill", "warning")}),
+    "equation_does_not_add_up": (equation_does_not_add_up, {(1, "formula", "error")}),
+    "growth_label_mismatch": (growth_label_mismatch, {(1, "formula", "warning")}),
     "level_inversion": (level_inversion, {(1, "level-inversion", "warning"), (1, "empty-area", "warning")}),
 }
 

@@ -10,6 +10,9 @@ so an export reads like the deliverables rather than a log:
   message heading, its footnotes kept apart from other messages' footnotes);
 - tool calls and results summarised on one indented line each: the tool's name and its
   arguments as `key: value` (JSON decoded, so Chinese reads as Chinese, never `\\u6d4b`);
+- tool results readable: records (a JSON list of objects) as a small table, an object or a list
+  as list items, other text as one grey line;
+- the user's turns set apart (amber heading, a tinted block with a bar on the left);
 - images named, never read: a path in a message is the model's text, not a file to open here.
 Times are shown in the requested time zone (the route's `tz`), with the zone named in the byline.
 """
@@ -24,12 +27,29 @@ from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
+from docx import Document as open_docx
+from docx.shared import RGBColor
+
 from zcbot_core.rendering import BRIEF, render_docx
-from zcbot_core.rendering.mdparse import Block, Document, Heading, Image, Paragraph, Quote, parse
+from zcbot_core.rendering.common import left_bar, shade_paragraph
+from zcbot_core.rendering.mdparse import (
+    Block,
+    Document,
+    Heading,
+    Image,
+    ListBlock,
+    ListItem,
+    Paragraph,
+    Quote,
+    Table,
+    parse,
+)
 
 MAX_TEXT_CHARS = 100_000
 PREVIEW_CHARS = 160
 ARG_CHARS = 80
+CELL_CHARS = 60
+RESULT_ROWS = 8
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _U_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
@@ -39,15 +59,19 @@ _NOTE_ID = re.compile(r"\[\^([^\]\s]{1,40})\]")
 EXPORT = replace(BRIEF, name="export", heading_sizes=(13.0, 11.0, 10.5, 10.5, 10.5, 10.5), space_after=3.0,
                  quote_color="666666", quote_size=9.0)
 
+USER_COLOR, USER_BAR, USER_FILL = "9C5700", "E69138", "FFF7EC"  # the user's turns: amber, apart from the blue
+
 LABELS: dict[str, dict[str, str]] = {
     "zh": {"user": "用户", "assistant": "助手", "push": "推送", "call": "调用工具", "result": "工具结果",
            "folder": "文件夹", "exported": "导出于", "messages": "{n} 条消息", "image": "[图片]",
            "image_named": "[图片：{name}]", "cut": "[……以下内容过长，已截断]",
-           "truncated": "[仅导出前 {n} 条消息]", "no_args": "无参数", "empty": "（空）", "colon": "："},
+           "truncated": "[仅导出前 {n} 条消息]", "no_args": "无参数", "empty": "（空）", "colon": "：",
+           "records": "{n} 条记录", "more": "……另有 {n} 条"},
     "en": {"user": "User", "assistant": "Assistant", "push": "push", "call": "Tool call", "result": "Tool result",
            "folder": "Folder", "exported": "exported", "messages": "{n} messages", "image": "[image]",
            "image_named": "[image: {name}]", "cut": "[... the rest was too long and is cut]",
-           "truncated": "[only the first {n} messages are exported]", "no_args": "no arguments", "empty": "(empty)", "colon": ": "},
+           "truncated": "[only the first {n} messages are exported]", "no_args": "no arguments", "empty": "(empty)", "colon": ": ",
+           "records": "{n} records", "more": "... {n} more"},
 }
 
 
@@ -126,6 +150,42 @@ def tool_result_line(name: str, body: str, labels: dict[str, str]) -> str:
     return f"**{labels['result']}** {_code_span(name)}{labels['colon']}{_code_span(text)}"
 
 
+def _cell(value: Any) -> str:
+    return escape_md(shorten(clean(readable(value)), CELL_CHARS)).replace("|", "/") or "—"
+
+
+def tool_result_blocks(name: str, body: str, labels: dict[str, str]) -> list[Block]:
+    """A tool's result as a reader reads it: records (a JSON list of objects with 2-4 fields) as a
+    small table, an object or a list as list items, anything else as one grey line."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    head = f"**{labels['result']}** {_code_span(name)}"
+    if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
+        keys = list(dict.fromkeys(k for x in data for k in x))
+        if 2 <= len(keys) <= 4 and len(data) >= 2:
+            rows = [[_cell(x.get(k, "")) for k in keys] for x in data[:RESULT_ROWS]]
+            blocks: list[Block] = [Quote(head + labels["colon"] + labels["records"].format(n=len(data))),
+                                   Table([escape_md(str(k)) for k in keys], rows)]
+            return blocks + _more(len(data), labels)
+        items = [" · ".join(f"{escape_md(str(k))}{labels['colon']}{_cell(v)}" for k, v in x.items()) for x in data]
+    elif isinstance(data, dict) and data:
+        items = [f"{escape_md(str(k))}{labels['colon']}{_cell(v)}" for k, v in data.items()]
+    elif isinstance(data, list) and data:
+        items = [_cell(x) for x in data]
+    else:
+        return [Quote(tool_result_line(name, body, labels))]
+    if len(items) == 1:
+        return [Quote(head + labels["colon"] + items[0])]
+    shown = [ListItem(0, text, False) for text in items[:RESULT_ROWS]]
+    return [Quote(head + labels["colon"]), ListBlock(shown), *_more(len(items), labels)]
+
+
+def _more(count: int, labels: dict[str, str]) -> list[Block]:
+    return [Quote(escape_md(labels["more"].format(n=count - RESULT_ROWS)))] if count > RESULT_ROWS else []
+
+
 def _message_blocks(text: str, index: int, labels: dict[str, str]) -> tuple[list[Block], dict[str, str]]:
     """A message's Markdown as blocks under the message heading (levels +2); footnote ids are made
     unique per message; images become their names (no file is opened)."""
@@ -166,7 +226,7 @@ def conversation_document(task: dict[str, Any], messages: list[dict[str, Any]], 
         role = str(payload.get("role") or "")
         if role == "tool":
             body = content_text(payload.get("content"), labels)
-            blocks.append(Quote(tool_result_line(str(payload.get("name") or "tool"), body, labels)))
+            blocks.extend(tool_result_blocks(str(payload.get("name") or "tool"), body, labels))
             continue
         if role not in ("user", "assistant"):
             continue  # system prompts and unknown roles are not part of the conversation
@@ -204,10 +264,31 @@ def conversation_document(task: dict[str, Any], messages: list[dict[str, Any]], 
     return Document(meta, blocks, notes)
 
 
+def mark_user_turns(path: Path, user_label: str) -> int:
+    """The user's turns set apart from the assistant's: the heading in the user colour, the turn
+    (heading and text) on a light tint with a bar on the left, like a chat's own bubble. Returns
+    the number of user turns marked."""
+    docx = open_docx(str(path))
+    in_user, turns = False, 0
+    for para in docx.paragraphs:
+        if para.style is not None and para.style.name == "Heading 1":
+            in_user = para.text == user_label or para.text.startswith(f"{user_label} · ")
+            turns += in_user
+            if in_user:
+                for run in para.runs:
+                    run.font.color.rgb = RGBColor.from_string(USER_COLOR)
+        if in_user:
+            left_bar(para, 18, USER_BAR, 8)
+            shade_paragraph(para, USER_FILL)
+    docx.save(str(path))
+    return turns
+
+
 def build_docx(task: dict[str, Any], messages: list[dict[str, Any]], truncated: int, lang: str, tz: tzinfo) -> bytes:
     doc = conversation_document(task, messages, truncated, lang, tz)
     with tempfile.TemporaryDirectory(prefix="zcbot-export-") as tmp:
         out = Path(tmp) / "export.docx"
         render_docx(doc, out, EXPORT, Path(tmp))
+        mark_user_turns(out, LABELS[lang]["user"])
         return out.read_bytes()
 

@@ -7,7 +7,7 @@ Without --docx/--pdf both are written next to the Markdown (same name). The page
 frontmatter's `pages:` (default 2); the brief is measured on a LibreOffice render, set in a compact
 variant of the layout when it runs over or a few lines spill onto its last page, and the measured
 page count is reported (without LibreOffice: a length estimate). Exit status: 0 done; 1 written with problems listed
-(e.g. a missing figure, PDF not available); 2 nothing written (the message says why).
+(e.g. a missing figure, PDF not available); 2 nothing written (the message says why: e.g. a footnote mark without its definition).
 """
 
 from __future__ import annotations
@@ -75,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     text = src.read_text(encoding="utf-8")
     base = src.resolve().parent
+    missing = rendering.parse_markdown(text).undefined_notes()
+    if missing:
+        # A brief is read, not edited: a literal "[^1]" in it is a defect, so nothing is delivered.
+        marks = ", ".join(f"[^{n}]" for n in missing)
+        print(f"ERROR: footnote {marks} is used but not defined; add a line '[^{missing[0]}]: text' at the end "
+              "of the Markdown (or remove the mark) and render again. Nothing was written.", file=sys.stderr)
+        return 2
 
     def render(out: Path, overrides: dict) -> object:
         return rendering.markdown_to_docx(text, out, profile="brief", base_dir=base, **overrides)

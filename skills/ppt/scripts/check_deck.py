@@ -15,6 +15,10 @@ Finds what breaks a slide without anyone having to look at it:
 - readability   body text under 12 pt, more than 8 bullets, a very long text box, a title smaller
                 than the body text -> warning
 - chart         crowded category labels, too little data -> warning
+- card-fill     a card or panel whose text covers under half its height (half empty) -> warning
+- formula       numbers that contradict each other: a written equation that does not add up ->
+                error; a rate, share, multiple, total row or chart growth label that its values
+                do not give -> warning (deck_formulas.py)
 - grid drift    titles/content starting a little off the position most slides use -> warning
 - empty placeholders -> warning
 Exit status: 0 no errors, 1 errors found, 2 the file could not be read. With --json stdout is one
@@ -35,6 +39,7 @@ from pptx import Presentation  # noqa: E402
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER  # noqa: E402
 from pptx.oxml.ns import qn  # noqa: E402
 
+import deck_formulas as formulas  # noqa: E402
 import deck_grid as grid  # noqa: E402
 import deck_inherit as inh  # noqa: E402
 import deck_measure as dm  # noqa: E402
@@ -166,6 +171,10 @@ class SlideCheck:
             empty = space.empty_area(self.boxes, self.panels, sh, FOOTER_BAND)
             if empty:
                 self.add(*empty)
+        for finding in space.card_fill(self.boxes, self.panels, sh):
+            self.add(*finding)
+        for finding in formulas.slide_findings([shape for shape, _ in rules.walk(self.slide.shapes)]):
+            self.add(*finding)
 
     def text(self, shape, rect):
         x, y, w, h = rect

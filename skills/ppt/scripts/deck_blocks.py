@@ -17,6 +17,7 @@ from pptx.enum.text import MSO_ANCHOR, PP_ALIGN
 from pptx.util import Inches, Pt
 
 import deck_build
+import deck_cards as cards
 from deck_build import Deck
 from deck_outline import norm_bullets
 
@@ -61,13 +62,15 @@ def rows_slide(deck: Deck, s: dict):
 
 
 def takeaway_panel(deck: Deck, slide, px: int, panel_w: int, text: str):
-    """The slide's conclusion in a tinted panel, in the accent colour, bold."""
-    panel = deck.rect(slide, px, deck.body_top, panel_w, deck.body_h, deck.theme.surface, "Takeaway")
+    """The slide's conclusion in a tinted panel, in the accent colour, bold: the text as large as
+    the panel allows, the panel as tall as its text needs, centred on the rows (deck_cards)."""
+    inner = panel_w - Inches(0.5)
+    size = deck.fit([(text, 0)], inner + 2 * deck_build.INSET_LR, deck.body_h, cards.card_sizes(deck), False, bold=True) or 16
+    panel_h = cards.card_height(deck.need([(text, 0)], inner + 2 * deck_build.INSET_LR, size, False, bold=True), deck.body_h)
+    panel = deck.rect(slide, px, cards.centred_top(deck, panel_h), panel_w, panel_h, deck.theme.surface, "Takeaway")
     tf = panel.text_frame
     tf.vertical_anchor = MSO_ANCHOR.MIDDLE
     tf.margin_left = tf.margin_right = Inches(0.25)
-    inner = panel_w - Inches(0.5)
-    size = deck.fit([(text, 0)], inner + 2 * deck_build.INSET_LR, deck.body_h, ROW_SIZES, False, bold=True) or 16
     deck.set_text(panel, [(text, 0)], size, bold=True, colour=deck.ink(deck.theme.accent), align=PP_ALIGN.LEFT,
                   bullets=False)
     return panel

@@ -17,6 +17,7 @@ from pptx.enum.shapes import PP_PLACEHOLDER
 from pptx.enum.text import MSO_ANCHOR, PP_ALIGN
 from pptx.util import Inches, Pt
 
+import deck_cards as cards
 import deck_inherit as inh
 import deck_measure as dm
 from deck_build import INSET_LR, INSET_TB, Deck, rgb, set_bullet
@@ -213,26 +214,28 @@ def two_column_slide(deck: Deck, s: dict, boxed: bool = False):
 
 
 def _panels(deck: Deck, slide, columns, col_w: int) -> None:
-    """The comparison kind: two panels with coloured heads, as tall as the fuller one needs."""
+    """The comparison kind: two panels with coloured heads, the text as large as they allow, as
+    tall as the fuller one needs, centred in the body (deck_cards)."""
     t = deck.theme
     pad, head_h = Inches(0.2), Inches(0.85)
     inner = col_w - 2 * pad
-    size = 16
-    for size in (20, 18, 16):
-        if size <= deck.last_title_size - 2 and all(
-                deck.need(p, inner, size, False, space=size * 0.6) <= deck.body_h - head_h - 2 * pad for _, _, p in columns):
+    sizes = cards.card_sizes(deck)
+    size = sizes[-1]
+    for size in sizes:  # as large as the panels allow (deck_cards)
+        if all(deck.need(p, inner, size, False, space=size * 0.6) <= deck.body_h - head_h - 2 * pad for _, _, p in columns):
             break
     need = max(deck.need(p, inner, size, False, space=size * 0.6) for _, _, p in columns)
-    h = int(min(deck.body_h, max(deck.body_h * 0.72, head_h + need + 2 * pad)))
+    h = cards.card_height(head_h + need + 2 * pad, deck.body_h)
+    y0 = cards.centred_top(deck, h)
     for ci, (x, head, paras) in enumerate(columns):
         colour = t.palette[ci]
-        deck.rect(slide, x, deck.body_top, col_w, h, t.surface, f"Panel {ci + 1}")
-        deck.rect(slide, x, deck.body_top, col_w, Inches(0.08), colour, f"Panel Rule {ci + 1}")
-        top = deck.body_top + pad
+        deck.rect(slide, x, y0, col_w, h, t.surface, f"Panel {ci + 1}")
+        deck.rect(slide, x, y0, col_w, Inches(0.08), colour, f"Panel Rule {ci + 1}")
+        top = y0 + pad
         if head:
             deck.textbox(slide, x + pad - INSET_LR, top, inner + 2 * INSET_LR, head_h - pad, [(head, 0)], 24,
                          f"Panel Head {ci + 1}", bold=True, colour=deck.ink(colour), heading=True)
-        box = deck.textbox(slide, x + pad - INSET_LR, deck.body_top + head_h + pad, inner + 2 * INSET_LR,
+        box = deck.textbox(slide, x + pad - INSET_LR, y0 + head_h + pad, inner + 2 * INSET_LR,
                            h - head_h - 2 * pad, [], None, f"Panel Text {ci + 1}")
         deck.set_text(box, paras or [("", 0)], size, colour=t.text, bullets="manual", space=size * 0.6)
 

@@ -17,6 +17,7 @@ from pptx.oxml.ns import qn
 from pptx.util import Inches, Pt
 
 import deck_build
+import deck_cards as cards
 import deck_measure as dm
 from deck_build import Deck, rgb
 from deck_outline import norm_bullets
@@ -243,9 +244,12 @@ def chart_slide(deck: Deck, s: dict):
         tf.vertical_anchor = MSO_ANCHOR.MIDDLE
         tf.margin_left = tf.margin_right = Inches(0.25)
         paras = ([(str(takeaway), 0)] if takeaway else []) + side
-        inner = (px, deck.body_top, panel_w - Inches(0.5) + 2 * deck_build.INSET_LR, deck.body_h)
-        fill_list(deck, panel, paras, inner, sizes=(20, 18, 16), placeholder=False,
-                  bullets="manual" if side else False)
+        inner_w = panel_w - Inches(0.5) + 2 * deck_build.INSET_LR
+        size = fill_list(deck, panel, paras, (px, deck.body_top, inner_w, deck.body_h), sizes=cards.card_sizes(deck),
+                         placeholder=False, bullets="manual" if side else False)
+        if len(paras) == 1:  # one takeaway: a callout as tall as its text, level with the chart's middle
+            panel.height = cards.card_height(deck.need(paras, inner_w, size, False, bold=True), deck.body_h)
+            panel.top = cards.centred_top(deck, panel.height)
         for p in tf.paragraphs:
             p.alignment = PP_ALIGN.LEFT
         if takeaway:  # the takeaway leads, in the accent colour, without a bullet
@@ -271,41 +275,59 @@ def _card(deck: Deck, slide, x, y, w, h, name: str, colour: str):
 
 
 def kpis_slide(deck: Deck, s: dict):
+    """Big numbers on cards: each value on one line as large as the card's width allows, the
+    label and note under it; the cards as tall as their text needs (deck_cards), the cards and
+    the takeaway centred in the body."""
     slide = deck.titled(s)
     items = s["kpis"]
     n = len(items)
     w, gap = deck.columns(n, 0.025)
     note = s.get("takeaway")
-    h = int(deck.body_h * (0.68 if note else 0.82))
-    y = deck.body_top + int(deck.body_h * 0.04)
-    value_size = 60 if n <= 2 else 54 if n == 3 else 44
+    top_value = 72 if n <= 2 else 66 if n == 3 else 54
+    inner = w - 2 * deck_build.INSET_LR
+    label_size = min(22, deck.last_title_size - 2)
+    sizes = [next((z for z in range(top_value, 27, -2)
+                   if dm.wrapped_lines(str(item.get("value", "")), inner, z, deck.fam(bold=True)) == 1), 28)
+             for item in items]  # a number on one line
+    size = min(sizes)  # one size for the row: the numbers compare at a glance
+
+    def text_need(item) -> int:
+        bold, plain = deck.fam(bold=True), deck.fam()
+        paras = [(str(item.get("value", "")), size, 0, 0.0, bold)]
+        paras += [(str(text), sz, 0, 6.0, bold if sz == label_size else plain)
+                  for text, sz in ((item.get("label"), label_size), (item.get("note"), 16)) if text]
+        return dm.text_height(paras, inner) + 2 * deck_build.INSET_TB
+
+    pad = Inches(0.25)
+    limit = int(deck.body_h * (0.68 if note else 0.82))
+    need = max(text_need(item) for item in items)
+    h = max(cards.card_height(need, limit, 0.7), min(limit, need + 2 * pad))
+    note_h = deck.need([(str(note), 0)], deck.body_w, 20, False) if note else 0
+    y = cards.centred_top(deck, h + (Inches(0.25) + note_h if note else 0))
     for i, item in enumerate(items):
         x = deck.M + i * (w + gap)
         colour = deck.theme.palette[i % 3] if not deck.templated else deck.theme.accent
         _card(deck, slide, x, y, w, h, f"KPI {i + 1}", colour)
-        box = deck.textbox(slide, x, y + Inches(0.3), w, h - Inches(0.4), [], None, f"KPI Text {i + 1}")
+        box = deck.textbox(slide, x, y + pad, w, h - 2 * pad, [], None, f"KPI Text {i + 1}")
         tf = box.text_frame
         tf.vertical_anchor = MSO_ANCHOR.MIDDLE
         value = str(item.get("value", ""))
-        inner = w - 2 * deck_build.INSET_LR
-        size = next((z for z in (value_size, value_size - 6, value_size - 12, value_size - 18, 28)
-                     if dm.wrapped_lines(value, inner, z, deck.fam(bold=True)) == 1), 28)  # a number on one line
         deck.set_text(box, [(value, 0)], size, bold=True, colour=deck.ink(colour), align=PP_ALIGN.CENTER, bullets=False)
-        for text, sz, col in ((item.get("label"), 20, deck.theme.text), (item.get("note"), 14, deck.theme.muted)):
+        for text, sz, col in ((item.get("label"), label_size, deck.theme.text), (item.get("note"), 16, deck.theme.muted)):
             if text:
                 p = tf.add_paragraph()
                 p.alignment = PP_ALIGN.CENTER
                 p.space_before = Pt(6)
-                deck.add_runs(p, str(text), sz, colour=col, bold=(sz == 20))
+                deck.add_runs(p, str(text), sz, colour=col, bold=(sz == label_size))
     if note:
-        deck.textbox(slide, deck.M, y + h + Inches(0.25), deck.body_w, deck.body_bottom - (y + h + Inches(0.25)),
-                     [(str(note), 0)], 20, "Takeaway", colour=deck.theme.text, align=PP_ALIGN.CENTER)
+        deck.textbox(slide, deck.M, y + h + Inches(0.25), deck.body_w, note_h, [(str(note), 0)], 20, "Takeaway",
+                     colour=deck.theme.text, align=PP_ALIGN.CENTER)
     return slide
 
 
 def cards_slide(deck: Deck, s: dict):
-    """2-4 cards side by side: a numbered, coloured head and a few lines each; the cards are as
-    tall as the fullest one needs (at least 72 % of the body), so they never look half empty."""
+    """2-4 cards side by side: a numbered, coloured head and a few lines each; the text as large as
+    the cards allow, the cards as tall as the fullest one needs (deck_cards), centred in the body."""
     slide = deck.titled(s)
     items = s["cards"]
     n = len(items)
@@ -314,24 +336,25 @@ def cards_slide(deck: Deck, s: dict):
     inner_w = w - 2 * pad
     bodies = [([(str(it["text"]), 0)] if it.get("text") else []) + norm_bullets(it.get("bullets"), "") for it in items]
     avail = deck.body_h - head_h - 2 * pad
-    size = 16
-    for size in (20, 18, 16):
-        if size <= deck.last_title_size - 2 and all(deck.need(b, inner_w, size, False, space=size * 0.5) <= avail
-                                                   for b in bodies if b):
+    sizes = cards.card_sizes(deck)
+    size = sizes[-1]
+    for size in sizes:  # as large as the card allows (deck_cards)
+        if all(deck.need(b, inner_w, size, False, space=size * 0.5) <= avail for b in bodies if b):
             break
     need = max([deck.need(b, inner_w, size, False, space=size * 0.5) for b in bodies if b] or [0])
-    card_h = int(min(deck.body_h, max(deck.body_h * 0.72, head_h + need + 2 * pad)))
+    card_h = cards.card_height(head_h + need + 2 * pad, deck.body_h)
+    top = cards.centred_top(deck, card_h)
     for i, (item, paras) in enumerate(zip(items, bodies)):
         x = deck.M + i * (w + gap)
         colour = deck.theme.palette[i % len(deck.theme.palette)] if not deck.templated else deck.theme.accent
-        _card(deck, slide, x, deck.body_top, w, card_h, f"Card {i + 1}", colour)
-        head = deck.textbox(slide, x + pad - deck_build.INSET_LR, deck.body_top + pad, inner_w + 2 * deck_build.INSET_LR,
+        _card(deck, slide, x, top, w, card_h, f"Card {i + 1}", colour)
+        head = deck.textbox(slide, x + pad - deck_build.INSET_LR, top + pad, inner_w + 2 * deck_build.INSET_LR,
                             head_h - pad, [(f"{i + 1:02d}", 0)], 28, f"Card Head {i + 1}", bold=True, colour=deck.ink(colour),
                             heading=True)
         p = head.text_frame.add_paragraph()
         deck.add_runs(p, str(item.get("title", "")), 22 if n <= 3 else 20, bold=True, colour=deck.theme.title, heading=True)
         if paras:
-            rect = (x + pad - deck_build.INSET_LR, deck.body_top + head_h + pad, inner_w + 2 * deck_build.INSET_LR,
+            rect = (x + pad - deck_build.INSET_LR, top + head_h + pad, inner_w + 2 * deck_build.INSET_LR,
                     card_h - head_h - 2 * pad)
             box = deck.textbox(slide, *rect, [], None, f"Card Text {i + 1}")
             deck.set_text(box, paras, size, colour=deck.theme.text, bullets="manual" if item.get("bullets") else False,

@@ -2,7 +2,7 @@
 
 The single source of truth for: fonts (Latin + East Asian, theme fonts removed so Word and
 LibreOffice both honour them), page setup, fields (page numbers, TOC), inline spans -> runs
-(bold/italic/code/sub/sup/links; chemical formulas by rule, `formulas.py`, get real subscripts), table
+(in `docx_inline.py`: bold/italic/code/sub/sup/links, chemical formulas by rule), table
 borders (three-line academic tables or a light grid), images sized to the text width, and an
 atomic save.
 """
@@ -15,13 +15,9 @@ import tempfile
 from pathlib import Path
 
 from docx.enum.text import WD_BREAK
-from docx.opc.constants import RELATIONSHIP_TYPE as RT
 from docx.oxml import OxmlElement
 from docx.oxml.ns import qn
 from docx.shared import Cm, Emu, Pt, RGBColor
-
-from .formulas import split_formulas
-from .mdparse import Span, parse_inline
 
 
 class RenderError(RuntimeError):
@@ -170,6 +166,17 @@ def bottom_border(paragraph, size_eighths: int = 6, color: str = "000000") -> No
     ppr.insert_element_before(borders, *_PPR_AFTER_PBDR)
 
 
+def left_bar(paragraph, size_eighths: int = 18, color: str = "000000", space: int = 8) -> None:
+    """A vertical rule left of the paragraph (consecutive paragraphs with the same bar join up)."""
+    ppr = paragraph._p.get_or_add_pPr()
+    borders = OxmlElement("w:pBdr")
+    left = OxmlElement("w:left")
+    for k, v in (("w:val", "single"), ("w:sz", str(size_eighths)), ("w:space", str(space)), ("w:color", color)):
+        left.set(qn(k), v)
+    borders.append(left)
+    ppr.insert_element_before(borders, *_PPR_AFTER_PBDR)
+
+
 # OOXML requires children in schema order (Word rejects some out-of-order files): new elements
 # are inserted before the first sibling that must follow them.
 _PPR_AFTER_PBDR = ("w:shd", "w:tabs", "w:suppressAutoHyphens", "w:kinsoku", "w:wordWrap", "w:overflowPunct",
@@ -186,66 +193,6 @@ _TCPR_AFTER_BORDERS = ("w:shd", *_TCPR_AFTER_SHD)
 
 def keep_with_next(paragraph) -> None:
     paragraph.paragraph_format.keep_with_next = True
-
-
-# ---- inline text ------------------------------------------------------------------------------
-
-def chem_split(span: Span) -> list[Span]:
-    """Split chemical formulas in a span (the rule is `formulas.split_formulas`) so their counts
-    become subscripts and ion charges superscripts."""
-    if span.code or span.sub or span.sup or span.note:
-        return [span]
-    pieces = split_formulas(span.text)
-    if len(pieces) == 1 and not pieces[0][1]:
-        return [span]
-    return [Span(text, span.bold, span.italic, False, kind == "sub", kind == "sup", span.link) for text, kind in pieces]
-
-
-def _hyperlink(paragraph, url: str) -> object:
-    r_id = paragraph.part.relate_to(url, RT.HYPERLINK, is_external=True)
-    link = OxmlElement("w:hyperlink")
-    link.set(qn("r:id"), r_id)
-    paragraph._p.append(link)
-    return link
-
-
-# "10 mS/cm", "30 μm", "5 %": a number and its unit never part at a line end (no-break space).
-_NUMBER_UNIT = re.compile(r"(\d) (?=[A-Za-zμΩ°%‰℃][A-Za-z/²³]{0,3}(?![A-Za-z]))")
-
-
-def add_spans(paragraph, text: str, *, code_font: str = "Consolas", chem: bool = True, size: float | None = None,
-              bold: bool | None = None, link_color: str = "1F4E79", note=None) -> None:
-    """Append `text` (inline markdown) to a paragraph as formatted runs.
-
-    `note(paragraph, note_id) -> bool` places a footnote mark; without one (or when it returns
-    False) the mark stays as written, `[^id]`."""
-    spans = parse_inline(text)
-    if chem:
-        spans = [piece for s in spans for piece in chem_split(s)]
-    for span in spans:
-        if span.note:
-            if note is not None and note(paragraph, span.note):
-                continue
-            span = Span(f"[^{span.note}]", span.bold, span.italic)
-        text = span.text if span.code else _NUMBER_UNIT.sub("\\1\u00a0", span.text)
-        run = paragraph.add_run(text)
-        if span.bold or bold:
-            run.bold = True
-        if span.italic:
-            run.italic = True
-        if span.code:
-            set_run_fonts(run, code_font, None)
-        if span.sub:
-            run.font.subscript = True
-        if span.sup:
-            run.font.superscript = True
-        if size is not None:
-            run.font.size = Pt(size)
-        if span.link and re.match(r"^(https?|mailto):", span.link):
-            run.font.underline = True
-            run.font.color.rgb = RGBColor.from_string(link_color)
-            link = _hyperlink(paragraph, span.link)
-            link.append(run._r)  # move the run inside the hyperlink element
 
 
 # ---- tables -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ continuation separator first, ids -1 and 0, as Word writes them).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 from docx.opc.constants import RELATIONSHIP_TYPE as RT
@@ -90,12 +91,19 @@ class Footnotes:
         return note_id
 
 
+def person_names(byline: str) -> str:
+    """The author field of the file's properties: the names from a byline, without the affiliation
+    ("张三（某某大学材料学院）" -> "张三", "Jane Doe (MIT), Li Si" -> "Jane Doe, Li Si")."""
+    names = re.sub(r"\s*[（(][^）)]*[）)]", "", byline)
+    return " ".join(names.split()).strip(" ,，、")
+
+
 def set_metadata(document, meta: dict[str, str], title: str, cjk: bool) -> None:
     """Core properties from the frontmatter: title, author, subject, keywords, language, dates.
     The template's author ("python-docx") never survives: no author given means an empty one."""
     props = document.core_properties
     props.title = title[:255]
-    author = meta.get("author", "")
+    author = person_names(meta.get("author", ""))
     props.author = author[:255]
     props.last_modified_by = author[:255]
     props.subject = meta.get("subject", meta.get("subtitle", ""))[:255]

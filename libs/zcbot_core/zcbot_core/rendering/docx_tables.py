@@ -3,7 +3,13 @@ a formula column is not broken across lines (python-docx + stdlib only)."""
 
 from __future__ import annotations
 
+import re
+
 from docx.shared import Cm, Pt
+
+# A header wraps between its words, never inside one ("电化学窗 / 口" was seen): CJK runs between
+# spaces and brackets count as words.
+_WORDS = re.compile(r"[\s()（）/]+")
 
 
 def display_width(text: str) -> int:
@@ -15,7 +21,8 @@ def column_widths(rows: list[list[str]], total: int, header_weight: float = 0.6,
                   shrink_to_fit: float | None = None) -> list[int]:
     """Content-sized column widths (EMU) summing to `total`: each column gets a share by its
     longest cell (header counted at `header_weight`: it may wrap), floored so short columns stay
-    readable and capped so one long column cannot squeeze the rest into a letter per line.
+    readable and capped so one long column cannot squeeze the rest into a letter per line; a
+    column is at least as wide as its header's longest word.
     `shrink_to_fit` (the font size in pt): a table whose content is narrower than `total` gets
     its natural width instead (at least half of `total`), rather than being stretched across."""
     ncols = max(len(r) for r in rows)
@@ -23,7 +30,8 @@ def column_widths(rows: list[list[str]], total: int, header_weight: float = 0.6,
     for c in range(ncols):
         cells = [display_width(r[c]) if c < len(r) else 0 for r in rows]
         body = max(cells[1:], default=0)
-        weights.append(min(max(body, cells[0] * header_weight, 6), 60))
+        word = max((display_width(t) for t in _WORDS.split(rows[0][c] if c < len(rows[0]) else "")), default=0)
+        weights.append(min(max(body, cells[0] * header_weight, 6, word + 2), 60))
     if shrink_to_fit:
         natural = int(sum(max(w, cells_w) for w, cells_w in zip(weights, [display_width(h) for h in rows[0]]))
                       * Pt(shrink_to_fit * 0.55) + ncols * Cm(0.5))

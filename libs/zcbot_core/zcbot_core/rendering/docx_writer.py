@@ -17,6 +17,8 @@ from docx.enum.text import WD_ALIGN_PARAGRAPH
 from docx.shared import Pt, RGBColor
 
 from . import common
+from .docx_inline import add_spans
+from .docx_keep import keep_lead_in, list_keeps, same_date_in
 from .docx_lists import ListNumbering, Numberer
 from .docx_notes import Footnotes, set_metadata
 from .docx_style import DocStyle, apply_style
@@ -75,7 +77,7 @@ class DocxWriter:
         apply_style(self.doc, style)
 
     def _spans(self, para, text: str, **kwargs: object) -> None:
-        common.add_spans(para, text, note=self._note, **kwargs)  # type: ignore[arg-type]
+        add_spans(para, text, note=self._note, **kwargs)  # type: ignore[arg-type]
 
     def _note(self, para, note_id: str) -> bool:
         """A `[^id]` mark: a real footnote when defined, else left as written and reported."""
@@ -86,7 +88,7 @@ class DocxWriter:
                                         f"'[^{note_id}]: text')")
             return False
         self.notes_used.add(note_id)
-        self.footnotes.add(para, lambda p: common.add_spans(p, text, code_font=self.style.code_font))
+        self.footnotes.add(para, lambda p: add_spans(p, text, code_font=self.style.code_font))
         return True
 
     def _body_format(self, para, indent: bool = True) -> None:
@@ -147,11 +149,10 @@ class DocxWriter:
                 self._code(block)
             elif isinstance(block, Quote):
                 para = self.doc.add_paragraph()
-                self._spans(para, block.text)
+                self._spans(para, block.text, italic=not self.cjk and not self.style.quote_color)
                 para.paragraph_format.left_indent = Pt(self.style.size * 2)
                 para.paragraph_format.first_line_indent = Pt(0)
                 for run in para.runs:
-                    run.italic = not self.cjk and not self.style.quote_color
                     if self.style.quote_color:
                         run.font.color.rgb = RGBColor.from_string(self.style.quote_color)
                     if self.style.quote_size:
@@ -177,7 +178,8 @@ class DocxWriter:
                 run.font.size = Pt(size)
         if self.style.title_rule:
             common.bottom_border(para, 12, self.style.accent)
-        subtitle_bits = [meta.get(k, "") for k in ("subtitle", "author", "date") if meta.get(k) and meta[k] not in title]
+        subtitle_bits = [meta.get(k, "") for k in ("subtitle", "author", "date")
+                         if meta.get(k) and meta[k] not in title and not (k == "date" and same_date_in(meta[k], title))]
         if self.style.title_rule and subtitle_bits:
             subtitle_bits = [" · ".join(subtitle_bits)]  # briefs: one byline under the rule, not three
         for bit in subtitle_bits:
@@ -223,11 +225,16 @@ class DocxWriter:
             self._lists = ListNumbering(self.doc, self.style.size, self.style.latin,
                                         max(self.style.first_line_chars, 0.8))
         state = self._lists.new_list()
-        for item in block.items:
+        if not in_refs:
+            keep_lead_in(self.doc)
+        keep = list_keeps(len(block.items))
+        for n, item in enumerate(block.items):
             if in_refs:
                 self._reference(item.text)
                 continue
             para = self.doc.add_paragraph()
+            if n in keep:
+                common.keep_with_next(para)
             state.add(para, item.level, item.ordered)
             if self.style.justify:
                 para.alignment = WD_ALIGN_PARAGRAPH.JUSTIFY
@@ -242,15 +249,20 @@ class DocxWriter:
             label = f"{'Table' if kind == 'table' else 'Figure'} {number}"
             sep = ". " if text else ""
         para = self.doc.add_paragraph(style="Caption")
+        if kind == "table" and self.style.table_style == "grid":
+            para.alignment = WD_ALIGN_PARAGRAPH.LEFT  # over a left-aligned table, flush with it
         run = para.add_run(label + sep)
         run.bold = True
         self._spans(para, text)
         if kind == "table":
             common.keep_with_next(para)
+        else:
+            para.paragraph_format.space_after = Pt(self.style.size)  # the figure ends here: air before the text
 
     def _table(self, block: Table) -> None:
         assert self.report is not None
         self.report.tables += 1
+        keep_lead_in(self.doc)
         if block.caption or self.style.table_style == "three-line":
             self._caption("table", self.report.tables, block.caption)
         ncols = max(1, len(block.header))
@@ -295,6 +307,7 @@ class DocxWriter:
             para = self.doc.add_paragraph(f"[missing figure: {block.path}]")
             para.alignment = WD_ALIGN_PARAGRAPH.CENTER
             return
+        keep_lead_in(self.doc)
         try:
             width = common.picture_width(path, common.text_width(self.doc), block.width)
             para = self.doc.add_paragraph()

@@ -17,6 +17,10 @@ use the one rule:
 - A charge written after the formula: `Fe3+`, `Cu2+` (one element: the count is the charge,
   superscript), `NH4+`, `NO3-` (counts stay subscripts, the sign is superscript).
 - A hydrate or equation coefficient (`CuSO4·5H2O`, `2H2O`) stays normal text.
+- Decimal counts in a formula of two or more elements (`Li3.25Ge0.25P0.75S4`, `LiNi0.8Co0.1Mn0.1O2`,
+  `Li1.3Al0.3Ti1.7(PO4)3`); `X` stands for a halogen in a formula of two or more elements (`Li6PS5X`).
+- A common ion without a count takes its charge as a superscript (`Li+`, `Na+`, `Cl-`, `OH-`:
+  `COUNTLESS_IONS`); `C++`, `B+` and other signs stay as written.
 So `PM2.5`, `GPT4`, `Qwen2`, `H100`, `DeepSeek-V3`, `ISO9001`, `2024` and `v1.2` stay as written.
 A writer who needs something else uses explicit `H~2~O` / `x^2^` markup or a `code` span.
 """
@@ -38,9 +42,11 @@ NOT_FORMULAS = frozenset(
     "B2B B2C C2C C2B C2M B2G O2O P2P F2F P2C B2B2C I2C I2S KN95 KF94 FFP2 FFP3 PS2 PS3 PS4 PS5 USB2 USB3 "
     "USB4 CS2GO".split()
 )
+# Ions written without a count whose sign is a charge: 'Li+' is Li⁺, but 'B+' is a grade and 'C++' a language.
+COUNTLESS_IONS = frozenset("H Li Na K Rb Cs Ag Cu Tl F Cl Br I OH CN SCN".split())
 _NOT_PATTERNS = re.compile(r"^(?:COP\d+|H\d+N\d+|IF\d+)$")
-_CANDIDATE = re.compile(r"(?<![A-Za-z0-9_])(?P<coef>[1-9]\d?)?(?P<body>[A-Z(\[][A-Za-z0-9()\[\]]*)(?![A-Za-z0-9_])")
-_SYMBOL_COUNT = re.compile(r"([A-Z][a-z]?)|([(\[])|([)\]])|(\d+)")
+_CANDIDATE = re.compile(r"(?<![A-Za-z0-9_])(?P<coef>[1-9]\d?)?(?P<body>[A-Z(\[](?:[A-Za-z0-9()\[\]]|\.(?=\d))*)(?![A-Za-z0-9_])")
+_SYMBOL_COUNT = re.compile(r"([A-Z][a-z]?)|([(\[])|([)\]])|(\d+(?:\.\d+)?)")
 _YEAR_BEFORE = re.compile(r"(?:19|20)\d\d\s*年?\s*$")
 _YEAR_AFTER = re.compile(r"^\s*(?:19|20)\d\d")
 _WORDLIKE = re.compile(r"[A-Za-z0-9_\u3400-\u9fff]")  # 'CO2-based', 'Li6PS5Cl-聚合物': a hyphen, not a charge
@@ -54,14 +60,14 @@ NORMAL, SUB, SUP = "", "sub", "sup"
 def _parse(body: str) -> list[tuple[str, str]] | None:
     """Pieces (text, kind) when `body` is entirely a formula with at least one count, else None."""
     pieces: list[tuple[str, str]] = []
-    depth, pos, symbols, counts, prev = 0, 0, 0, 0, ""
+    depth, pos, symbols, counts, decimals, prev = 0, 0, 0, 0, 0, ""
     for m in _SYMBOL_COUNT.finditer(body):
         if m.start() != pos:
             return None  # a stray lowercase letter: not made of element symbols
         pos = m.end()
         symbol, opening, closing, count = m.groups()
         if symbol:
-            if symbol not in ELEMENTS:
+            if symbol not in ELEMENTS and symbol != "X":
                 return None
             symbols += 1
             pieces.append((symbol, NORMAL))
@@ -77,14 +83,26 @@ def _parse(body: str) -> list[tuple[str, str]] | None:
             pieces.append((closing, NORMAL))
             prev = "close"
         else:
-            if prev not in ("symbol", "close") or count.startswith("0") or int(count) < 2 or int(count) > 99:
+            if prev not in ("symbol", "close") or not _count_ok(count):
                 return None
+            decimals += "." in count
             counts += 1
             pieces.append((count, SUB))
             prev = "count"
     if pos != len(body) or depth != 0 or not counts or not symbols:
         return None
+    names = {p for p, kind in pieces if kind == NORMAL and p[0].isalpha()}
+    if (decimals or "X" in names) and len(names - {"X"}) < 2:
+        return None  # 'V2.5', 'PX2': a decimal count or a placeholder only in a real compound
     return pieces
+
+
+def _count_ok(count: str) -> bool:
+    """2..99, or a decimal 0.01..99 (Li3.25, Co0.1); '1', '007', '1.0' are not counts."""
+    if "." in count:
+        whole, frac = count.split(".")
+        return not (len(whole) > 1 and whole.startswith("0")) and 0 < float(count) < 100 and not frac.endswith("0")
+    return not count.startswith("0") and 2 <= int(count) <= 99
 
 
 def _trim_brackets(body: str) -> tuple[str, str, str]:
@@ -116,7 +134,8 @@ def _formula_pieces(text: str, start: int, end: int, body: str) -> list[tuple[st
         return None
     pieces = _parse(body)
     if pieces is None:
-        return None
+        charge = _charge_after(text, end)
+        return [(body, NORMAL), (charge, SUP)] if charge and body in COUNTLESS_IONS else None
     symbols = [p for p, kind in pieces if kind == NORMAL and p[0].isalpha()]
     charge = _charge_after(text, end)
     if len(symbols) == 1 and charge and pieces[-1][1] == SUB and len(pieces) == 2:
@@ -132,8 +151,8 @@ def _formula_pieces(text: str, start: int, end: int, body: str) -> list[tuple[st
 
 def _charge_after(text: str, end: int) -> str:
     """'+' / '-' right after the formula and then nothing word-like: an ion's charge."""
-    sign = text[end:end + 1]
-    if sign in ("+", "-", "−") and not _WORDLIKE.match(text[end + 1:end + 2]):
+    sign, after = text[end:end + 1], text[end + 1:end + 2]
+    if sign in ("+", "-", "−") and not _WORDLIKE.match(after) and not (after and after in "+-−#"):
         return sign
     return ""
 

@@ -92,6 +92,25 @@ class Document:
     blocks: list[Block]
     footnotes: dict[str, str] = field(default_factory=dict)
 
+    def inline_texts(self) -> list[str]:
+        """Every piece of inline Markdown in the body (code blocks excluded)."""
+        out: list[str] = []
+        for b in self.blocks:
+            if isinstance(b, (Heading, Paragraph, Quote)):
+                out.append(b.text)
+            elif isinstance(b, ListBlock):
+                out.extend(item.text for item in b.items)
+            elif isinstance(b, Table):
+                out.extend([b.caption, *b.header, *(cell for row in b.rows for cell in row)])
+            elif isinstance(b, Image):
+                out.append(b.caption)
+        return out
+
+    def undefined_notes(self) -> list[str]:
+        """Footnote marks `[^id]` used in the text without a definition `[^id]: ...`, in order."""
+        used = [s.note for text in self.inline_texts() for s in parse_inline(text) if s.note]
+        return list(dict.fromkeys(n for n in used if n not in self.footnotes))
+
     @property
     def is_cjk(self) -> bool:
         """True when the text is mostly Chinese/Japanese (decides caption words, indents)."""
@@ -154,7 +173,9 @@ def parse_inline(text: str, _style: dict | None = None) -> list[Span]:
         elif kind == "cite":
             if spans and spans[-1].text.endswith(" ") and not spans[-1].link:
                 spans[-1].text = spans[-1].text.rstrip(" ")  # "latency [1]" -> "latency[1]" (superscript)
-            # WORD JOINER: the mark never starts a line on its own ("方向\n[1]。").
+            # WORD JOINER: the mark never starts a line on its own ("方向\n[1]。"), nor breaks after
+            # its own hyphen or comma ("寿命[4-\n6]").
+            token = re.sub(r"([-–—,，、])", "\\1\u2060", token)
             spans.append(Span("\u2060" + token, **{**style, "sup": True}))
         elif kind == "sub":
             spans.append(Span(_unescape(token[1:-1]), **{**style, "sub": True}))
