@@ -1,7 +1,8 @@
 """No import cycles between the project's modules (issue 21): every `import` counts, at module level,
 under `TYPE_CHECKING` and inside a function alike (a cycle dodged by a late import is still a cycle
-in the design). A new cycle fails here with its modules; the one below is known and explained (the paths <-> safe_fs
-cycle went when paths.py moved into safe_fs/, issue 41).
+in the design). A new cycle fails here with its modules; none is known (the paths <-> safe_fs cycle went
+when paths.py moved into safe_fs/, the executor's bg_watch <-> procs one when they became its background/
+package, issue 41).
 """
 
 from __future__ import annotations
@@ -10,10 +11,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-KNOWN = {  # the modules of a cycle -> why it stays (for now)
-    frozenset({"zcbot_executor.bg_watch", "zcbot_executor.procs"}):
-        "the background watch and the process table call each other (not yet split)",
-}
+KNOWN: dict[frozenset[str], str] = {}  # the modules of a cycle -> why it stays (for now)
 
 
 def package_roots() -> dict[str, Path]:

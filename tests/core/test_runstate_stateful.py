@@ -194,7 +194,7 @@ class RunStateMachine(RuleBasedStateMachine):
         try:
             result: Any = self.run(self.h.submit(task.user, tid, content, mode,  # type: ignore[arg-type]
                                                  max_active=self.cap, max_waiting=self.max_waiting))
-        except (runs.RunConflict, runs.QuotaExceeded) as exc:
+        except (runs.RunConflict, runs.RunQuotaExceeded) as exc:
             result = exc
         step = MATRIX[(task.status, MULTITASK_EVENT[mode])]
         self.reached[(task.status.value, MULTITASK_EVENT[mode].value, bool(task.pending))] += 1
@@ -217,7 +217,7 @@ class RunStateMachine(RuleBasedStateMachine):
             task.accepted.append(result.run_id)
             return
         if len(task.pending) >= runs.MAX_PENDING_INPUTS:
-            assert isinstance(result, runs.QuotaExceeded), result
+            assert isinstance(result, runs.RunQuotaExceeded), result
             return
         assert isinstance(result, submit.SubmitResult), result
         task.accepted.append(result.run_id)

@@ -115,7 +115,7 @@ REFUSALS = [
     pytest.param(_nothing, {"channel": "wecom"}, runs.WrongChannel, "web channel", id="wrong-channel"),
     pytest.param(_cap_reached, {}, submit.UserQueueFull, "you already have 1 runs in progress (the limit is 1) and 0 waiting",
                  id="user-cap-and-queue-full"),
-    pytest.param(_queue_full, {}, runs.QuotaExceeded, "run queue is full", id="queue-full"),
+    pytest.param(_queue_full, {}, runs.RunQuotaExceeded, "run queue is full", id="queue-full"),
 ]
 
 
@@ -152,7 +152,7 @@ async def test_concurrent_submits_of_one_user_keep_the_cap_exact(rt: Runtime) ->
     results = await asyncio.gather(*(send(rt, f"t-race-{i}", one_call=True, limits=limits) for i in range(tasks)),
                                    return_exceptions=True)
     accepted = [r for r in results if isinstance(r, submit.SubmitResult)]
-    refused = [r for r in results if isinstance(r, runs.QuotaExceeded)]
+    refused = [r for r in results if isinstance(r, runs.RunQuotaExceeded)]
     assert (len(accepted), len(refused)) == (cap, tasks - cap), results
     async with rt.sessions() as s:
         queued = (await s.execute(select(Task.task_id).where(Task.run_status == "queued"))).scalars().all()

@@ -28,7 +28,7 @@ from tests.helpers.stack import FAKE_KEY_ENV, write_fake_profile
 from tests.helpers.wait import wait_for
 from zcbot_devstack.embedded import free_port
 from zcbot_devstack.services import SERVICE_PORT_ENV
-from zcbot_executor.procs import PROCS_DIR, proc_status
+from zcbot_executor.background.files import PROCS_DIR, proc_status
 from zcbot_fakellm import FakeLLM
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(240)]

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from zcbot_executor.background import ProcManager
 from zcbot_executor.config import ExecutorConfig
-from zcbot_executor.procs import ProcManager
 from zcbot_executor.sandbox import make_backend, policy
 from zcbot_executor.sandbox.base import Sandbox
 

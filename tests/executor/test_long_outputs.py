@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.executor_stack import Stack
 from zcbot_core.tools.results import MODEL_LIMIT
-from zcbot_executor import tools_exec
+from zcbot_executor.inside import tools_exec
 
 SAVED = re.compile(r"`(\.zcbot/outputs/[0-9]{8}-[0-9]{6}-[0-9a-f]{8}\.txt)`")
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import psutil
 
 from tests.helpers.executor_stack import Stack, drain, sandbox_processes, wait_no_processes, wait_processes
-from zcbot_executor.bg_watch import stop_left_behind
-from zcbot_executor.procs import PROCS_DIR, STALE_SECONDS, sweep_procs
+from zcbot_executor.background import stop_left_behind
+from zcbot_executor.background.files import PROCS_DIR, STALE_SECONDS
+from zcbot_executor.background.sweep import sweep_procs
 
 # Durations unique to the run: the leftover scans see every session's processes on the machine.
 _SLEEP_BASE = secrets.randbelow(80_000) + 10_000
@@ -120,7 +121,7 @@ async def test_an_executor_told_to_stops_its_background_jobs_with_it(stack: Stac
 
 
 async def test_jobs_a_killed_executor_left_are_stopped_from_its_records(stack: Stack) -> None:
-    """`zcbot up`'s last resort (bg_watch.stop_left_behind): an executor killed before it could stop
+    """`zcbot up`'s last resort (background.stop_left_behind): an executor killed before it could stop
     its jobs left them running; its records alone are enough to kill them and record why."""
     first = await stack.executor("h1", bg_stop_with_executor=True)
     r = await stack.call("shell", {"command": SLEEP_36, "background": True})
@@ -161,3 +162,25 @@ async def test_lost_process_and_sweeper(one: Stack, tmp_path: Path) -> None:
     assert sweep_procs(one.storage, 7 * 86400) == 1
     assert sorted(p.name for p in base.iterdir()) == ["p0123456789ab", "pbbbbbbbbbbbb", "pcccccccccccc"]
     assert psutil.pid_exists(os.getpid())
+
+
+async def test_a_setsid_child_does_not_outlive_its_job_without_cgroups(stack: Stack) -> None:
+    """With no per-user cgroup, a child that leaves the job's process group and session (`setsid`)
+    used to outlive the job: the wrapper killed only the group, and bwrap's namespace init kept the
+    child alive after the launched bwrap had exited. The wrapper (a subreaper) kills it at the
+    limit and when the job ends; the executor kills it from outside when the wrapper was killed."""
+    await stack.executor("h1", env={"ZCBOT_SANDBOX_CGROUP": "off"})
+    limited, ended, orphaned = (f"sleep {_SLEEP_BASE + 100 + i}" for i in range(3))
+    cases = [  # (command, time limit, final status, the setsid child's command line)
+        (f"setsid sh -c '{limited}' & {SLEEP_31}", 1, "timed out", limited),
+        (f"setsid sh -c '{ended}' & sleep 0.5; exit 0", 30, "exited", ended),
+        # the job kills its wrapper: only the executor's kill of the sandbox's pid namespace is left
+        (f"setsid sh -c '{orphaned}' & sleep 0.5; kill -9 $PPID; {SLEEP_32}", 1, "timed out", orphaned),
+    ]
+    for command, limit, status, child in cases:
+        r = await stack.call("shell", {"command": command, "background": True, "timeout": limit})
+        assert r.ok, r.error
+        await wait_processes(lambda c, child=child: c == child)
+        done = await wait_status(stack, r.meta["proc_id"], {status})
+        assert done.meta["exit_code"] == (0 if status == "exited" else 124), done.output
+        assert await wait_no_processes(lambda c, child=child: c == child, timeout=5) == [], command

@@ -41,7 +41,7 @@ class _DiedBeforeAck:
 
 
 async def _publish(rt: Runtime, user_id: str, proc_id: str) -> None:
-    # the executor's publish (zcbot_executor/bg_files.py): the same subject and message id
+    # the executor's publish (zcbot_executor/background/changes.py): the same subject and message id
     rep = FileChangesReport(user_id=user_id, task_id="", run_id="", proc_id=proc_id, changes=CHANGES)
     ack = await rt.js.publish(rt.topo.file_changes_subject(), encode(rep),
                               headers={"Nats-Msg-Id": f"fchg:{user_id}:{proc_id}"})

@@ -15,10 +15,9 @@ FORBIDDEN = re.compile(
     r"os\.path\.realpath|\.is_symlink\(|shutil\.rmtree|shutil\.copy|os\.replace\(|os\.walk\(|os\.fwalk\("
     r"|O_NOFOLLOW|/proc/self/fd|resolve_user_path\(|tempfile\.mk")
 IN_SANDBOX = {  # run inside the sandbox as its uid: the kernel, not path checks, confines them
-    "services/executor/zcbot_executor/tool_runner.py", "services/executor/zcbot_executor/tools_fs.py",
-    "services/executor/zcbot_executor/tools_exec.py", "services/executor/zcbot_executor/tools_search.py",
-    "services/executor/zcbot_executor/proc_wrapper.py", "services/executor/zcbot_executor/sandbox_init.py",
-    "services/executor/zcbot_executor/egress_forward.py", "services/executor/zcbot_executor/user_venv.py",
+    *(f"services/executor/zcbot_executor/inside/{name}" for name in (
+        "tool_runner.py", "tools_fs.py", "tools_exec.py", "tools_search.py", "proc_wrapper.py", "sandbox_init.py",
+        "egress_forward.py", "user_venv.py")),
     "libs/zcbot_core/zcbot_core/rendering/common.py", "libs/zcbot_core/zcbot_core/rendering/pdf.py",
     "libs/zcbot_core/zcbot_core/rendering/fit.py",  # the brief skill's page measurement, as pdf.py
 }

@@ -15,7 +15,7 @@ from tests.executor.test_procs import wait_status
 from tests.helpers.executor_stack import Stack as ExecutorStack
 from tests.helpers.executor_stack import wait_no_processes, wait_processes
 from tests.helpers.wait import wait_for
-from zcbot_executor.procs import sweep_procs
+from zcbot_executor.background.sweep import sweep_procs
 
 RUN = f"{secrets.randbelow(10**6):06d}"
 MONTH_AGO = int(time.time()) - 30 * 86400

@@ -27,7 +27,7 @@ from zcbot_core.safe_fs import paths, resolve
 from zcbot_core.tools.skill_tools import SkillTools
 from zcbot_core.workspace import memory
 from zcbot_core.workspace.skills import SkillPaths, registry_for_user
-from zcbot_executor import procs
+from zcbot_executor.background import files, sweep
 
 N = 500
 # The HTTP race sends 7 requests per round (each upload, rename and delete also keeps a version and a
@@ -151,7 +151,7 @@ def test_executor_proc_files_and_sweep(resolver: str, host: Path) -> None:
     host_procs.update({f"p{i:08x}/output.log": "{MARKER}" for i in range(20)})
     host_procs["p00000000/proc.json"] = '{"kind": "shell", "host": "{MARKER}"}'
     canary = _canary(host, host_procs, backdate=old)
-    task = root / procs.PROCS_DIR / "t1"
+    task = root / files.PROCS_DIR / "t1"
     (task / "p00000001").mkdir(parents=True)  # a lost proc of the user's own, finished meanwhile
     removed = 0
     seen: list[str] = []
@@ -162,11 +162,11 @@ def test_executor_proc_files_and_sweep(resolver: str, host: Path) -> None:
             fd = os.open(f"{name}/exit_code", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=flip.real_fd)
             os.close(fd)
             os.utime(f"{name}/exit_code", (old, old), dir_fd=flip.real_fd)
-            removed += procs.sweep_procs(storage, 7 * DAY)
+            removed += sweep.sweep_procs(storage, 7 * DAY)
             proc_dir = task / "p00000000"
-            seen.append(str(procs.proc_status(proc_dir)))
-            seen.append(procs._tail(proc_dir / "output.log", 5))
-            procs._finish_lost(task / "p00000001")  # a write: must never land in the host folder
+            seen.append(str(files.proc_status(proc_dir)))
+            seen.append(files.tail(proc_dir / "output.log", 5))
+            files.finish(task / "p00000001")  # a write: must never land in the host folder
     assert not [s for s in seen if leaked(s)]
     assert removed >= N // 2, f"the sweep removed only {removed} of the user's {N} terminal procs"
     canary.assert_intact()

@@ -8,7 +8,7 @@ of the signal, and it says what it is waiting for.
 2. Until `stop_timeout` (10 s), a line every few seconds names the services still draining; a second
    signal ends the wait.
 3. What still runs is killed (a process's whole group; a hosted service's tasks), then the
-   background jobs a killed executor could not stop, from its records (`bg_watch.stop_left_behind`),
+   background jobs a killed executor could not stop, from its records (`zcbot_executor.background.stop_left_behind`),
    then whatever else this process started (`Launcher.close`), then PostgreSQL and NATS.
 """
 
@@ -120,8 +120,8 @@ def stop_left_behind(stack: Stack) -> None:
     if stack.launcher.mode == "process" or "executor" not in {s.name for s in stack.services} or not stack.env:
         return  # stand-in services (tests), or no executor of this stack ever ran
     from zcbot_core.platform.config import load_settings
-    from zcbot_executor.bg_watch import jobs
-    from zcbot_executor.bg_watch import stop_left_behind as stop_recorded
+    from zcbot_executor.background import stop_left_behind as stop_recorded
+    from zcbot_executor.background.watch import jobs
     from zcbot_executor.config import ExecutorConfig, ExecutorSettings
 
     try:

@@ -149,7 +149,7 @@ class ExecutorSettings(Settings):
 @dataclass(frozen=True)
 class Limits:
     memory_mb: int = 2048  # per process (RLIMIT_DATA); docker: the container's memory limit
-    address_space_mb: int = 16384  # per process (RLIMIT_AS), a backstop only (see sandbox_init.py)
+    address_space_mb: int = 16384  # per process (RLIMIT_AS), a backstop only (see inside/sandbox_init.py)
     max_procs: int = 256
     max_file_mb: int = 1024
     max_open_files: int = 1024
@@ -255,7 +255,7 @@ class ExecutorConfig:
 
     @property
     def drops_privileges(self) -> bool:
-        """Root executors run sandboxes as `sandbox_uid` (see sandbox_init.py for why)."""
+        """Root executors run sandboxes as `sandbox_uid` (see inside/sandbox_init.py for why)."""
         return os.geteuid() == 0
 
     @property

@@ -12,7 +12,7 @@ runner, which records them as `data_events` (`ToolResult.meta["file_changes"]`).
   them). A file gone from one path and found at a new one with the same (size, mtime, inode) was
   moved (`mv`): one `rename` change. Background calls: the "before" is taken at launch and kept
   beside the executor's process record (`Before.to_json`); the "after" when the process ends
-  (procs.py / bg_watch.py).
+  (background/: the manager and the watch).
 - `write`: the folders it made for its file (`mkdir` changes).
 
 Everything on the user tree goes through `safe_fs`; a refusal (a symlink on the way) only means
@@ -123,7 +123,7 @@ class FileWatch:
                     prev = filehistory.keep_before(self.store(user_id), r, target) if st is not None else None
                     return Before(user_root, tool, target=target, existed=st is not None, prev=prev,
                                   dirs=_missing_parents(r, target))
-                if tool in ("shell", "run_python"):  # background ones too: procs.py keeps this until the end
+                if tool in ("shell", "run_python"):  # background ones too: background/record.py keeps this until the end
                     b = Before(user_root, tool, scan_dir=cwd_rel)
                     b.sigs, b.dirs, b.full = self._scan(r, cwd_rel)
                     self._keep_all(user_id, r, b)

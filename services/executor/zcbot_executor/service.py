@@ -55,13 +55,15 @@ from zcbot_core.quota import kernel as quota_kernel
 from zcbot_core.safe_fs.paths import PathRejected, normalize_rel, validate_user_id
 from zcbot_core.tools.executor_client import probe_host
 from zcbot_core.tools.sandbox_schemas import SANDBOX_TOOL_NAMES, effective_timeout
-from zcbot_executor import bg_files, bg_watch, metrics, procs_api
+from zcbot_executor import metrics
+from zcbot_executor.background import ProcManager, ProcRecord, web
+from zcbot_executor.background.changes import absorb_call, report_changes
+from zcbot_executor.background.quota_guard import QuotaGuard
+from zcbot_executor.background.watch import SHUTDOWN, jobs
 from zcbot_executor.config import ExecutorConfig
 from zcbot_executor.egress.shared import nats_report
 from zcbot_executor.file_watch import MAX_FILE_CHANGES, FileWatch
 from zcbot_executor.leases import LeaseKeeper
-from zcbot_executor.procs import ProcManager, sweep_procs
-from zcbot_executor.quota_guard import QuotaGuard
 from zcbot_executor.replies import make_reply, outcome_of
 from zcbot_executor.sandbox import make_backend, policy
 from zcbot_executor.sandbox.base import Sandbox, SandboxBackend, SandboxError, SandboxPool, ToolResult
@@ -131,7 +133,7 @@ class ExecutorService:
         self.control = await self.nc.subscribe(self.topo.exec_cancel_subject(self.host), cb=self._on_control)
         self.bg_stop = await self.nc.subscribe(self.topo.exec_background_stop_subject(), cb=self._on_background_stop)
         self.procs_sub = await self.nc.subscribe(self.topo.exec_procs_subject(), queue=self.topo.executor_queue_group,
-                                                 cb=self._on_procs)  # the web's process cards (procs_api.py)
+                                                 cb=self._on_procs)  # the web's process cards (background/web.py)
         self.endpoints = ConcurrentEndpoints(self._spawn)
         self.micro = await add_service(
             self.nc, name=self.topo.executor_service_name, version="1.0.0",
@@ -188,8 +190,8 @@ class ExecutorService:
         if not self.config.bg_stop_with_executor:
             return  # they outlive this executor; the next start here adopts them
         await self.procs.watch.stop()  # no time-limit pass racing the kills
-        killed = await self.procs.watch.stop_all(bg_watch.SHUTDOWN, announce=lambda n: log.info(
-            "stopping %s…", bg_watch.jobs(n), extra={"announce": True}))
+        killed = await self.procs.watch.stop_all(SHUTDOWN, announce=lambda n: log.info(
+            "stopping %s…", jobs(n), extra={"announce": True}))
         if killed:
             log.info("background jobs stopped", extra={"proc_ids": killed})
 
@@ -293,13 +295,13 @@ class ExecutorService:
         self._spawn(self.procs.stop_task(stop.user_id, stop.task_id, stop.reason))
 
     async def _on_procs(self, msg: Msg) -> None:
-        """List or kill a user's background processes for the web (zcbot_executor/procs_api.py)."""
+        """List or kill a user's background processes for the web (zcbot_executor/background/web.py)."""
         try:
             req = decode(msg.data, ProcsRequest)
         except BusDecodeError as exc:
             reply = ProcsReply(ok=False, error=f"bad_request: {exc}")
         else:
-            reply = await procs_api.handle(self.procs, self.config.storage_root, self.grant_key, req)
+            reply = await web.handle(self.procs, self.config.storage_root, self.grant_key, req)
         if msg.reply:
             await self.nc.publish(msg.reply, encode(reply))
 
@@ -360,7 +362,7 @@ class ExecutorService:
                 if watched is not None:
                     changes = await asyncio.to_thread(self.file_watch.after, req.user_id, watched, result.ok)
                     if changes and self.procs.watch.entries:  # recorded once: not again by a background job's scan
-                        await asyncio.to_thread(bg_files.absorb_call, self.procs, req.user_id, changes)
+                        await asyncio.to_thread(absorb_call, self.procs, req.user_id, changes)
                     if changes:  # capped so the reply fits on the bus; the rest is counted
                         result.meta["file_changes"] = changes[:MAX_FILE_CHANGES]
                         if len(changes) > MAX_FILE_CHANGES:
@@ -373,8 +375,8 @@ class ExecutorService:
                 return self._oom_note(req.user_id, ooms, ToolResult(
                     False, error=f"sandbox failure: {exc}; a fresh sandbox starts with the next call"))
 
-    async def _background_ended(self, proc_id: str, record: dict[str, Any]) -> None:
-        await bg_files.report(self.file_watch, self.procs, self.rt.js, self.topo, proc_id, record)
+    async def _background_ended(self, record: ProcRecord) -> None:
+        await report_changes(self.file_watch, self.procs, self.rt.js, self.topo, record)
 
     def _oom_kills(self, user_id: str) -> int | None:
         groups = self.backend.cgroups
@@ -418,7 +420,7 @@ class ExecutorService:
         retention = self.config.proc_retention_days * 86400
         while True:
             try:
-                removed = await asyncio.to_thread(sweep_procs, self.config.storage_root, retention, self.procs.watch)
+                removed = await self.procs.sweep(retention)
                 if removed:
                     log.info("swept background proc folders", extra={"removed": removed})
             except Exception:

@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from zcbot_core.db.outage import is_db_outage
 from zcbot_core.errors import RETRY_AFTER, ZcbotError
 from zcbot_gateway import validation_texts
 from zcbot_gateway.lang import lang_of
@@ -65,15 +66,6 @@ NATS_UNAVAILABLE: tuple[type[BaseException], ...] = (
     js_errors.ServiceUnavailableError,
     js_errors.NoStreamResponseError,
 )
-
-
-def is_db_outage(exc: BaseException) -> bool:
-    """True for failures that mean "the database is unreachable", not "your query is wrong"."""
-    if isinstance(exc, (sa_exc.OperationalError, sa_exc.TimeoutError)):
-        return True
-    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, sa_exc.InterfaceError)
 
 
 PROBLEM_JSON = "application/problem+json"

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.msg import Msg
-from sqlalchemy import exc as sa_exc
 
 from zcbot_core.accounts import budgets
 from zcbot_core.agent.cancel import CancelToken, RunCancelled
@@ -22,6 +21,7 @@ from zcbot_core.bus import BusDecodeError, CancelRequest, RunRequest, decode
 from zcbot_core.bus import events as ev
 from zcbot_core.bus.deliveries import keep_in_progress
 from zcbot_core.bus.topology import kv_bucket
+from zcbot_core.db.outage import is_db_outage
 from zcbot_core.llm.profiles import get_profile
 from zcbot_core.platform.config import ConfigError
 from zcbot_core.platform.service import Runtime
@@ -40,14 +40,6 @@ from zcbot_runner.toolbox import RunnerToolBox
 
 log = logging.getLogger(__name__)
 DB_OUTAGE_WARNING = "the database is unavailable; the run will resume from its last saved step once it is back"
-
-
-def is_db_outage(exc: BaseException) -> bool:
-    """The database is unreachable (not: the query is wrong). The run is then left unacked, so
-    JetStream redelivers it after ack_wait and it resumes from PostgreSQL, instead of ending in error."""
-    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)):
-        return True
-    return isinstance(exc, sa_exc.DBAPIError) and bool(exc.connection_invalidated)
 
 
 @dataclass

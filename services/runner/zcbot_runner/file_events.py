@@ -3,7 +3,7 @@ to the user's files (`meta["file_changes"]`); this records them with the run's u
 through `filehistory.record` (the one writer), and counts them for the `done` event.
 
 Background processes end after their call (often after the run): the executor that launched one
-publishes a `FileChangesReport` when it ends (zcbot_executor/bg_files.py) and `on_report` records
+publishes a `FileChangesReport` when it ends (zcbot_executor/background/changes.py) and `on_report` records
 it for the run that started it (the file-changes work queue; only the executor identity may
 publish there, bus/access.py)."""
 

@@ -129,7 +129,7 @@ async def _start(rt: Runtime, cfg: SchedulerConfig, limits: submit.RunLimits, se
         )
     except runs.RunConflict:
         return _skip(job, slot, "its task was busy with another run")
-    except runs.QuotaExceeded as exc:
+    except runs.RunQuotaExceeded as exc:
         if created is not None:
             await _drop_empty_task(rt, created)
         return _skip(job, slot, str(exc))

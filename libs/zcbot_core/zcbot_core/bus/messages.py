@@ -117,7 +117,7 @@ class FileChangesReport:
 
 # The web's background-process cards (GET /v1/procs, POST /v1/procs/{id}/kill): the gateway asks any
 # executor (queue group on `exec_procs_subject`); the process folders are the user's, so any host
-# lists them and any host can kill through the wrapper's kill file (zcbot_executor/procs_api.py).
+# lists them and any host can kill through the wrapper's kill file (zcbot_executor/background/web.py).
 PROCS_GRANT_RUN = "procs"  # the grant's run id for these requests (signed for the user, task "")
 
 

@@ -39,7 +39,7 @@ from zcbot_core.db.models import Message, Task
 from zcbot_core.platform.config import Settings
 from zcbot_core.runstate.status import ACTIVE
 from zcbot_core.runstate.submit import RunLimits, submit_message
-from zcbot_core.runstate.transitions import BusUnavailable, QuotaExceeded, RunConflict, append_message
+from zcbot_core.runstate.transitions import BusUnavailable, RunConflict, RunQuotaExceeded, append_message
 from zcbot_core.safe_fs import paths
 from zcbot_core.workspace.folders import lock_user_folders
 from zcbot_core.workspace.tasks import create_task
@@ -266,7 +266,7 @@ async def run_message(deps: ConversationDeps, user_id: str, channel: str, text: 
         except RunConflict:
             await replier.send_text(BUSY_REPLY)
             return RunOutcome(status="busy", task_id=task.task_id)
-        except (QuotaExceeded, BusUnavailable) as exc:
+        except (RunQuotaExceeded, BusUnavailable) as exc:
             await replier.send_text(f"I can't start on this right now: {exc}")
             return RunOutcome(status="rejected", task_id=task.task_id)
         log.info("channel run started", extra={"channel": channel, "task_id": task.task_id, "run_id": result.run_id})

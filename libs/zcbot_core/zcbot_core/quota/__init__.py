@@ -40,7 +40,7 @@ LEDGER_DIR = ".quota"  # user ids never start with a dot (paths.validate_user_id
 REMEASURE_SECONDS = 60.0  # a refusal re-measures a ledger at most this often
 
 
-class QuotaExceeded(ZcbotError):
+class DiskQuotaExceeded(ZcbotError):
     """A write would take the user over the quota: a tool error, or HTTP 507 at the gateway."""
 
     code = "disk_quota_exceeded"
@@ -157,7 +157,7 @@ class Ledger:
             os.close(fd)
 
     def reserve(self, user_id: str, extra: int, user_root: Path | None = None) -> int:
-        """Add `extra` bytes (negative frees) unless that goes over the quota: QuotaExceeded then,
+        """Add `extra` bytes (negative frees) unless that goes over the quota: DiskQuotaExceeded then,
         and nothing is recorded. Freeing is always allowed. Returns the new usage."""
         try:
             fd = self._locked(user_id)
@@ -170,7 +170,7 @@ class Ledger:
             except LookupError:  # nothing recorded to adjust: the first measure will count it
                 return 0
             if self.enabled and extra > 0 and value + extra > self.limit:
-                raise QuotaExceeded(value, extra, self.limit)
+                raise DiskQuotaExceeded(value, extra, self.limit)
             self._write(fd, value + extra, measured)
             return value + extra
         finally:

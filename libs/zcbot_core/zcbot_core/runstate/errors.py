@@ -19,7 +19,7 @@ class KeyReused(ZcbotError):
     public_detail = "this Idempotency-Key was used for another message of this task; use a new key per message"
 
 
-class QuotaExceeded(ZcbotError):
+class RunQuotaExceeded(ZcbotError):
     """The per-user concurrent-run cap or the global queue bound is reached (429)."""
 
     code, http_status = "run_quota_exceeded", 429

@@ -31,7 +31,7 @@ from zcbot_core.runstate.transitions import (
     MAX_PENDING_INPUTS,
     BusUnavailable,
     Multitask,
-    QuotaExceeded,
+    RunQuotaExceeded,
     TaskNotFound,
     UserNotFound,
     WrongChannel,
@@ -74,7 +74,7 @@ class RunLimits:
                    settings.zcbot_max_waiting_runs_per_user, settings.zcbot_run_publish_retry_seconds)
 
 
-class UserQueueFull(QuotaExceeded):
+class UserQueueFull(RunQuotaExceeded):
     """The user's runs fill its slots and its FIFO (429)."""
 
     code = "queue_full"
@@ -89,14 +89,14 @@ async def _check_quota(session: AsyncSession, user_id: str, limits: RunLimits) -
             raise _user_queue_full(active, limits)
         return waiting + 1
     if queued >= limits.max_queued_runs:
-        raise QuotaExceeded(QUEUE_FULL)
+        raise RunQuotaExceeded(QUEUE_FULL)
     return 0
 
 
 QUEUE_FULL = "the service is busy (the run queue is full); try again in a minute"
 
 
-def _user_queue_full(active: int, limits: RunLimits) -> QuotaExceeded:
+def _user_queue_full(active: int, limits: RunLimits) -> RunQuotaExceeded:
     return UserQueueFull(f"you already have {active} runs in progress (the limit is {limits.max_runs_per_user}) "
                          f"and {limits.max_waiting_per_user} waiting; wait for one to finish or cancel it")
 
@@ -158,7 +158,7 @@ async def submit_message(
     not stored again; its run is re-queued when the bus refused it (the 503), else answered as it is.
 
     Raises TaskNotFound (UserNotFound when the user is gone) / WrongChannel (when `channel` is given
-    and the task is on another) / RunConflict / QuotaExceeded / BusUnavailable.
+    and the task is on another) / RunConflict / RunQuotaExceeded / BusUnavailable.
     """
     limits = limits or RunLimits()
     if storage_root is not None and isinstance(content, str):
@@ -279,7 +279,7 @@ async def _submit_to_idle(
     if outcome == "quota_waiting":
         raise _user_queue_full(int(counted), limits)
     if outcome == "quota_queued":
-        raise QuotaExceeded(QUEUE_FULL)
+        raise RunQuotaExceeded(QUEUE_FULL)
     raise RuntimeError(f"zcbot_submit_run_v2 answered {outcome!r}")
 
 
@@ -302,7 +302,7 @@ async def _submit_in_transaction(
         if task.run_status in ACTIVE:
             pending = list(task.pending_inputs or [])
             if len(pending) >= MAX_PENDING_INPUTS:
-                raise QuotaExceeded(f"at most {MAX_PENDING_INPUTS} messages can wait behind a run")
+                raise RunQuotaExceeded(f"at most {MAX_PENDING_INPUTS} messages can wait behind a run")
             # The grant is made now, by the accepting service: the runner that starts this run later
             # has no key (bus/grants.py).
             item = {"run_id": run_id, "content": content, "origin": origin, "queued_at": time.time(),

@@ -54,8 +54,8 @@ from zcbot_core.runstate import matrix, sql
 from zcbot_core.runstate.errors import (  # noqa: F401
     BusUnavailable,
     NothingToCancel,
-    QuotaExceeded,
     RunConflict,
+    RunQuotaExceeded,
     TaskNotFound,
     UserNotFound,
     WrongChannel,

@@ -175,7 +175,7 @@ def register_image_gen_tool(toolbox: Any, settings: Any, sessions: async_session
             image, ext, (width, height) = _decode(b64)
             rel = _target(cwd, args.get("path"), ext)
             await asyncio.to_thread(_save, settings.storage_root, user_id, "", rel, image, ledger)
-        except (ImageProblem, paths.PathRejected, quota.QuotaExceeded) as exc:
+        except (ImageProblem, paths.PathRejected, quota.DiskQuotaExceeded) as exc:
             return ToolOutcome.failure(str(exc))
         how = f"edited from {len(refs)} reference image(s)" if refs else "generated"
         return ToolOutcome.make(True, f"saved the image ({how}, {width}x{height}) as {_shown(cwd, rel)}")

@@ -131,7 +131,7 @@ class SkillTools:
         self.ledger = ledger  # the disk quota (None: not counted)
 
     def _reserve(self, nbytes: int) -> int:
-        """Count a save against the user's disk quota first (quota.QuotaExceeded: not saved); the
+        """Count a save against the user's disk quota first (quota.DiskQuotaExceeded: not saved); the
         bytes counted, to give back if the save fails after all."""
         if self.ledger is not None and nbytes > 0:
             self.ledger.reserve(self.user_root.name, nbytes, self.user_root)
@@ -233,7 +233,7 @@ class SkillTools:
                 if meta["name"] != name:
                     raise SkillFormatError(f"the frontmatter says `name: {meta['name']}` but the skill is saved as {name!r}; make them equal")
             await asyncio.to_thread(self._write, name, rel, content)
-        except (SkillFormatError, PathRejected, quota.QuotaExceeded) as exc:
+        except (SkillFormatError, PathRejected, quota.DiskQuotaExceeded) as exc:
             return ToolOutcome.failure(f"skill not saved: {exc}")
         except OSError as exc:
             return ToolOutcome.failure(f"skill not saved: {exc.strerror or exc}")
@@ -266,7 +266,7 @@ class SkillTools:
                     raise SkillFormatError(f"`{name}` is already the user's own skill; give new_name to copy it")
                 source = current
             count = await asyncio.to_thread(self._copy, source, new_name)
-        except (SkillFormatError, PathRejected, quota.QuotaExceeded) as exc:
+        except (SkillFormatError, PathRejected, quota.DiskQuotaExceeded) as exc:
             return ToolOutcome.failure(f"skill not forked: {exc}")
         except OSError as exc:
             return ToolOutcome.failure(f"skill not forked: {exc.strerror or exc}")

@@ -168,7 +168,7 @@ def register_web_tools(toolbox: Any, web: WebTools, sessions: async_sessionmaker
         rel = posixpath.join(SOURCES_DIR, _source_name(fetched.url))
         try:
             await asyncio.to_thread(_save, storage_root, user_id, cwd, rel, document.encode("utf-8"), ledger)
-        except (paths.PathRejected, quota.QuotaExceeded, OSError) as exc:
+        except (paths.PathRejected, quota.DiskQuotaExceeded, OSError) as exc:
             return ToolOutcome.make(True, document[: settings.fetch_inline_chars]
                                     + f"\n\n[cut at {settings.fetch_inline_chars} of {len(document)} characters; "
                                       f"not saved: {exc}]")

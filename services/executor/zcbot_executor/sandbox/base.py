@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from zcbot_core.errors import ZcbotError
+from zcbot_executor.sandbox.launch import detached_alive
 
 log = logging.getLogger(__name__)
 
@@ -138,17 +137,10 @@ class SandboxBackend(abc.ABC):
     def background_alive(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:
         """Is a background sandbox launched by this host still alive? Asked of the process itself, never
         of its (user-writable) proc files: any member left in its cgroup leaf, or, without cgroups,
-        its pid with the recorded start time (a zombie is dead). Blocking (call in a thread)."""
+        its pid with the recorded start time (a zombie is dead) or its pid namespace's init. Blocking (call in a thread)."""
         if self.cgroups is not None:  # every process of it was born in its leaf and cannot leave it
             return bool(self.cgroups.pids(spec.user_id, spec.proc_id))
-        try:
-            proc = psutil.Process(int(private["pid"]))
-            created = private.get("create_time")
-            if created is not None and abs(proc.create_time() - float(created)) > 0.01:
-                return False
-            return proc.status() != psutil.STATUS_ZOMBIE
-        except (psutil.Error, KeyError, ValueError, TypeError):
-            return False
+        return detached_alive(private)  # its pid, or its pid namespace's init (launch.py)
 
     async def close(self) -> None:
         """Release backend resources (sandboxes are closed by the pool)."""

@@ -10,7 +10,7 @@ What the sandbox sees:
 - a size-capped tmpfs `/tmp`, a fresh `/proc` of its own PID namespace, a minimal `/dev`.
 Namespaces: net (no interfaces but its own loopback: no host, no internet), pid, ipc, uts,
 cgroup; a new session; `--die-with-parent` for the warm runner. Privileges: see
-`sandbox_init.py` (root executor -> the sandbox runs as an unprivileged uid in a user namespace
+`inside/sandbox_init.py` (root executor -> the sandbox runs as an unprivileged uid in a user namespace
 of its own, so RLIMIT_NPROC is a per-sandbox budget). The environment comes from the allowlist
 in `policy.sandbox_env`, and bwrap itself is started with it, so not even the sandbox's pid 1
 carries the executor's variables.

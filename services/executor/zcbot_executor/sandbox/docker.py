@@ -197,7 +197,7 @@ class DockerBackend(SandboxBackend):
         return await asyncio.to_thread(kill)
 
     def background_alive(self, spec: BackgroundSpec, private: dict[str, Any]) -> bool:
-        """The container's state, from the engine (blocking; bg_watch calls it in a thread)."""
+        """The container's state, from the engine (blocking; background/watch.py calls it in a thread)."""
         try:
             return self.client.containers.get(private["container"]).status in ("created", "running", "paused", "restarting")
         except Exception:  # gone (auto_remove), or the engine does not answer: nothing to enforce on

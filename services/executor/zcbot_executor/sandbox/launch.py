@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 import psutil
@@ -57,6 +58,7 @@ print(pid, flush=True)
 os._exit(0)
 """
 LAUNCH_TIMEOUT = 15.0
+NS_INIT_WAIT = 5.0  # for bwrap to fork the namespace's init (milliseconds, unless the host is starved)
 
 
 async def launch_detached(argv: list[str], env: dict[str, str], args_fd: bool = False,
@@ -79,25 +81,78 @@ async def launch_detached(argv: list[str], env: dict[str, str], args_fd: bool = 
         created = psutil.Process(pid).create_time()
     except psutil.Error:
         created = None
-    return {"pid": pid, "create_time": created}
+    private: dict[str, Any] = {"pid": pid, "create_time": created}
+    if "--unshare-pid" in argv[:argv.index("--") if "--" in argv else len(argv)]:
+        init = await asyncio.to_thread(_namespace_init, pid, NS_INIT_WAIT)
+        if init is not None:
+            private["ns_init_pid"], private["ns_init_create_time"] = init
+    return private
+
+
+def _namespace_init(pid: int, wait: float) -> tuple[int, float] | None:
+    """(pid, start time) of the child of `pid` that is the init of a pid namespace other than ours."""
+    own = os.readlink("/proc/self/ns/pid")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            for child in psutil.Process(pid).children():
+                if os.readlink(f"/proc/{child.pid}/ns/pid") != own:
+                    return child.pid, child.create_time()
+        except (psutil.Error, OSError):
+            return None  # the launched process is gone already: nothing left to find
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+
+
+def _matching(pid: Any, created: Any, exe: str) -> psutil.Process | None:
+    """The process `pid` if it is still the one recorded (start time, executable), else None."""
+    try:
+        proc = psutil.Process(int(pid))
+        if created is not None and abs(proc.create_time() - float(created)) > 0.01:
+            return None
+        if exe and os.path.basename(proc.exe()) != os.path.basename(exe):
+            return None
+        return proc
+    except (psutil.Error, OSError, ValueError, TypeError):
+        return None
+
+
+def detached_alive(private: dict[str, Any]) -> bool:
+    """Whether the launched process, or its pid namespace's init, still runs (a zombie is dead)."""
+    for pid_key, time_key in (("pid", "create_time"), ("ns_init_pid", "ns_init_create_time")):
+        if private.get(pid_key) is None:
+            continue
+        proc = _matching(private[pid_key], private.get(time_key), "")
+        try:
+            if proc is not None and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            continue
+    return False
 
 
 def kill_detached(private: dict[str, Any], exe: str) -> bool:
-    """SIGKILL a detached sandbox and everything below it, if it is still the process we started.
+    """SIGKILL a detached sandbox and everything below it, if it is still the process we started,
+    and its pid namespace's init when one was recorded (that kills the whole namespace).
 
     Through a pidfd: once the fd is open and the start time matches, the signal cannot reach a
-    recycled pid. Stopped processes die too (SIGKILL needs no cooperation). For bwrap the sandbox's
-    pid 1 is enough (its PID namespace dies with it); the descendants are killed for the others."""
+    recycled pid. Stopped processes die too (SIGKILL needs no cooperation). The descendants are
+    killed for the backends without a pid namespace."""
+    killed = _kill_tree(private.get("pid"), private.get("create_time"), exe)
+    if private.get("ns_init_pid") is not None:
+        killed = _kill_tree(private["ns_init_pid"], private.get("ns_init_create_time"), exe) or killed
+    return killed
+
+
+def _kill_tree(pid: Any, created: Any, exe: str) -> bool:
     try:
-        pid = int(private["pid"])
-        pidfd = os.pidfd_open(pid)
-    except (KeyError, ValueError, TypeError, OSError):
+        pidfd = os.pidfd_open(int(pid))
+    except (ValueError, TypeError, OSError):
         return False
     try:
-        proc = psutil.Process(pid)
-        if private.get("create_time") is not None and abs(proc.create_time() - float(private["create_time"])) > 0.01:
-            return False
-        if exe and os.path.basename(proc.exe()) != os.path.basename(exe):
+        proc = _matching(pid, created, exe)
+        if proc is None:
             return False
         victims = proc.children(recursive=True)
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)

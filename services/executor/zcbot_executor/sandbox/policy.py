@@ -18,6 +18,7 @@ from zcbot_core import rendering, safe_fs
 from zcbot_core.workspace.skills import SkillPaths
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PRIVATE|CREDENTIAL|AUTH)", re.I)
+# The programs of zcbot_executor/inside/ (who runs them, with which interpreter: inside/__init__.py).
 RUNNER_FILES = ("tool_runner.py", "tools_fs.py", "tools_search.py", "tools_exec.py", "proc_wrapper.py",
                 "sandbox_init.py", "wire.py", "egress_forward.py", "user_venv.py", "confine.py")
 RUNNER_MOUNT = "/opt/zcbot"
@@ -62,7 +63,7 @@ def stage_runner(state_dir: Path) -> Path:
 
     The sandbox mounts only this folder (read-only) — never the project tree.
     """
-    src = Path(__file__).resolve().parents[1]
+    src = Path(__file__).resolve().parents[1] / "inside"  # zcbot_executor/inside/: what runs in the sandbox
     blobs = {name: (src / name).read_bytes() for name in RUNNER_FILES}
     digest = hashlib.sha256(b"".join(blobs[n] for n in RUNNER_FILES) + _ETC_VERSION).hexdigest()[:16]
     dest = state_dir / "runner" / digest
@@ -107,7 +108,7 @@ def runner_command(python: str, folder: str, mode: str, config_json: str, arg: s
     """The runner's command line. `-I` keeps every user-writable folder off `sys.path` (no '' for
     the cwd, no PYTHON* variables, no user site) and `-S` skips site-packages and `.pth` files; the
     only folder added is the read-only runner mount. The first statement closes inherited fds and, with `drop`,
-    drops privileges, before any module is loaded from a search path (see sandbox_init.py). `-c` imports
+    drops privileges, before any module is loaded from a search path (see inside/sandbox_init.py). `-c` imports
     tool_runner as a module so its compiled bytecode (staged next to it) is used: a cold sandbox
     then compiles nothing. `confine` (a seccomp program, hex) is loaded next, with a Landlock domain
     (confine.py, the Docker backend's processes; `landlock`: one is required)."""

@@ -177,7 +177,7 @@ async def upload_files(request: Request, user: CurrentUser, session: SessionDep,
             raise bad_request("no files: send one or more multipart parts named 'file'")
         root, need = user_root(settings, user), sum(upload.size or 0 for _, upload in files)
         ledger = quota.Ledger.from_settings(settings)
-        await asyncio.to_thread(ledger.reserve, user, need, root)  # QuotaExceeded: 507 at the edge
+        await asyncio.to_thread(ledger.reserve, user, need, root)  # DiskQuotaExceeded: 507 at the edge
         try:
             changes: list[filehistory.Change] = []
             results = await asyncio.to_thread(write_uploads, root, rel_dir, files, limit,

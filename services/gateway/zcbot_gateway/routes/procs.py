@@ -7,7 +7,7 @@
 
 The gateway does not read the process folders itself: it asks any executor over the bus
 (`ProcsRequest` on `exec_procs_subject`, with a grant for the user that only the gateway can sign),
-which reads only that user's folder and kills from outside the process tree (zcbot_executor/procs_api.py).
+which reads only that user's folder and kills from outside the process tree (zcbot_executor/background/web.py).
 No executor answering is a prompt 503 with Retry-After, in the request's language (issue 34): none
 subscribed (still starting) is known at once; one subscribed but silent is given `LIST_TIMEOUT`
 for a list (a list is a few hundred small reads), `ASK_TIMEOUT` for a kill (which waits for the

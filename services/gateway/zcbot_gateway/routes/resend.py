@@ -28,7 +28,7 @@ from zcbot_core.agent.context import SUPERSEDED, is_superseded
 from zcbot_core.db.models import Message
 from zcbot_core.errors import ZcbotError
 from zcbot_core.platform.service import Runtime
-from zcbot_core.runstate.errors import QuotaExceeded, RunConflict
+from zcbot_core.runstate.errors import RunConflict, RunQuotaExceeded
 from zcbot_core.runstate.status import ACTIVE
 from zcbot_gateway.deps import CurrentUser, RuntimeDep, SettingsDep
 from zcbot_gateway.routes.runs import MAX_CONTENT_CHARS, SubmitOut, submit_and_answer
@@ -96,6 +96,6 @@ async def resend_message(request: Request, task_id: str, idx: Annotated[int, Pat
         raise NotResendable("the message has no text to send again")
     try:
         return await submit_and_answer(request, task_id, content, "reject", user_id, rt, settings)
-    except (RunConflict, QuotaExceeded, BudgetExceeded):  # refused before the new message was written
+    except (RunConflict, RunQuotaExceeded, BudgetExceeded):  # refused before the new message was written
         await take_back(rt, task_id, marked)
         raise

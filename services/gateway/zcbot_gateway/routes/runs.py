@@ -148,7 +148,7 @@ async def submit_and_answer(request: Request, task_id: str, content: str, multit
     feed: EventHub | None = getattr(request.app.state, "event_hub", None)
     # Refusals propagate as domain errors (zcbot_core.errors), mapped once in zcbot_gateway/errors.py:
     # UserNotFound 401 (a user deleted since the token check),
-    # TaskNotFound 404, WrongChannel / RunConflict 409, QuotaExceeded 429, BudgetExceeded 429, BusUnavailable 503.
+    # TaskNotFound 404, WrongChannel / RunConflict 409, RunQuotaExceeded 429, BudgetExceeded 429, BusUnavailable 503.
     async with rt.sessions() as session:  # a used-up budget: 429 before anything is saved
         await budgets.check_new_message(session, settings, user_id=user_id, task_id=task_id, lang=detect(content))
     result = await submit.submit_message(

@@ -1,4 +1,5 @@
-"""The wrapper of a background process, inside its own sandbox (stdlib only; seed 003 §8.12).
+"""The wrapper of a background process, inside its own sandbox (stdlib only; seed 003 §8.12;
+run by the sandbox's python as the sandbox user: see inside/__init__.py).
 
 State is plain files in `<user_root>/.zcbot_procs/<task_id>/<proc_id>/`:
 - `proc.json`   written by the executor before launch (what to run, limits);
@@ -8,6 +9,12 @@ State is plain files in `<user_root>/.zcbot_procs/<task_id>/<proc_id>/`:
 - `end.json`    why it ended, written just before
 - `exit_code`   the ONLY terminal signal: its presence means the process is over (124 = time
                 limit, 137 = killed).
+
+Nothing of the job outlives it: the wrapper is a child subreaper, so a process that leaves the job's
+process group and session (`setsid`, a double fork) is still reparented to the wrapper, and at the
+limit, on a kill and when the job's leader ends, the wrapper kills its group and every process below
+itself (`_kill_job`). That needs the wrapper's cooperation; the executor's watch does the same from
+outside (the sandbox's pid namespace, its cgroup leaf) when the wrapper is frozen or killed.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import time
 
 HEARTBEAT_SECONDS = 2.0
 POLL_SECONDS = 0.2
+PR_SET_CHILD_SUBREAPER = 36
+KILL_ROUNDS = 20  # a job forking while it is killed: scan again until nothing is left
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -51,6 +60,7 @@ def run(proc_dir: str, ws, shell: str, python: str, env: dict) -> int:
     beat_path = os.path.join(proc_dir, "heartbeat")
     reason = "exited"
     code = 127
+    _become_subreaper()
     with open(log_path, "ab", buffering=0) as log:
         try:
             proc = subprocess.Popen(argv, cwd=ws.cwd(spec.get("cwd") or ""), env=env, stdin=subprocess.DEVNULL,
@@ -76,16 +86,16 @@ def run(proc_dir: str, ws, shell: str, python: str, env: dict) -> int:
                 next_beat = now + HEARTBEAT_SECONDS
             if reason == "exited" and now - started > limit:
                 reason = "time limit"
-                _killpg(proc.pid)
+                _kill_job(proc.pid)
             if reason == "exited" and os.path.exists(kill_path):
                 reason = "killed"
-                _killpg(proc.pid)
+                _kill_job(proc.pid)
             if eof:
                 time.sleep(POLL_SECONDS)
             elif sel.select(POLL_SECONDS):
                 eof = not sink.pump(fd)
             if proc.poll() is not None:
-                _killpg(proc.pid)  # nothing of the job outlives its leader
+                _kill_job(proc.pid)  # nothing of the job outlives its leader
                 deadline = time.monotonic() + 0.5
                 while not eof and time.monotonic() < deadline:
                     if sel.select(0.05):
@@ -128,11 +138,53 @@ class _Sink:
         return True
 
 
-def _killpg(pgid: int) -> None:
+def _become_subreaper() -> None:
+    """Orphans of the job are reparented to this process, not to the sandbox's init (or the host's)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # without it a double-forked process escapes this walk; the executor's kill still reaches it
+
+
+def _kill_job(pgid: int) -> None:
+    """SIGKILL the job's process group and every live process below this one (a `setsid` child of
+    the job included: as the subreaper, its orphans are ours)."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
+    for _ in range(KILL_ROUNDS):
+        left = _descendants(os.getpid())
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _descendants(root: int) -> list[int]:
+    """The live (not zombie) processes below `root`, from /proc (the sandbox's own, in a pid namespace)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields and fields[0] != b"Z" and len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _finish(proc_dir: str, code: int, reason: str) -> None:

@@ -1,4 +1,5 @@
-"""The sandbox's end of the egress bridge (stdlib only; copied next to `tool_runner.py`).
+"""The sandbox's end of the egress bridge (stdlib only; staged beside `tool_runner.py`,
+run by the sandbox's python as the sandbox user: see inside/__init__.py).
 
 A sandbox has no network but its own loopback. The executor binds one unix socket into it (its
 user's socket of the host-side egress proxy); this forwarder listens on 127.0.0.1:PORT inside the

@@ -1,4 +1,5 @@
-"""The user's own venv at `<user_root>/.venv` (stdlib only; copied next to `tool_runner.py`).
+"""The user's own venv at `<user_root>/.venv` (stdlib only; staged beside `tool_runner.py`,
+run by the sandbox's python as the sandbox user: see inside/__init__.py).
 
 Created inside the sandbox, as the sandbox user, with the sandbox's Python, the first time a
 sandbox starts without one (seed 003 §7.5: per-user venv on the bind-mounted root, so it survives

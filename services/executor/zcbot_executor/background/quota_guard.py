@@ -26,6 +26,7 @@ from typing import Any
 
 from zcbot_core.quota import Ledger, TreeMeter, quota_message
 from zcbot_core.quota.kernel import BtrfsQuota
+from zcbot_executor.background.watch import KILLED_CODE, BackgroundWatch
 from zcbot_executor.sandbox import policy
 from zcbot_executor.sandbox.base import ToolResult
 
@@ -47,7 +48,7 @@ class _Running:
 
 
 class QuotaGuard:
-    def __init__(self, storage_root: Path, limit_bytes: int, watch: Any = None, kernel: BtrfsQuota | None = None) -> None:
+    def __init__(self, storage_root: Path, limit_bytes: int, watch: BackgroundWatch | None = None, kernel: BtrfsQuota | None = None) -> None:
         self.ledger = Ledger(storage_root, limit_bytes)
         self.kernel = kernel  # the kernel refuses writes past the quota (None: this guard alone)
         self.meter = TreeMeter(self.ledger, kernel.usage if kernel else None) if self.ledger.enabled else None
@@ -162,4 +163,4 @@ class QuotaGuard:
             return
         for proc_id in self.watch.live_for_user(user_id):
             log.info("disk quota: killing a background process", extra={"user_id": user_id, "proc_id": proc_id})
-            await self.watch.kill(proc_id, "killed: disk quota exceeded", 137)
+            await self.watch.kill(proc_id, "killed: disk quota exceeded", KILLED_CODE)

@@ -1,4 +1,5 @@
-"""`shell` and `run_python` inside the sandbox (stdlib only; copied next to `tool_runner.py`).
+"""`shell` and `run_python` inside the sandbox (stdlib only; staged beside `tool_runner.py`,
+run by the sandbox's python as the sandbox user: see inside/__init__.py).
 
 One thread (`ExecLoop`) owns every child of the runner: it spawns them, reads their output,
 watches their exit through pidfds and enforces deadlines. No thread is started per call, so a

@@ -1,4 +1,5 @@
-"""The tool runner: the process inside a user's sandbox that executes sandbox tools (stdlib only).
+"""The tool runner: the process inside a user's sandbox that executes sandbox tools (stdlib only;
+run by the sandbox's python as the sandbox user: see inside/__init__.py).
 
 The executor copies this file and its siblings (`tools_fs.py`, `tools_search.py`, `tools_exec.py`,
 `proc_wrapper.py`, `sandbox_init.py`, `wire.py`) into a staging folder that is mounted read-only at `/opt/zcbot` in the sandbox.

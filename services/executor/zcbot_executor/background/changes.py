@@ -2,7 +2,7 @@
 
 `shell`/`run_python` with background=true get the same bounded before/after scan of the task
 folder as foreground calls (file_watch.py): the before-scan at launch, kept in the executor's
-private process record; the after-scan here, once bg_watch.py sees the process gone. The changes
+private process record (record.py); the after-scan here, once watch.py sees the process gone. The changes
 go to the runners as a `FileChangesReport` on JetStream (the executor has no database), which
 record them as `data_events` of the run that started the process. Published before the record
 forgets its before-scan: a failed publish is retried by the next executor start.
@@ -16,8 +16,9 @@ from typing import Any
 
 from zcbot_core import safe_fs
 from zcbot_core.bus import FileChangesReport, Topology, encode
+from zcbot_executor.background.manager import ProcManager
+from zcbot_executor.background.record import ProcRecord
 from zcbot_executor.file_watch import MAX_FILE_CHANGES, Before, FileWatch, absorb
-from zcbot_executor.procs import ProcManager
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,8 @@ def absorb_call(procs: ProcManager, user_id: str, changes: list[dict[str, Any]])
     """A foreground call's changes are its own: the user's running background processes (this
     host's) take them into their before-scans, so each change is recorded once."""
     for proc_id, record in list(procs.watch.entries.items()):
-        raw = record.get("watch")
-        if record.get("user_id") != user_id or not isinstance(raw, dict):
+        raw = record.watch
+        if record.user_id != user_id or raw is None:
             continue
         try:
             before = Before.from_json(raw)
@@ -37,26 +38,24 @@ def absorb_call(procs: ProcManager, user_id: str, changes: list[dict[str, Any]])
         except (KeyError, TypeError, ValueError, safe_fs.SafeFsError, OSError) as exc:
             log.info("background before-scan not updated", extra={"proc_id": proc_id, "error": str(exc)})
             continue
-        record["watch"] = before.to_json()
-        procs.save_record(proc_id, record)
+        record.watch = before.to_json()
+        procs.watch.save(record)
 
 
-async def report(watch: FileWatch, procs: ProcManager, js: Any, topo: Topology, proc_id: str,
-                 record: dict[str, Any]) -> None:
-    raw = record.get("watch")
-    if not isinstance(raw, dict):
+async def report_changes(watch: FileWatch, procs: ProcManager, js: Any, topo: Topology, record: ProcRecord) -> None:
+    raw, proc_id, user_id = record.watch, record.proc_id, record.user_id
+    if raw is None:
         return
-    user_id = str(record.get("user_id"))
     try:
         before = Before.from_json(raw)
     except (KeyError, TypeError, ValueError):
         log.warning("unreadable background before-scan", extra={"proc_id": proc_id})
-        await asyncio.to_thread(procs.forget_watch, proc_id, record)
+        await asyncio.to_thread(procs.forget_watch, record)
         return
     changes = await asyncio.to_thread(watch.after, user_id, before, True)
     if changes:
-        msg = FileChangesReport(user_id=user_id, task_id=str(record.get("task_id") or ""),
-                                run_id=str(record.get("run_id") or ""), proc_id=proc_id,
+        msg = FileChangesReport(user_id=user_id, task_id=record.task_id,
+                                run_id=record.run_id, proc_id=proc_id,
                                 changes=changes[:MAX_FILE_CHANGES], more=max(0, len(changes) - MAX_FILE_CHANGES))
         try:
             # the user in the id too: JetStream's dedupe must not drop another user's report of a
@@ -68,4 +67,4 @@ async def report(watch: FileWatch, procs: ProcManager, js: Any, topo: Topology, 
                         extra={"proc_id": proc_id, "error": str(exc)})
             return
     log.info("background process file changes reported", extra={"proc_id": proc_id, "changes": len(changes)})
-    await asyncio.to_thread(procs.forget_watch, proc_id, record)
+    await asyncio.to_thread(procs.forget_watch, record)

@@ -1,4 +1,5 @@
-"""Search tools served by the warm tool runner: glob and grep (stdlib only; see tools_fs.py).
+"""Search tools served by the warm tool runner: glob and grep (stdlib only; see tools_fs.py;
+run by the sandbox's python as the sandbox user: see inside/__init__.py).
 
 Walks never follow symlinked folders and skip VCS/cache folders (`SKIP_DIRS`); results and
 output are capped so a huge tree cannot flood the model.

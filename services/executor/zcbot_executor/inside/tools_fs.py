@@ -1,7 +1,8 @@
 """Filesystem tools served by the warm tool runner inside the sandbox: read, write, edit
 (glob and grep are in tools_search.py), and the path rules they all share.
 
-Stdlib only: this file is copied next to `tool_runner.py` and runs under the sandbox's python.
+Stdlib only: this file is copied next to `tool_runner.py` and runs under the sandbox's python, as the
+sandbox user (see inside/__init__.py).
 
 Paths: relative to the call's cwd, or absolute under `/workspace` (the user root). Every path is
 resolved with `realpath` (so `..` and symlinks are followed) and refused unless the result is still

@@ -1,4 +1,5 @@
-"""JSON for the runner without importing `json` (stdlib only; copied next to `tool_runner.py`).
+"""JSON for the runner without importing `json` (stdlib only; staged beside `tool_runner.py`,
+run by the sandbox's python as the sandbox user: see inside/__init__.py).
 
 Cold start matters (first call on a new sandbox), and `import json` pulls in `re` and `enum`,
 tens of milliseconds on a busy host. CPython's `_json` accelerator does the real work with no

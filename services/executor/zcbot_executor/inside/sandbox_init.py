@@ -1,4 +1,5 @@
-"""Process setup at the start of a sandbox (stdlib only; copied next to `tool_runner.py`).
+"""Process setup at the start of a sandbox (stdlib only; staged beside `tool_runner.py`,
+run by the sandbox's python as the sandbox user: see inside/__init__.py).
 
 Why the runner drops privileges itself (bwrap backend, executor running as root):
 RLIMIT_NPROC is not enforced for processes whose real uid is host root, and `bwrap --unshare-user`
