@@ -166,7 +166,8 @@ class RunExecutor:
             metrics.QUEUE_WAIT.observe(queue_wait)
         metrics.RUNS_STARTED.inc()
         sink = BusEventSink(self.rt.js, self.rt.topo, task.task_id, req.run_id, attempt=attempt,
-                            retry_seconds=self.settings.zcbot_event_publish_retry_seconds)
+                            retry_seconds=self.settings.zcbot_event_publish_retry_seconds,
+                            events_from=task.run_events_from)
         active.sink = sink
         pending = await pending_cancel
         if claim.cancelling or pending:
