@@ -28,6 +28,7 @@ from tests.reliability.faults_support import (  # noqa: F401
     roles,
     task_status,
 )
+from zcbot_core.agent.lang import say
 from zcbot_devstack.embedded import EmbeddedPostgres, free_port
 
 pytestmark = pytest.mark.heavy
@@ -181,8 +182,9 @@ async def test_postgres_outage_longer_than_the_redeliveries_ends_the_run_clearly
     done = follower.done
     assert done is not None and done["data"]["status"] == "error", events
     errors = [e["data"]["msg"] for e in events if e["event"] == "error"]
-    assert errors and "send the message again" in errors[-1], errors
+    # The user is told the database was the cause (issue 42, fault seed 4204), not a stopped runner.
+    assert errors and errors[-1] == say("db_outage_lost_error", "en"), errors
     status, owner, error = task_status(h.db_url, task["task_id"])
-    assert status == "error" and owner is None and "send the message again" in (error or "")
+    assert status == "error" and owner is None and error == errors[-1]
     assert roles(h.db_url, task["task_id"]) == ["user"]  # the partial answer was never half-saved
     await _after_the_outage_everything_works(h, token, task["task_id"])

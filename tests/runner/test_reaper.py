@@ -9,14 +9,15 @@ import pytest
 from nats.js.errors import NotFoundError
 from sqlalchemy import select, update
 
-from zcbot_core.bus import decode
+from zcbot_core.agent.lang import say
+from zcbot_core.bus import decode, encode
 from zcbot_core.bus import events as ev
 from zcbot_core.bus.topology import kv_bucket
-from zcbot_core.db.models import Task, User
+from zcbot_core.db.models import Message, Task, User
 from zcbot_core.platform.config import Settings
 from zcbot_core.platform.service import close_runtime, open_runtime
 from zcbot_core.runstate.transitions import now
-from zcbot_runner.reaper import LOST_MESSAGE, Reaper, liveness_key
+from zcbot_runner.reaper import Reaper, liveness_key
 
 
 async def _task(rt, task_id: str, status: str, owner: str | None, queued_ago: float = 0) -> None:
@@ -48,7 +49,7 @@ async def test_reaper_ends_lost_runs_only(settings: Settings) -> None:
         # A queued run without its request is the scheduler's sweep's to publish again, never reaped.
         assert rows == {"lost": "error", "live": "running", "old-queued": "queued", "fresh-queued": "queued",
                         "pending-msg": "running"}
-        assert lost == LOST_MESSAGE
+        assert lost == say("run_lost_error", "zh")  # no message of the run: Chinese
         first = decode((await sub.next_msg(timeout=5)).data, ev.RunEvent)
         second = decode((await sub.next_msg(timeout=5)).data, ev.RunEvent)
         assert isinstance(first, ev.ErrorEvent) and isinstance(second, ev.Done) and second.status == "error"
@@ -84,5 +85,37 @@ async def test_a_request_that_ran_out_of_deliveries_is_removed_and_its_run_reape
         with pytest.raises(NotFoundError):
             await rt.js.get_last_msg(rt.topo.runs_stream, rt.topo.run_subject("exhausted"))
         assert (await rt.js.get_last_msg(rt.topo.runs_stream, rt.topo.run_subject("waiting"))).data == b"third"
+    finally:
+        await close_runtime(rt)
+
+
+async def _asked(rt, task_id: str, text: str) -> None:
+    async with rt.sessions() as s, s.begin():
+        s.add(Message(task_id=task_id, idx=0, payload={"role": "user", "content": text}, run_id=f"r{task_id}"))
+
+
+async def test_a_run_lost_to_a_database_outage_says_so_in_the_users_language(settings: Settings) -> None:
+    """Issue 42, fault seed 4204: PostgreSQL stopped longer than the redeliveries. The runner left the
+    run with its `db_unavailable` warning; the reaper's error names the outage, not a stopped runner."""
+    rt = await open_runtime("runner", settings)
+    try:
+        for task_id, text in (("outage-zh", "请总结这份报告"), ("outage-en", "summarise this report"),
+                              ("dead-en", "summarise this report")):
+            await _task(rt, task_id, "running", "dead-runner")
+            await _asked(rt, task_id, text)
+            await rt.js.publish(rt.topo.event_subject(task_id), encode(ev.TextDelta(run_id=f"r{task_id}", delta="x")))
+        for task_id in ("outage-zh", "outage-en"):
+            await rt.js.publish(rt.topo.event_subject(task_id), encode(
+                ev.Warn(run_id=f"r{task_id}", msg="db down", code=ev.DB_UNAVAILABLE)))
+        assert await Reaper(rt).sweep() == 3
+        async with rt.sessions() as s:
+            errors = dict((await s.execute(select(Task.task_id, Task.run_error))).all())
+        assert errors == {"outage-zh": say("db_outage_lost_error", "zh"), "outage-en": say("db_outage_lost_error", "en"),
+                          "dead-en": say("run_lost_error", "en")}
+        assert errors["outage-zh"].startswith("数据库")
+        sub = await rt.js.subscribe(rt.topo.event_subject("outage-zh"), ordered_consumer=True)
+        seen = [decode((await sub.next_msg(timeout=5)).data, ev.RunEvent) for _ in range(4)]
+        assert isinstance(seen[2], ev.ErrorEvent) and seen[2].msg == errors["outage-zh"] and seen[2].code == "lost"
+        assert isinstance(seen[3], ev.Done) and seen[3].status == "error"
     finally:
         await close_runtime(rt)

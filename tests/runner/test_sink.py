@@ -216,3 +216,48 @@ async def test_a_superseded_attempts_late_event_is_refused_by_the_stream(nats_se
     assert first.lost == 1 and second.lost == 0
     # (a `done` carries the run's own id, whichever attempt sends it: a second copy is dropped)
     assert [r.headers["Nats-Msg-Id"] for r in raws] == ["run6:1:1", "run6:1:2", "run6:2:1", "run6:2:2", "run6:done"]
+
+
+async def test_a_stale_runners_late_run_start_is_refused_and_a_new_attempt_starts_after_older_events(
+        nats_server_url: str, bus_prefix: str) -> None:
+    """Issue 42: the fence covers a sink's first event too. It expects the subject's end when the run
+    was queued (`events_from`): a superseded attempt's `run_start` that reaches the stream after the
+    next attempt took the run over is refused (it used to land inside the new answer, unfenced). A new
+    attempt whose `run_start` meets older events (a previous run's late `done`, the old attempt's
+    events) goes after them."""
+    topo = Topology(bus_prefix)
+    async with contextlib.AsyncExitStack() as closing:
+        nc = await connect(nats_server_url, "sink-fence-first")
+        closing.push_async_callback(nc.close)
+        js = nc.jetstream()
+        await ensure_topology(js, topo)
+        previous = await js.publish(topo.event_subject("task7"), b"x", headers={"Nats-Msg-Id": "run0:done"})
+        queued_at = previous.seq + 1  # the run's `run_events_from`
+        # The previous run's `done` again, later than the queueing (its runner died after the end).
+        await js.publish(topo.event_subject("task7"), b"y", headers={"Nats-Msg-Id": "run0:again"})
+        stale = BusEventSink(js, topo, "task7", "run7", attempt=1, events_from=queued_at)
+        taken = BusEventSink(js, topo, "task7", "run7", attempt=2, events_from=queued_at)
+        await taken.emit(ev.RunStart(run_id="run7", task_id="task7", model_profile="fake", attempt=2))
+        await taken.emit(ev.Warn(run_id="run7", msg="a2"))
+        await taken.flush()
+        await stale.emit(ev.RunStart(run_id="run7", task_id="task7", model_profile="fake", attempt=1))
+        await stale.flush()  # late: attempt 2 wrote the subject since
+        await stale.emit(ev.Warn(run_id="run7", msg="late from attempt 1"))
+        await stale.flush()
+        await taken.emit(ev.Done(run_id="run7", status="ok"))
+        await taken.flush()
+        # Another task: the old attempt's run_start got in first; the new attempt goes after it.
+        older = BusEventSink(js, topo, "task8", "run8", attempt=1, events_from=0)
+        newer = BusEventSink(js, topo, "task8", "run8", attempt=2, events_from=0)
+        await older.emit(ev.RunStart(run_id="run8", task_id="task8", model_profile="fake", attempt=1))
+        await older.flush()
+        await newer.emit(ev.RunStart(run_id="run8", task_id="task8", model_profile="fake", attempt=2))
+        await newer.emit(ev.Done(run_id="run8", status="ok"))
+        await newer.flush()
+        await older.emit(ev.Warn(run_id="run8", msg="late from attempt 1"))
+        await older.flush()
+        seven = [r.headers["Nats-Msg-Id"] for r in await _stored_raw(js, topo, "task7")]
+        eight = [r.headers["Nats-Msg-Id"] for r in await _stored_raw(js, topo, "task8")]
+    assert stale.lost == 2 and taken.lost == 0 and newer.lost == 0 and older.lost == 1
+    assert seven == ["run0:done", "run0:again", "run7:2:1", "run7:2:2", "run7:done"]
+    assert eight == ["run8:1:1", "run8:2:1", "run8:done"]

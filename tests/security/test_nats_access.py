@@ -390,3 +390,11 @@ async def test_a_service_with_an_identity_waits_for_the_setup_then_says_what_to_
         assert "is missing" in str(caught.value)
     finally:
         await nc.close()
+
+
+async def test_an_executor_may_probe_another_host_before_taking_over_its_lease(auth_nats: AuthNats) -> None:
+    """Issue 42, an executor host lost: the lease takeover asks the named host first (executor/leases.py)."""
+    nc = await auth_nats.client("executor")
+    denied = await _violation(nc, auth_nats.topo.exec_cancel_subject("another-host"), publish=True)
+    await nc.close()
+    assert not denied

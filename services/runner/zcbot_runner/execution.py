@@ -39,7 +39,6 @@ from zcbot_runner.takeover import SUPERSEDED, announce_takeover, is_takeover_of_
 from zcbot_runner.toolbox import RunnerToolBox
 
 log = logging.getLogger(__name__)
-DB_OUTAGE_WARNING = "the database is unavailable; the run will resume from its last saved step once it is back"
 
 
 @dataclass
@@ -159,7 +158,8 @@ class RunExecutor:
             metrics.QUEUE_WAIT.observe(queue_wait)
         metrics.RUNS_STARTED.inc()
         sink = BusEventSink(self.rt.js, self.rt.topo, task.task_id, req.run_id, attempt=attempt,
-                            retry_seconds=self.settings.zcbot_event_publish_retry_seconds)
+                            retry_seconds=self.settings.zcbot_event_publish_retry_seconds,
+                            events_from=task.run_events_from)
         active.sink = sink
         pending = await pending_cancel
         if claim.cancelling or pending:
@@ -200,7 +200,7 @@ class RunExecutor:
             return
         except Exception as exc:  # a bug: the run must still end, never stay `running`
             if is_db_outage(exc):
-                await self._leave_for_redelivery(req, sink, exc)
+                await self._leave_for_redelivery(req, sink, exc, user_language(claim.history))
                 return
             log.exception("run crashed", extra={"task_id": task.task_id, "run_id": req.run_id})
             await sink.emit(ev.ErrorEvent(run_id=req.run_id, msg=f"internal error: {exc.__class__.__name__}", code="internal"))
@@ -234,7 +234,7 @@ class RunExecutor:
         except Exception as exc:
             if not is_db_outage(exc):
                 raise
-            await self._leave_for_redelivery(req, sink, exc)
+            await self._leave_for_redelivery(req, sink, exc, user_language(claim.history))
             return
         if not finished:
             log.warning("run superseded by another runner at its end; not finishing it here",
@@ -259,13 +259,15 @@ class RunExecutor:
         return LoopResult(status=RunOutcome.ERROR.value, error=message, final_text=result.final_text,
                           timings=result.timings)
 
-    async def _leave_for_redelivery(self, req: RunRequest, sink: BusEventSink, exc: BaseException) -> None:
+    async def _leave_for_redelivery(self, req: RunRequest, sink: BusEventSink, exc: BaseException, lang: Any) -> None:
         """A database outage mid-run: say so, and neither finish nor ack. The request is redelivered
         after ack_wait and resumes from the last saved step; if its deliveries run out first, the
         reaper ends it with a clear error."""
         log.warning("database unavailable mid-run; leaving the run for redelivery",
                     extra={"task_id": req.task_id, "run_id": req.run_id, "error": exc.__class__.__name__})
-        await sink.emit(ev.Warn(run_id=req.run_id, msg=DB_OUTAGE_WARNING))
+        # Its code tells the reaper, should the deliveries run out before the database is back, that the
+        # run was lost to the outage (the user reads that, not that a runner stopped).
+        await sink.emit(ev.Warn(run_id=req.run_id, msg=say("db_outage_warn", lang), code=ev.DB_UNAVAILABLE))
         await sink.flush()
 
     async def _build_loop(self, req: RunRequest, task: Any, profile: Any, sink: BusEventSink,

@@ -12,6 +12,11 @@ reaper sees the run as no longer queued. A run still `queued` (never claimed) wh
 is not reaped: the scheduler's sweep (`zcbot_scheduler/requeue.py`) publishes it again. The advisory is a core NATS message and can be missed, so
 the sweep also removes a request that sits at or below the runners consumer's ack floor: acked
 requests leave a work queue at once, so one still there below the floor ran out of deliveries.
+
+The user reads why the run was lost, in the language of the run's message (`lost_message`): a
+database outage when the run's last event is its runner's `db_unavailable` warning (it left the run
+for redelivery and the deliveries ran out before the database was back: issue 42, fault seed 4204),
+else that its runner stopped.
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from nats.js.errors import NotFoundError
+from sqlalchemy import select
 
-from zcbot_core.bus import encode
+from zcbot_core.agent.lang import say, user_language
+from zcbot_core.bus import BusDecodeError, decode, encode
 from zcbot_core.bus import events as ev
 from zcbot_core.bus.topology import kv_bucket
+from zcbot_core.db.models import Message
 from zcbot_core.platform.service import Runtime
 from zcbot_core.platform.worker import periodic
 from zcbot_core.runstate import sql
@@ -37,7 +45,23 @@ log = logging.getLogger(__name__)
 LIVENESS_INTERVAL = 5.0
 REAP_INTERVAL = 15.0
 QUEUED_GRACE = timedelta(seconds=60)
-LOST_MESSAGE = "the run was lost (its runner stopped and the request is no longer queued); send the message again"
+
+
+async def lost_message(rt: Runtime, task_id: str, run_id: str) -> str:
+    """What a reaped run's user reads (see the module docstring)."""
+    async with rt.autocommit.connect() as conn:
+        asked = (await conn.execute(
+            select(Message.payload).where(Message.task_id == task_id, Message.run_id == run_id,
+                                          Message.payload["role"].astext == "user")
+            .order_by(Message.idx.desc()).limit(1))).scalar()
+    lang = user_language([asked] if isinstance(asked, dict) else [])
+    try:
+        last = await rt.js.get_last_msg(rt.topo.events_stream, rt.topo.event_subject(task_id))
+        event = decode(last.data or b"", ev.RunEvent)
+    except (NotFoundError, BusDecodeError):
+        event = None
+    outage = isinstance(event, ev.Warn) and event.run_id == run_id and event.code == ev.DB_UNAVAILABLE
+    return say("db_outage_lost_error" if outage else "run_lost_error", lang)
 
 
 def liveness_key(runner_id: str) -> str:
@@ -135,12 +159,13 @@ class Reaper:
                 mine = self.runner_id is not None and row.run_owner == self.runner_id
                 if not mine or self.executing is None or self.executing(row.task_id, row.run_id):
                     continue
+            message = await lost_message(self.rt, row.task_id, row.run_id)
             outcome = await reap(self.rt.sessions, self.rt.js, self.rt.topo, task_id=row.task_id, run_id=row.run_id,
-                                 seen_status=row.run_status, error=LOST_MESSAGE)
+                                 seen_status=row.run_status, error=message)
             if outcome is not None:
                 reaped += 1
                 subject = self.rt.topo.event_subject(row.task_id)
-                await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=row.run_id, msg=LOST_MESSAGE, code="lost")))
+                await self.rt.js.publish(subject, encode(ev.ErrorEvent(run_id=row.run_id, msg=message, code="lost")))
                 await self.rt.js.publish(subject, encode(ev.Done(run_id=row.run_id, status=RunOutcome.ERROR.value)),
                                          headers={"Nats-Msg-Id": ev.done_msg_id(row.run_id)})
                 log.warning("reaped lost run", extra={"task_id": row.task_id, "run_id": row.run_id})

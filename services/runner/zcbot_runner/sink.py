@@ -10,6 +10,15 @@ emission order; runs publish concurrently with each other. The agent loop does n
 `emit` queues (bounded: a loop that outruns the stream waits for room), and deltas still queued
 behind a slow ack are merged, so an election costs one late chunk, not one chunk per timeout.
 
+The fence (issue 42): every event is published only if the task's subject still ends where the sink
+expects it (`Nats-Expected-Last-Subject-Sequence`), so a superseded attempt's event that reaches the
+stream late is refused instead of landing inside the next attempt's answer. An event after the
+sink's first expects the sink's previous one. The first (`run_start`) expects the subject's end when
+the run was queued (`events_from`, the claimed row's `run_events_from`); refused, it goes after the
+subject's new last event when that one is older (another run's, an earlier attempt's, the reaper's)
+and is given up when a later attempt of the run, or the run's `done`, wrote it: this attempt is
+superseded. A stale runner's late `run_start` is refused like its other events.
+
 `flush()` returns when every queued event is stored or given up; `lost` counts those given up, so
 the run can end in error instead of reporting success over a partial answer. Coalescing keeps
 order too: any non-delta event flushes the delta buffer first.
@@ -23,7 +32,7 @@ from collections import deque
 
 from nats.errors import MaxPayloadError
 from nats.js import JetStreamContext
-from nats.js.errors import BadRequestError
+from nats.js.errors import BadRequestError, NotFoundError
 
 from zcbot_core.bus import Topology
 from zcbot_core.bus import events as ev
@@ -40,17 +49,19 @@ RETRY_MAX_DELAY_SECONDS = 1.0
 _DELTAS = (ev.TextDelta, ev.ReasoningDelta)
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a refused expected last (subject) sequence
+MAX_REFENCES = 10  # the first event re-fenced after other writers' events, at most (they cannot outpace it forever)
 
 
 class BusEventSink:
     def __init__(self, js: JetStreamContext, topo: Topology, task_id: str, run_id: str, *, attempt: int = 1,
-                 retry_seconds: float = 30.0) -> None:
+                 retry_seconds: float = 30.0, events_from: int | None = None) -> None:
         self.js = js
         self.stream = topo.events_stream
         self.subject = topo.event_subject(task_id)
         self.run_id = run_id
         # The attempt is part of the id: a redelivered run's events are new events, not duplicates.
         self._id_prefix = f"{run_id}:{attempt}:"
+        self.attempt = attempt
         self.retry_seconds = retry_seconds
         self._kind: type[ev.RunEvent] | None = None
         self._buffer: list[str] = []
@@ -75,6 +86,10 @@ class BusEventSink:
         # client's buffer after a reconnect) is refused instead of landing in the middle of the next
         # attempt's answer (issue 42, seed 4201: a paused stream leader).
         self.last_stored: int | None = None
+        # What the first event expects (the module docstring): the subject's last sequence when the run
+        # was queued (`events_from` is the one after it; 0: none). None: unknown, the first is not fenced.
+        self.first_fence: int | None = None if events_from is None else max(int(events_from) - 1, 0)
+        self._refences = 0
         nc = getattr(js, "_nc", None)  # the server's limit (1 MB unless raised), learnt at connect
         self.max_bytes = int(getattr(nc, "max_payload", 0) or ev.DEFAULT_MAX_PAYLOAD)
 
@@ -120,17 +135,21 @@ class BusEventSink:
         event, data = ev.fit_event(event, self.max_bytes)  # over the max payload: cut, with a marker
         self.seq += 1
         msg_id = ev.done_msg_id(self.run_id) if isinstance(event, ev.Done) else f"{self._id_prefix}{self.seq}"
-        headers = {"Nats-Msg-Id": msg_id}
-        if self.last_stored is not None:
-            headers[EXPECTED_LAST_SUBJECT_SEQ] = str(self.last_stored)
         loop = asyncio.get_running_loop()
         tries = 0
         while True:
+            headers = {"Nats-Msg-Id": msg_id}
+            expected = self.last_stored if self.last_stored is not None else self.first_fence
+            if expected is not None:
+                headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected)
             try:
                 timeout = min(ACK_TIMEOUT_SECONDS * 2 ** tries, ACK_TIMEOUT_MAX_SECONDS)
                 ack = await self.js.publish(self.subject, data, timeout=timeout, headers=headers)
             except (MaxPayloadError, BadRequestError) as exc:
                 stored = await self._stored_by_an_earlier_try(exc, msg_id) if tries else None
+                if stored is None and self.last_stored is None and await self._refence(exc):
+                    tries += 1
+                    continue  # the first event, after older writers' events
                 if stored is None:  # this event can never be stored (too big, or another writer moved the subject on)
                     self._give_up(event, exc)
                     return
@@ -165,6 +184,34 @@ class BusEventSink:
         except Exception:  # unknown: counted as lost, never reported stored
             return None
         return last.seq if (last.headers or {}).get("Nats-Msg-Id") == msg_id else None
+
+    async def _refence(self, exc: BaseException) -> bool:
+        """The sink's first event was refused by its fence: True (and the fence moved to the subject's
+        last event) when that event is older than this attempt, False when this attempt is superseded
+        (a later attempt of the run or its `done` wrote it) or the subject cannot be read."""
+        if getattr(exc, "err_code", None) != WRONG_LAST_SEQUENCE or self._refences >= MAX_REFENCES:
+            return False
+        self._refences += 1
+        try:
+            last = await self.js.get_last_msg(self.stream, self.subject)
+        except NotFoundError:  # nothing on the subject any more (removed by age or by an operator)
+            self.first_fence = 0
+            return True
+        except Exception:
+            return False
+        if self._superseded_by(str((last.headers or {}).get("Nats-Msg-Id") or "")):
+            return False
+        self.first_fence = int(last.seq)
+        return True
+
+    def _superseded_by(self, msg_id: str) -> bool:
+        """`msg_id` (of the subject's last event) is this run's `done` or an event of a later attempt."""
+        if msg_id == ev.done_msg_id(self.run_id):
+            return True
+        if not msg_id.startswith(f"{self.run_id}:"):
+            return False
+        attempt = msg_id[len(self.run_id) + 1:].partition(":")[0]
+        return attempt.isdigit() and int(attempt) > self.attempt
 
     def _give_up(self, event: ev.RunEvent, exc: BaseException) -> None:
         """Counted, never silent: the run's end reports it. Later events of a long outage get one try

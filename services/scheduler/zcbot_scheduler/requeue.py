@@ -13,6 +13,14 @@ already reconciles runs with PostgreSQL on every tick. Replicas are safe: a re-p
 `Nats-Msg-Id` is the run id and the sweep's count, so two replicas publishing it at once store it
 once, and a duplicate delivery of a run already claimed is acked away by the claim.
 
+A run queued behind one that just ended is checked sooner (`ended`, `sweep_ended`; issue 42): a
+runner ends a run and starts the next enqueued message's run in one transaction, publishes `done`,
+then the next request; killed in between, the next run waits in `queued` with no request. The
+scheduler sees every `done` (its events subscription), and once the ending runner's own publish
+would have been stored or given up (`ZCBOT_RUN_PUBLISH_RETRY_SECONDS` + 2 s), a run of that task
+still queued since before then without its request is published again, instead of after the
+sweep's minute.
+
 A run re-published MAX_REQUEUES times that is still queued and absent (its request keeps being
 lost or refused without a claim) is ended as the reaper ends a lost run: `error`, with an error
 event and `done` on its stream, so it never stays queued.
@@ -22,7 +30,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from nats.js.errors import NotFoundError
 from sqlalchemy import bindparam, select
@@ -62,12 +72,40 @@ class QueuedRunSweeper:
         self.rt = rt
         self.after = timedelta(seconds=after_seconds)
         self.requeued: dict[str, int] = {}  # run id -> times re-published by this replica
+        # After a `done`: the ending runner's publish of the next run is stored or given up by then.
+        self.ended_after = rt.settings.zcbot_run_publish_retry_seconds + 2.0
+        self.ended_at: dict[str, float] = {}  # task id -> when a `done` of it was seen (monotonic)
+
+    def ended(self, task_id: str) -> None:
+        """A run of the task ended (its `done` was seen): `sweep_ended` checks the task soon."""
+        self.ended_at.setdefault(task_id, time.monotonic())
+
+    async def sweep_ended(self) -> int:
+        """Re-publish the queued runs of tasks whose run ended `ended_after` ago or more, queued since
+        before then and without their request (see the module docstring); how many."""
+        cutoff = time.monotonic() - self.ended_after
+        due = [task_id for task_id, seen in self.ended_at.items() if seen <= cutoff]
+        if not due:
+            return 0
+        for task_id in due:
+            self.ended_at.pop(task_id, None)
+        async with self.rt.sessions() as session:
+            rows = (await session.execute(_QUEUED_SINCE.where(Task.task_id.in_(due)),
+                                          {"before": now() - timedelta(seconds=self.ended_after)})).all()
+        return await self._requeue(rows)
 
     async def sweep(self) -> int:
         """Re-publish (or, past MAX_REQUEUES, end) every run queued too long without its request;
         how many were re-published."""
         async with self.rt.sessions() as session:
             rows = (await session.execute(_QUEUED_SINCE, {"before": now() - self.after})).all()
+        done = await self._requeue(rows)
+        live = {row.run_id for row in rows}
+        for run_id in [r for r in self.requeued if r not in live]:  # started or ended since: forgotten
+            self.requeued.pop(run_id, None)
+        return done
+
+    async def _requeue(self, rows: Sequence[Any]) -> int:
         done = 0
         for row in rows:
             if await _in_stream(self.rt, row.task_id, row.run_id):
@@ -93,9 +131,6 @@ class QueuedRunSweeper:
             done += 1
             log.warning("queued run had no request in the runs stream; published it again",
                         extra={"task_id": row.task_id, "run_id": row.run_id, "time": count + 1})
-        live = {row.run_id for row in rows}
-        for run_id in [r for r in self.requeued if r not in live]:  # started or ended since: forgotten
-            self.requeued.pop(run_id, None)
         return done
 
     async def _give_up(self, task_id: str, run_id: str) -> None:

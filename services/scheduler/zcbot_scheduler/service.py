@@ -111,7 +111,7 @@ class SchedulerService:
                 if result.push is not None:
                     await deliver(self.rt, self.config, result.push)
             try:
-                report.requeued = await self.sweeper.sweep()
+                report.requeued = await self.sweeper.sweep_ended() + await self.sweeper.sweep()
             except Exception:  # the next tick sweeps again; due jobs must not wait for it
                 log.exception("queued-run sweep failed")
             checked = await check_inflight(self.rt, self.config, now, self.inflight)
@@ -128,6 +128,8 @@ class SchedulerService:
             return
         if not isinstance(event, Done):
             return
+        # A run queued behind this one whose request its runner did not live to publish: soon again.
+        self.sweeper.ended(self.rt.topo.task_of_event_subject(msg.subject))
         job_id = self.inflight.get(event.run_id)
         if job_id is None:
             return

@@ -78,6 +78,21 @@ _TEXTS: dict[str, dict[Lang, str]] = {
         "en": "{count} run events could not be stored (the message bus was unavailable), so the streamed answer may be "
               "incomplete; the conversation itself is saved: reload the task to see all of it.",
     },
+    # A database outage mid-run (the runner leaves the run for redelivery: `Warn` code `db_unavailable`),
+    # and the end of a run whose deliveries ran out meanwhile (the reaper): the user is told why.
+    "db_outage_warn": {
+        "zh": "数据库暂时不可用；恢复后运行会从最后保存的一步继续。",
+        "en": "the database is unavailable; the run will resume from its last saved step once it is back",
+    },
+    "db_outage_lost_error": {
+        "zh": "数据库暂时不可用，这次运行没能完成（等待期间请求已过期）；请重新发送消息。",
+        "en": "the database was unavailable and the run could not finish (its request expired while waiting); "
+              "send the message again",
+    },
+    "run_lost_error": {
+        "zh": "这次运行丢失了（执行它的 runner 已停止，请求也不在队列中）；请重新发送消息。",
+        "en": "the run was lost (its runner stopped and the request is no longer queued); send the message again",
+    },
     # a built-in skill's `model:` (seed 003 §3.5 "切失败降级原模型"): the switch failed, the model stays
     "model_switch_skipped_warn": {
         "zh": "技能建议使用模型 `{profile}`，但无法切换（{detail}）；继续使用当前模型 `{current}`。",

@@ -136,8 +136,11 @@ def _permissions(service: str, topo: Topology) -> Permissions:
         return Permissions(
             # fchg: a background process's file changes (runner records them; no other identity may)
             # egress.usage: its users' egress bytes, for the cap counted in PostgreSQL (a runner answers)
+            # exec.*.cancel: the probe of the host a user's lease names, before taking over the lease of a
+            # dead one (executor/leases.py; refused, a lost host's users kept its lease and their calls on
+            # the new host were reported stopped: issue 42, an executor host lost)
             publish=(*js, _kv(topo.sandbox_leases_bucket), "$SRV.>", topo.file_changes_subject(),
-                     topo.egress_usage_subject()),
+                     topo.egress_usage_subject(), f"{p}.exec.*.cancel"),
             subscribe=(own_inbox, f"{p}.exec.*.call", f"{p}.exec.*.cancel", f"{p}.exec.bgstop", f"{p}.exec.procs",
                        "$SRV.>"),
             responds=True)

@@ -107,6 +107,10 @@ class ModelSwitch(RunEvent):
 @dataclass(kw_only=True)
 class Warn(RunEvent):
     msg: str
+    code: str = ""  # machine-readable kind, when one matters: DB_UNAVAILABLE
+
+
+DB_UNAVAILABLE = "db_unavailable"  # Warn.code: the runner left the run for redelivery (database outage)
 
 
 @_event("context_fold")
