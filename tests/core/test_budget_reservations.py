@@ -60,3 +60,19 @@ async def test_concurrent_reservations_cannot_pass_the_limit(db_url: str) -> Non
         assert status["monthly"]["limit_usd"] is None  # no default, no own limit
     finally:
         await engine.dispose()
+
+
+async def test_any_limit_reads_the_users_own_limits_unless_a_default_is_set(db_url: str) -> None:
+    """Before each LLM call the runner asks `any_limit` first: a user without any limit then costs
+    one autocommit read, no locked transaction and no reservation (issue 43)."""
+    db_exec(db_url, "insert into users (user_id) values ('none')")
+    db_exec(db_url, "insert into users (user_id, budget_daily_usd, budget_monthly_usd) values ('zero', 0, 0)")
+    db_exec(db_url, "insert into users (user_id, budget_monthly_usd) values ('monthly', 5.0)")
+    engine = make_engine(db_url, pool_size=2)
+    reads = engine.execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        found = {u: await budgets.any_limit(reads, u, budgets.Defaults()) for u in ("none", "zero", "monthly", "gone")}
+        assert found == {"none": False, "zero": False, "monthly": True, "gone": False}
+        assert await budgets.any_limit(reads, "none", budgets.Defaults(daily=Decimal("1")))
+    finally:
+        await engine.dispose()

@@ -50,3 +50,42 @@ async def test_a_connection_used_a_moment_ago_is_not_pinged_and_a_disconnect_ren
             assert (await conn.execute(text("select 1"))).scalar_one() == 1
     finally:
         await engine.dispose()
+
+
+async def test_hosted_services_share_one_engine_disposed_by_the_last_of_them(db_url: str) -> None:
+    """`share_engines` (zcbot up hosting its services in one process, issue 43): one pool per URL and
+    pool settings; a service giving its engine back closes nothing while another still holds it."""
+    from zcbot_core.db import engine as db_engine
+
+    assert db_engine._shared is None  # a test process shares nothing unless told
+    try:
+        db_engine.share_engines()
+        gateway = db_engine.acquire_engine(db_url, 3, 0)
+        runner = db_engine.acquire_engine(db_url, 3, 0)
+        other = db_engine.acquire_engine(db_url, 2, 0)
+        assert gateway is runner and other is not gateway
+        async with gateway.connect() as conn:
+            assert (await conn.execute(text("select 1"))).scalar_one() == 1
+        await db_engine.release_engine(gateway)
+        assert gateway.pool.checkedin() == 1  # the runner's pool is still open
+        async with runner.connect() as conn:
+            assert (await conn.execute(text("select 2"))).scalar_one() == 2
+        await db_engine.release_engine(runner)
+        await db_engine.release_engine(other)
+        assert gateway.pool.checkedin() == 0 and db_engine._shared == {}
+        fresh = db_engine.acquire_engine(db_url, 3, 0)  # a restarted service gets a new one
+        assert fresh is not gateway
+        await db_engine.release_engine(fresh)
+    finally:
+        db_engine._shared = None
+
+
+async def test_without_sharing_each_service_gets_its_own_engine(db_url: str) -> None:
+    from zcbot_core.db import engine as db_engine
+
+    first, second = db_engine.acquire_engine(db_url, 1, 0), db_engine.acquire_engine(db_url, 1, 0)
+    try:
+        assert first is not second
+    finally:
+        await db_engine.release_engine(first)
+        await db_engine.release_engine(second)

@@ -233,3 +233,42 @@ async def test_a_cancelled_run_taken_over_after_its_answer_was_stored_ends_cance
     assert rows == [("user", "chat"), ("assistant", "cancelled")], rows
     status = db_rows(url_db, "select run_status, run_owner, pending_inputs from tasks where task_id=:t", t=tid)
     assert status[0][0] == "idle" and status[0][1] is None and not status[0][2], status
+
+
+async def test_a_cancel_sent_before_any_runner_claimed_the_run_keeps_its_reason(bare_stack: Stack) -> None:
+    """The runner reads a cancel's reason from KV only when its claim finds the run `cancelling`
+    (issue 43: no KV read or delete for the runs nobody cancelled): a scheduled run's timeout sent
+    while the run was queued still ends it as a timeout, and the KV entry goes with the run."""
+    from nats.js.errors import KeyNotFoundError
+
+    from zcbot_core.bus.topology import kv_bucket
+    from zcbot_core.platform.service import close_runtime, open_runtime
+    from zcbot_core.runstate.transitions import request_cancel
+
+    stack = bare_stack
+    token = await stack.login("pia")
+    task = await stack.create_task(token, "Cancelled while queued")
+    tid, url_db = task["task_id"], stack.settings.zcbot_db_url
+    posted = (await stack.post(token, tid, "hello")).json()  # queued: no runner is up yet
+    reader = asyncio.create_task(stack.events(token, posted["events_url"], timeout=40))
+    user_id = db_rows(url_db, "select user_id from tasks where task_id=:t", t=tid)[0][0]
+    rt = await open_runtime("scheduler", stack.settings)  # the scheduler's timeout, as it sends it
+    try:
+        await request_cancel(rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=tid, grant_key=None,
+                             reason="timeout")
+        await stack.add_runner()
+        events = await asyncio.wait_for(reader, 40)
+        assert events[-1]["event"] == "done" and events[-1]["data"]["status"] == "error", events[-3:]
+        assert any(e["event"] == "error" and e["data"].get("code") == "timeout" for e in events), events
+        kv = await kv_bucket(rt.js, rt.topo.cancel_bucket)
+
+        async def cancel_gone() -> bool:
+            try:
+                return (await kv.get(rt.topo.kv_key(tid))).value in (None, b"")
+            except KeyNotFoundError:
+                return True
+
+        await wait_for(cancel_gone, what="the cancel's KV entry deleted with the run")
+    finally:
+        await close_runtime(rt)
+

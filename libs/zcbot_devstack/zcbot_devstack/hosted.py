@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 
+from zcbot_core.db.engine import share_engines
 from zcbot_core.platform.config import ConfigError, load_settings
 from zcbot_core.platform.logs import JsonFormatter, current_service, quiet_noisy_loggers, secret_values
 from zcbot_core.platform.service import own_process_heap
@@ -167,6 +168,7 @@ class ServicesHost:
                 root.setLevel(self.level.upper())
                 quiet_noisy_loggers()
                 own_process_heap()  # each service's start freezes what it built, as in its own process
+                share_engines()  # one database pool for the services (issue 43)
                 self._thread = threading.Thread(target=loop.run_forever, name="services", daemon=True)
                 self._thread.start()
                 self._loop = loop

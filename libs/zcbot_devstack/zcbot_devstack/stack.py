@@ -62,9 +62,12 @@ from zcbot_devstack.warmup import warm_previews
 
 __all__ = ["group_leftovers", "run_stack", "up"]  # group_leftovers: the tests' process helpers use it
 
-# The embedded stack's database pools, sized for one machine (four processes hold one; the issue's
-# target is <= 20 PostgreSQL backends after 200 runs): set only when the operator set none.
+# The embedded stack's database pools, sized for one machine (the issue's target is <= 20 PostgreSQL
+# backends after 200 runs): set only when the operator set none. `--separate`: four processes hold
+# one each. Hosted (the default): the services share one pool (`db.engine.share_engines`), kept open
+# under load: no overflow, whose connections a pool closes at check-in (issue 43).
 EMBEDDED_POOL = {"ZCBOT_DB_POOL_SIZE": "4", "ZCBOT_DB_MAX_OVERFLOW": "4"}
+HOSTED_POOL = {"ZCBOT_DB_POOL_SIZE": "12", "ZCBOT_DB_MAX_OVERFLOW": "0"}
 EMBEDDED_PG_MAX_CONNECTIONS = "60"
 # Ctrl-C stops everything the stack started: its executor's background jobs too (docs/decisions.md).
 UP_ENV = {"ZCBOT_BG_STOP_WITH_EXECUTOR": "true"}
@@ -284,7 +287,8 @@ class Stack:
         secret_env = ensure_local_secrets(self.home)
         env = dict(os.environ)  # the children's environment: each service reads its settings from it
         if self.pg is not None:
-            env.update({k: v for k, v in EMBEDDED_POOL.items() if k not in os.environ})
+            pool = HOSTED_POOL if self.launcher.mode == "hosted" else EMBEDDED_POOL
+            env.update({k: v for k, v in pool.items() if k not in os.environ})
         env.update({k: v for k, v in UP_DEFAULTS.items() if k not in os.environ})
         env.update(UP_ENV)
         env.update(secret_env)

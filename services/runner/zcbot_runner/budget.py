@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core.accounts import budgets
 from zcbot_core.agent.lang import Lang
+from zcbot_core.db.engine import autocommit
 from zcbot_core.db.models import BudgetReservation
 from zcbot_core.llm.profiles import Profile
 
@@ -27,6 +28,8 @@ class RunBudget:
 
     async def reserve(self, profile: Profile, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                       lang: Lang) -> int | None:
+        if not self._settled and not await budgets.any_limit(autocommit(self.sessions), self.user_id, self.defaults):
+            return None  # no limit: nothing to hold, no lock (a reservation exists only under a limit)
         amount = budgets.worst_case(profile, messages, tools)
         async with self.sessions() as session:
             await self._drop_settled(session)

@@ -114,8 +114,6 @@ class RunExecutor:
         token = CancelToken()
         active = ActiveRun(run_id=req.run_id, task_id=req.task_id, token=token, msg=msg)
         self.active[req.task_id] = active  # before the claim, so a concurrent redelivery sees it
-        # A cancel stored in KV (e.g. sent while no runner held the run) is looked up during the claim.
-        pending_cancel = asyncio.ensure_future(self._pending_cancel(req.task_id, req.run_id))
         # Beats from receipt, not from the claim: on a loaded runner the claim can wait for a pooled
         # connection past ack_wait, and JetStream would hand the run to another runner meanwhile.
         heartbeat = asyncio.create_task(self._heartbeat(active))
@@ -128,12 +126,11 @@ class RunExecutor:
                 watch = asyncio.create_task(watch_ownership(
                     self.rt, req.task_id, req.run_id, self.runner_id, active.supersede,
                     interval=max(self.rt.settings.zcbot_ack_wait_seconds / 3, 1.0)))
-                await self._run(req, claim, active, pending_cancel)
+                await self._run(req, claim, active)
         finally:
             heartbeat.cancel()
             if watch is not None:
                 watch.cancel()
-            pending_cancel.cancel()  # no-op once the run has read it
             self._forget(active)
         if claim is None:  # a stale or duplicate delivery of a run that is over
             if is_redelivery(msg):  # its runner may have died between the run's end and its `done`
@@ -148,8 +145,7 @@ class RunExecutor:
         interval = max(self.rt.settings.zcbot_ack_wait_seconds / 3, 0.5)
         return keep_in_progress(lambda: active.msg, interval)  # a redelivery here replaces active.msg
 
-    async def _run(self, req: RunRequest, claim: Claim, active: ActiveRun,
-                   pending_cancel: "asyncio.Future[str | None]") -> None:
+    async def _run(self, req: RunRequest, claim: Claim, active: ActiveRun) -> None:
         settings = self.rt.settings
         task = claim.task
         attempt = int(active.msg.metadata.num_delivered) if active.msg.metadata else 1
@@ -161,9 +157,11 @@ class RunExecutor:
                             retry_seconds=self.settings.zcbot_event_publish_retry_seconds,
                             events_from=task.run_events_from)
         active.sink = sink
-        pending = await pending_cancel
-        if claim.cancelling or pending:
-            active.token.cancel(pending or "user")
+        # A cancel requested before the claim left the run `cancelling` (every cancel commits that before
+        # it signals): only then is its reason read from KV. One requested after the claim reaches
+        # `on_cancel` (the run is in `self.active` since before the claim).
+        if claim.cancelling:
+            active.token.cancel(await self._pending_cancel(req.task_id, req.run_id) or "user")
         wall_clock = float(getattr(task, "wall_clock_seconds", None) or settings.zcbot_run_wall_clock_seconds)
         wall = asyncio.get_running_loop().call_later(wall_clock, active.token.cancel, "wall_clock")
         result: LoopResult
@@ -228,7 +226,10 @@ class RunExecutor:
         finish_started = time.monotonic()
         try:
             result = await self._events_stored(req, result, sink, user_language(claim.history))
-            finished = await self._finish(req, result, timings, sink, store)
+            # No execution before this one (nobody owned the run) and no tool call in it: no file changed.
+            files_possible = claim.prior_owner is not None or attempt > 1 or timings.get("tool_calls", 1) != 0
+            finished = await self._finish(req, result, timings, sink, store, files_possible,
+                                          cancel_seen=claim.cancelling or active.token.cancelled)
             if budget is not None:  # the last step is stored now: its reservation goes
                 await budget.close()
         except Exception as exc:
@@ -291,7 +292,7 @@ class RunExecutor:
         return loop
 
     async def _finish(self, req: RunRequest, result: LoopResult, timings: dict[str, float], sink: BusEventSink,
-                      store: DbStepStore | None) -> bool:
+                      store: DbStepStore | None, files_possible: bool = True, cancel_seen: bool = True) -> bool:
         """End the run (`runstate.transitions.end_run`: state and the next enqueued run), then `done`;
         False when another runner holds it now. The usual case is one round trip: the run's last step
         and its end together (the store's `end_run`), or the end alone."""
@@ -316,15 +317,17 @@ class RunExecutor:
         if timings.get("ttft") is not None:  # null when no token came
             metrics.TTFT.observe(timings["ttft"])
         sink.fresh_budget()
-        files_changed = await file_events.count(self.rt.sessions, req.run_id)
+        # A file change is recorded only by a tool call of the run (or a background process one started).
+        files_changed = await file_events.count(self.rt.sessions, req.run_id) if files_possible else 0
         await sink.emit(ev.Done(run_id=req.run_id, status=status, timings=timings, final_text=result.final_text[:2000],
                                 files_changed=files_changed))
         await sink.flush()
-        try:
-            kv = await kv_bucket(self.rt.js, self.rt.topo.cancel_bucket)
-            await kv.delete(self.rt.topo.kv_key(req.task_id))
-        except Exception:
-            pass
+        if cancel_seen:  # else no cancel of this run is in KV, or one whose signal never came (ignored)
+            try:
+                kv = await kv_bucket(self.rt.js, self.rt.topo.cancel_bucket)
+                await kv.delete(self.rt.topo.kv_key(req.task_id))
+            except Exception:
+                pass
         # The next enqueued message's run, then the user's waiting runs into its free slots (the one
         # continuation of every end: `runstate.transitions.continue_after_end`).
         outcome.user_id = outcome.user_id or req.user_id

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from zcbot_core import filehistory
 from zcbot_core.bus import BusDecodeError, FileChangesReport, decode
+from zcbot_core.db.engine import read_session
 from zcbot_core.db.models import DataEvent, Task
 from zcbot_core.safe_fs.paths import PathRejected, validate_user_id
 
@@ -77,7 +78,7 @@ async def on_report(sessions: async_sessionmaker[AsyncSession], msg: Any) -> Non
 async def count(sessions: async_sessionmaker[AsyncSession], run_id: str) -> int:
     """Distinct paths the run changed (0 when the database cannot say: the done event still goes out)."""
     try:
-        async with sessions() as session:
+        async with read_session(sessions) as session:
             return int(await session.scalar(
                 select(func.count(distinct(DataEvent.path))).where(DataEvent.run_id == run_id)) or 0)
     except Exception:

@@ -21,14 +21,15 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import bindparam, delete, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from zcbot_core.agent.lang import Lang
 from zcbot_core.db.models import BudgetReservation, UsageEvent, User
 from zcbot_core.errors import ZcbotError
 
 STALE_AFTER = timedelta(hours=1)
+_OWN_LIMITS = select(User.budget_daily_usd, User.budget_monthly_usd).where(User.user_id == bindparam("limits_user"))
 PERIODS = ("daily", "monthly")
 
 _TEXT: dict[Lang, str] = {
@@ -87,6 +88,18 @@ def worst_case(profile: Any, messages: list[dict[str, Any]], tools: list[dict[st
     cost = compute_cost(profile, Usage(prompt_tokens=estimate_prompt_tokens(messages, tools),
                                        completion_tokens=profile.max_output))
     return Decimal(str(round(cost, 6)))
+
+
+async def any_limit(reads: AsyncEngine, user_id: str, defaults: Defaults) -> bool:
+    """Whether the user may have a limit (a default one, or their own): without a default, one
+    statement on the autocommit pool (`reads`), no lock and no transaction. Before each LLM call a
+    user without any limit then costs one read, not a locked transaction whose commit waits for the
+    WAL's flush (issue 43); an admin setting a limit meanwhile counts from the next call."""
+    if defaults.daily > 0 or defaults.monthly > 0:
+        return True
+    async with reads.connect() as conn:
+        row = (await conn.execute(_OWN_LIMITS, {"limits_user": user_id})).one_or_none()
+    return row is not None and any(row)
 
 
 async def limits(session: AsyncSession, user_id: str, defaults: Defaults, *, lock: bool = False) -> dict[str, Decimal]:

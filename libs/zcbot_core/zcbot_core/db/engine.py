@@ -33,6 +33,47 @@ def make_engine(url: str, pool_size: int = 30, max_overflow: int = 20,
     return engine
 
 
+# Engines handed out to the services one process hosts (`share_engines`), by URL and pool settings:
+# [engine, services holding it]. None: every `acquire_engine` makes its own (a service per process).
+_shared: dict[tuple[str, int, int, float], list[Any]] | None = None
+
+
+def share_engines() -> None:
+    """From now on, services asking for the same database with the same pool settings share one
+    engine and pool (`zcbot up` hosting its services in one process, docs/decisions.md): one pool
+    sized for the process keeps its connections open under load, where a small pool per service
+    opened and closed its overflow connections every few statements (issue 43)."""
+    global _shared
+    if _shared is None:
+        _shared = {}
+
+
+def acquire_engine(url: str, pool_size: int = 30, max_overflow: int = 20,
+                   ping_idle_seconds: float = DEFAULT_PING_IDLE_SECONDS) -> AsyncEngine:
+    """`make_engine`, or the shared one after `share_engines`; give it back with `release_engine`."""
+    if _shared is None:
+        return make_engine(url, pool_size, max_overflow, ping_idle_seconds)
+    key = (url, pool_size, max_overflow, ping_idle_seconds)
+    entry = _shared.get(key)
+    if entry is None:
+        entry = _shared[key] = [make_engine(url, pool_size, max_overflow, ping_idle_seconds), 0]
+    entry[1] += 1
+    engine: AsyncEngine = entry[0]
+    return engine
+
+
+async def release_engine(engine: AsyncEngine) -> None:
+    """A service is done with its engine: disposed when no other service shares it."""
+    if _shared is not None:
+        for key, entry in list(_shared.items()):
+            if entry[0] is engine:
+                entry[1] -= 1
+                if entry[1] > 0:
+                    return
+                del _shared[key]
+    await engine.dispose()
+
+
 def ping_when_idle(engine: Engine, idle_seconds: float) -> None:
     """Pre-ping, but only a connection that sat in the pool for `idle_seconds` or more.
 
@@ -77,3 +118,9 @@ def autocommit(sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:
         bind: AsyncEngine = sessions.kw["bind"]
         found = _AUTOCOMMIT[sessions] = bind.execution_options(isolation_level="AUTOCOMMIT")
     return found
+
+
+def read_session(sessions: async_sessionmaker[AsyncSession]) -> AsyncSession:
+    """A session on the autocommit pool, for reads that need no transaction: each statement is one
+    round trip, without the BEGIN before it and the ROLLBACK when the session closes."""
+    return sessions(bind=autocommit(sessions))

@@ -197,12 +197,11 @@ class Settings(BaseSettings):
     # ---- derived -------------------------------------------------------------------------
     @property
     def home(self) -> Path:
-        return self.zcbot_home.expanduser().resolve()
+        return resolved_dir(self.zcbot_home)
 
     @property
     def storage_root(self) -> Path:
-        root = self.zcbot_storage_root or (self.home / "users")
-        return root.expanduser().resolve()
+        return resolved_dir(self.zcbot_storage_root or (self.home / "users"))
 
     @property
     def models_dirs(self) -> list[Path]:
@@ -347,6 +346,20 @@ def load_settings(cls: type[S], environ: Mapping[str, str] | None = None, **valu
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
     finally:
         _GIVEN_ENVIRON.reset(token)
+
+
+def resolved_dir(path: Path) -> Path:
+    """`path.expanduser().resolve()`, remembered: the storage root is read several times per run, and
+    each resolve walks the path with a system call per component (~50 µs, issue 43). Keyed by what
+    the answer depends on besides the path: the working directory for a relative one, HOME for `~`."""
+    raw = str(path)
+    return _resolved_dir(path, "" if path.is_absolute() else os.getcwd(),
+                         os.environ.get("HOME", "") if raw.startswith("~") else "")
+
+
+@lru_cache(maxsize=256)
+def _resolved_dir(path: Path, cwd: str, home: str) -> Path:
+    return path.expanduser().resolve()
 
 
 @lru_cache(maxsize=1)

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from zcbot_core.bus import Topology
 from zcbot_core.bus.topology import connect
 from zcbot_core.bus.topology_setup import prepare_topology, stream_limits
-from zcbot_core.db.engine import make_engine, make_sessionmaker
+from zcbot_core.db.engine import acquire_engine, make_sessionmaker, release_engine
 from zcbot_core.platform.config import ConfigError, Settings
 from zcbot_core.platform.logs import setup_logging
 
@@ -140,7 +140,7 @@ async def open_runtime(name: str, settings: Settings, use_db: bool = True) -> Ru
     topo = Topology(settings.zcbot_bus_prefix)
     # With its own identity a service only checks the topology the setup step declared (issue 36).
     await prepare_topology(js, topo, stream_limits(settings), identity=settings.zcbot_nats_user)
-    engine = make_engine(db_url, settings.zcbot_db_pool_size, settings.zcbot_db_max_overflow,
+    engine = acquire_engine(db_url, settings.zcbot_db_pool_size, settings.zcbot_db_max_overflow,
                          settings.zcbot_db_ping_idle_seconds) if use_db else None
     sessions = make_sessionmaker(engine) if engine is not None else None
     return Runtime(name=name, settings=settings, topo=topo, nc=nc, js=js, engine=engine, sessions=sessions)
@@ -152,7 +152,7 @@ async def close_runtime(rt: Runtime) -> None:
     except Exception:
         await rt.nc.close()
     if rt.has_db:
-        await rt.engine.dispose()
+        await release_engine(rt.engine)
 
 
 class HttpServeError(Exception):

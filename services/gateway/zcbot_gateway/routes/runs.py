@@ -12,6 +12,7 @@ from sqlalchemy import and_, bindparam, func, select
 
 from zcbot_core.accounts import budgets
 from zcbot_core.agent.lang import detect
+from zcbot_core.db.engine import read_session
 from zcbot_core.db.models import Message, Task, User
 from zcbot_core.platform.service import Runtime
 from zcbot_core.runstate import sql, submit
@@ -149,7 +150,7 @@ async def submit_and_answer(request: Request, task_id: str, content: str, multit
     # Refusals propagate as domain errors (zcbot_core.errors), mapped once in zcbot_gateway/errors.py:
     # UserNotFound 401 (a user deleted since the token check),
     # TaskNotFound 404, WrongChannel / RunConflict 409, RunQuotaExceeded 429, BudgetExceeded 429, BusUnavailable 503.
-    async with rt.sessions() as session:  # a used-up budget: 429 before anything is saved
+    async with read_session(rt.sessions) as session:  # a used-up budget: 429 before anything is saved
         await budgets.check_new_message(session, settings, user_id=user_id, task_id=task_id, lang=detect(content))
     result = await submit.submit_message(
         rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
