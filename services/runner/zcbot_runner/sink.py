@@ -201,7 +201,7 @@ class BusEventSink:
             return False
         if self._superseded_by(str((last.headers or {}).get("Nats-Msg-Id") or "")):
             return False
-        self.first_fence = int(last.seq)
+        self.first_fence = int(last.seq or 0)
         return True
 
     def _superseded_by(self, msg_id: str) -> bool:
