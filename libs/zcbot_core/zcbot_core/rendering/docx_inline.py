@@ -13,6 +13,7 @@ code inside body text.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from docx.opc.constants import RELATIONSHIP_TYPE as RT
 from docx.oxml import OxmlElement
@@ -36,7 +37,7 @@ def chem_split(span: Span) -> list[Span]:
     return [Span(text, span.bold, span.italic, False, kind == "sub", kind == "sup", span.link) for text, kind in pieces]
 
 
-def _hyperlink(paragraph, url: str) -> object:
+def _hyperlink(paragraph, url: str) -> Any:
     r_id = paragraph.part.relate_to(url, RT.HYPERLINK, is_external=True)
     link = OxmlElement("w:hyperlink")
     link.set(qn("r:id"), r_id)
