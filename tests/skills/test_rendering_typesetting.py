@@ -131,3 +131,12 @@ def test_inline_code_is_set_apart(tmp_path):
     assert shd is not None and shd.get(f"{W}fill") not in (None, "auto", "FFFFFF")
     assert code._r.rPr.rFonts.get(f"{W}ascii") == "Consolas"
     assert code.font.color.rgb is not None and body.font.color.rgb is None
+
+
+def test_nsfc_numbering_follows_the_official_outline(tmp_path):
+    md = ("---\ntitle: 申请书\nnumbering: nsfc\n---\n\n## 立项依据与研究内容\n\n### 项目的立项依据\n\n#### 研究现状\n\n正文。\n\n"
+          "#### 存在问题\n\n### 项目的研究内容\n\n## 研究基础与工作条件\n\n### 研究基础\n\n## 参考文献\n\n- A. 2020.\n")
+    _, doc = _doc(tmp_path, md)
+    assert [p.text for p in doc.paragraphs if p.style.name.startswith("Heading")] == [
+        "（一）立项依据与研究内容", "1．项目的立项依据", "（1）研究现状", "（2）存在问题", "2．项目的研究内容",
+        "（二）研究基础与工作条件", "1．研究基础", "参考文献"]
