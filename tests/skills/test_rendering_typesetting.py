@@ -46,6 +46,15 @@ def test_header_columns_are_as_wide_as_their_longest_word(tmp_path):
     margins = Cm(0.19 * 2)  # Word's default cell margins, left + right
     assert table.columns[0].width - margins >= Pt(5 * size)  # "电化学窗口" on one line, not "电化学窗 / 口"
     assert table.columns[1].width > 3 * table.columns[0].width  # the long text still takes the rest
+    # When every column fits at its natural width, no header wraps: a Chinese header would break
+    # between any two characters ("的稳定 / 性" was seen).
+    md = ("表: 性能\n\n| 电解质 | 室温电导率 (mS/cm) | 电化学窗口 (V) | 对空气中 H2O 的稳定性 |\n|---|---:|---:|---|\n"
+          "| Li10GeP2S12 | 12.0 | 1.7–2.1 | 较差，释放 H2S |\n")
+    _, doc = _doc(tmp_path, md)
+    table = doc.tables[0]
+    header = "对空气中 H2O 的稳定性"
+    need = Pt(size * (8 + 0.55 * 5)) + margins  # 8 Chinese characters, 'H2O' and two spaces
+    assert table.columns[3].width >= need, (header, table.columns[3].width, need)
 
 
 def test_lists_keep_with_their_lead_in(tmp_path):
@@ -76,7 +85,9 @@ def test_caption_lines_up_with_its_table(tmp_path):
     _, doc = _doc(tmp_path, md, "brief")
     caption = next(p for p in doc.paragraphs if p.style.name == "Caption")
     assert caption.alignment == WD_ALIGN_PARAGRAPH.LEFT
-    assert doc.tables[0]._tbl.tblPr.find(f"{W}jc").get(f"{W}val") in ("left", "start")
+    tbl_pr = doc.tables[0]._tbl.tblPr
+    assert tbl_pr.find(f"{W}jc").get(f"{W}val") in ("left", "start")
+    assert int(tbl_pr.find(f"{W}tblInd").get(f"{W}w")) == 108  # the border on the text margin, not hung out
     _, doc = _doc(tmp_path, md.replace("title: 周报", "title: 报告"), "proposal")
     caption = next(p for p in doc.paragraphs if p.style.name == "Caption")
     assert caption.alignment is None or caption.alignment == WD_ALIGN_PARAGRAPH.CENTER  # centred, as its table
@@ -120,3 +131,12 @@ def test_inline_code_is_set_apart(tmp_path):
     assert shd is not None and shd.get(f"{W}fill") not in (None, "auto", "FFFFFF")
     assert code._r.rPr.rFonts.get(f"{W}ascii") == "Consolas"
     assert code.font.color.rgb is not None and body.font.color.rgb is None
+
+
+def test_nsfc_numbering_follows_the_official_outline(tmp_path):
+    md = ("---\ntitle: 申请书\nnumbering: nsfc\n---\n\n## 立项依据与研究内容\n\n### 项目的立项依据\n\n#### 研究现状\n\n正文。\n\n"
+          "#### 存在问题\n\n### 项目的研究内容\n\n## 研究基础与工作条件\n\n### 研究基础\n\n## 参考文献\n\n- A. 2020.\n")
+    _, doc = _doc(tmp_path, md)
+    assert [p.text for p in doc.paragraphs if p.style.name.startswith("Heading")] == [
+        "（一）立项依据与研究内容", "1．项目的立项依据", "（1）研究现状", "（2）存在问题", "2．项目的研究内容",
+        "（二）研究基础与工作条件", "1．研究基础", "参考文献"]

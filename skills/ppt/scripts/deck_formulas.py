@@ -95,13 +95,20 @@ def _rate(text: str) -> tuple[float, float] | None:
     return (-value if negative else value), tol
 
 
+def _two_values(pattern: re.Pattern, text: str) -> tuple[re.Match | None, tuple]:
+    """The first match of `pattern` with its values a and b (value, tolerance), when their units agree."""
+    m = pattern.search(text)
+    if not m or (m.group("ua") and m.group("ub") and m.group("ua") != m.group("ub")):
+        return None, ()
+    return m, (number(m.group("a")), number(m.group("b")))
+
+
 def change(text: str) -> str | None:
     """A change from A to B shown with its rate (+38%) or multiple (3.8 倍) that A and B do not give."""
-    m = CHANGE.search(text)
-    if not m or (m.group("ua") and m.group("ub") and m.group("ua") != m.group("ub")):
+    m, pair = _two_values(CHANGE, text)
+    if m is None:
         return None
-    a, ta = number(m.group("a"))
-    b, tb = number(m.group("b"))
+    (a, ta), (b, tb) = pair
     if a <= 0 or "%" in (m.group("ua") or "", m.group("ub") or ""):
         return None  # a change between two rates is in points, not per cent
     if all(1900 <= v <= 2100 and v == int(v) for v in (a, b)):
@@ -124,11 +131,10 @@ def change(text: str) -> str | None:
 
 def share(text: str) -> str | None:
     """'8.9 亿，占 15.4 亿的 58%': a part, its whole and the share they do not give."""
-    m = SHARE.search(text)
-    if not m or (m.group("ua") and m.group("ub") and m.group("ua") != m.group("ub")):
+    m, pair = _two_values(SHARE, text)
+    if m is None:
         return None
-    a, ta = number(m.group("a"))
-    b, tb = number(m.group("b"))
+    (a, ta), (b, tb) = pair
     p, tp = number(m.group("p"))
     if b <= 0 or a > b:
         return None

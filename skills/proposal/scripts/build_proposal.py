@@ -2,7 +2,7 @@
 """Assemble Markdown sections into a proposal/manuscript .docx (and optionally a PDF).
 
     python build_proposal.py sections/ [more.md ...] --out 申报书.docx [--title T] [--subtitle S]
-                             [--profile proposal|paper] [--numbering auto|chinese|decimal|none]
+                             [--profile proposal|paper] [--numbering auto|chinese|nsfc|decimal|none]
                              [--limit CHARS] [--pdf]
 
 Inputs are Markdown files or folders (their *.md files in name order). Frontmatter of the first
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--title")
     ap.add_argument("--subtitle")
     ap.add_argument("--profile", choices=("proposal", "paper"), default="proposal")
-    ap.add_argument("--numbering", choices=("auto", "chinese", "decimal", "none"))
+    ap.add_argument("--numbering", choices=("auto", "chinese", "nsfc", "decimal", "none"))
     ap.add_argument("--limit", type=int, help="character limit of the body (reported, not enforced)")
     ap.add_argument("--pdf", action="store_true", help="also write a PDF next to the .docx")
     args = ap.parse_args(argv)

@@ -235,6 +235,16 @@ def set_table_borders(table, style: str = "three-line", color: str = "000000") -
             tc_pr.insert_element_before(tc_borders, *_TCPR_AFTER_BORDERS)
 
 
+def indent_to_text(table, twips: int = 108) -> None:
+    """A left-aligned table's border on the text margin (the cells' own left padding, 0.19 cm, is
+    otherwise hung out to the left of the text column)."""
+    tbl_pr = _tbl_pr(table)
+    ind = OxmlElement("w:tblInd")
+    ind.set(qn("w:w"), str(twips))
+    ind.set(qn("w:type"), "dxa")
+    tbl_pr.insert_element_before(ind, "w:tblBorders", *_TBLPR_AFTER_BORDERS)
+
+
 def shade_cell(cell, fill: str) -> None:
     tc_pr = cell._tc.get_or_add_tcPr()
     shd = OxmlElement("w:shd")

@@ -148,4 +148,8 @@ class Numberer:
         if self.mode == "chinese":
             n = self.counts[level]
             return {1: f"{chinese_number(n)}、", 2: f"（{chinese_number(n)}）", 3: f"{n}. ", 4: f"（{n}）"}.get(level, "")
+        if self.mode == "nsfc":  # the NSFC 报告正文 outline: （一）立项依据与研究内容 / 1．项目的立项依据 / （1）
+            n = self.counts[level]
+            circled = chr(0x2460 + n - 1) if 1 <= n <= 20 else f"{n})"
+            return {1: f"（{chinese_number(n)}）", 2: f"{n}．", 3: f"（{n}）", 4: circled}.get(level, "")
         return ""

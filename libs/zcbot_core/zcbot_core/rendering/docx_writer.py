@@ -281,9 +281,11 @@ class DocxWriter:
                 pf.line_spacing = 1.15
                 pf.space_after = Pt(0)
                 align = block.align[c] if c < len(block.align) else "left"
-                if r == 0 or align == "center":
+                numeric = align == "right" or (common.NUMERIC.match(plain_text(value) or "x") if r else
+                                               column_is_numeric(block.rows, c))
+                if align == "center":
                     para.alignment = WD_ALIGN_PARAGRAPH.CENTER
-                elif align == "right" or common.NUMERIC.match(plain_text(value) or "x"):
+                elif numeric:  # a header sits over its column the way the column's numbers do
                     para.alignment = WD_ALIGN_PARAGRAPH.CENTER if self.style.table_style == "three-line" else WD_ALIGN_PARAGRAPH.RIGHT
                 else:
                     para.alignment = WD_ALIGN_PARAGRAPH.LEFT
@@ -292,12 +294,16 @@ class DocxWriter:
                     common.shade_cell(cell, self.style.header_fill)
         plain_rows = [[plain_text(c) for c in row] for row in [block.header, *block.rows]]
         shrink = self.style.table_size if self.style.table_style == "grid" else None  # academic tables span the text
-        set_column_widths(table, column_widths(plain_rows, common.text_width(self.doc), shrink_to_fit=shrink))
+        set_column_widths(table, column_widths(plain_rows, common.text_width(self.doc), shrink_to_fit=shrink,
+                                               size=self.style.table_size))
         common.repeat_header(table.rows[0])
         common.set_table_borders(table, self.style.table_style)
+        if self.style.table_style == "grid":
+            common.indent_to_text(table)
         spacer = self.doc.add_paragraph()
         spacer.paragraph_format.space_after = Pt(0)
-        spacer.paragraph_format.line_spacing = 1.0
+        # A brief's table is followed by a small gap, not a blank line (a heading after it has its own space).
+        spacer.paragraph_format.line_spacing = Pt(6) if self.style.table_style == "grid" else 1.0
 
     def _figure(self, block: Image) -> None:
         assert self.report is not None
@@ -335,6 +341,11 @@ class DocxWriter:
             pf.space_after = Pt(0)
             if self.style.code_fill:
                 common.shade_paragraph(para, self.style.code_fill)
+
+
+def column_is_numeric(rows: list[list[str]], c: int) -> bool:
+    cells = [plain_text(row[c]) for row in rows if c < len(row) and plain_text(row[c]).strip()]
+    return bool(cells) and all(common.NUMERIC.match(cell) for cell in cells)
 
 
 def render_docx(source: str | Document, out: Path, style: DocStyle, base_dir: Path | None = None,

@@ -5,7 +5,7 @@
     python render.py --to pdf deck.pptx deck.pdf                      (office file -> PDF)
 
 Options: --profile (default: proposal), --base-dir (where relative image paths are looked up;
-default: the Markdown file's folder), --numbering auto|decimal|chinese|none, --cjk-font, --latin-font,
+default: the Markdown file's folder), --numbering auto|decimal|chinese|nsfc|none, --cjk-font, --latin-font,
 --title (overrides the frontmatter title). Exit status: 0 done, 1 written but with problems listed
 (e.g. a missing figure), 2 nothing written (the message says why).
 """
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output")
     p.add_argument("--profile", choices=ALL_PROFILES, default="proposal")
     p.add_argument("--base-dir")
-    p.add_argument("--numbering", choices=("auto", "decimal", "chinese", "none"))
+    p.add_argument("--numbering", choices=("auto", "decimal", "chinese", "nsfc", "none"))
     p.add_argument("--cjk-font")
     p.add_argument("--latin-font")
     p.add_argument("--title")
