@@ -75,6 +75,16 @@ async def test_task_search_finds_message_text(stack: Stack, browser: Any, artifa
         await search.fill("")
         await expect(items).to_have_count(2)
         await expect(page.locator(tid("task-match"))).to_have_count(0)
+        # Opening a task found by a message shows that message, marked.
+        await search.fill("初稿")
+        await expect(items).to_have_count(1)
+        await items.first.click()
+        await expect(page.locator(tid("chat-title"))).to_have_text("杂项")
+        found = page.locator('[data-found="true"]')
+        await expect(found).to_have_count(1)
+        await expect(found).to_have_attribute("data-testid", "assistant-message")
+        await expect(found).to_contain_text("初稿")
+        await expect(found).to_be_in_viewport()
     finally:
         await context.close()
     assert not page.page_errors, page.page_errors

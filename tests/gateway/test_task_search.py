@@ -68,6 +68,11 @@ async def test_search_finds_message_text_in_own_tasks_only(app_client: httpx.Asy
     # Without q there is no match field value.
     resp = await app_client.get("/v1/tasks", headers=alice)
     assert {t["task_id"]: t["match"] for t in resp.json()["items"]} == {misc: None, weekly: None}
+    # The total over pages, also past the last one.
+    resp = await app_client.get("/v1/tasks", headers=alice, params={"q": "季度", "page": 1, "page_size": 1})
+    assert (resp.json()["total"], len(resp.json()["items"])) == (1, 1)
+    resp = await app_client.get("/v1/tasks", headers=alice, params={"q": "季度", "page": 3, "page_size": 1})
+    assert (resp.json()["total"], resp.json()["items"]) == (1, [])
     # Bob finds his own.
     assert [t["task_id"] for t in await search(app_client, bob, "季度")] == [bobs]
 

@@ -58,7 +58,7 @@ from zcbot_gateway.schemas import (
     task_to_json,
 )
 from zcbot_gateway.task_access import get_user_task, require_web_task
-from zcbot_gateway.task_search import message_matches, search_condition
+from zcbot_gateway.task_search import search_page
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
 
@@ -165,19 +165,15 @@ async def list_tasks(
         conds.append(Task.working_dir == normalize_working_dir(working_dir))
     needle = (clean_text(q.strip(), "q") or "") if q is not None else ""
     if needle:
-        conds.append(search_condition(needle))
+        found, total = await search_page(session, conds, needle, order_by, paging.offset, paging.page_size)
+        return paging.envelope([{**task_to_json(t), "match": match} for t, match in found], total)
 
     count = await session.scalar(select(func.count()).select_from(Task).where(*conds)) or 0
     stmt: Select[tuple[Task]] = (
         select(Task).where(*conds).order_by(*order_by).offset(paging.offset).limit(paging.page_size)
     )
     rows = (await session.scalars(stmt)).all()
-    items = [task_to_json(t) for t in rows]
-    if needle:
-        found = await message_matches(session, [t.task_id for t in rows], needle)
-        for item in items:
-            item["match"] = found.get(item["task_id"])
-    return paging.envelope(items, count)
+    return paging.envelope([task_to_json(t) for t in rows], count)
 
 
 @router.get("/tasks/{task_id}", response_model=TaskOut)

@@ -23,6 +23,12 @@ function cancelledNotice(text) {
   return notice("warn", text || t("run.cancelled"), "run-cancelled");
 }
 
+/** A message's bubble carries its stored idx (a search result opens the task at it: tasks.js). */
+function tagged(node, m) {
+  node.dataset.msgIdx = String(m.idx);
+  return node;
+}
+
 export async function loadHistory(task, seq, send) {
   const box = messagesBox();
   box.replaceChildren(el("p", { class: "muted empty" }, t("chat.loading")));
@@ -64,10 +70,10 @@ export async function loadHistory(task, seq, send) {
       const text = messageText(p.content);
       const cut = CANCEL_TAIL.exec(text);
       const answer = cut ? text.slice(0, cut.index) : text;
-      if (answer.trim()) out.append(assistantBubble(answer, m.created_at));
+      if (answer.trim()) out.append(tagged(assistantBubble(answer, m.created_at), m));
       out.append(cancelledNotice(cut ? cut[1] : ""));
     } else if (p.role === "user") {
-      out.append(userBubble(messageText(p.content), m.created_at, replaced ? null : m.idx));
+      out.append(tagged(userBubble(messageText(p.content), m.created_at, replaced ? null : m.idx), m));
     } else if (p.role === "assistant") {
       if (kind === "guard") {
         out.append(notice("warn", messageText(p.content), "run-warn"));
@@ -76,7 +82,7 @@ export async function loadHistory(task, seq, send) {
       }
       if (p.reasoning_content) out.append(reasoningBlock(p.reasoning_content));
       const text = messageText(p.content);
-      if (text) out.append(assistantBubble(text, m.created_at));
+      if (text) out.append(tagged(assistantBubble(text, m.created_at), m));
       for (const tc of p.tool_calls || []) {
         const fn = tc.function || {};
         const card = toolCard(tc.id, fn.name || "tool", fn.arguments || "{}");

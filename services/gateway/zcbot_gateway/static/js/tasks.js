@@ -15,6 +15,7 @@ const TASK_POLL_MS = 15000;
 const SEARCH_DELAY_MS = 250;
 let signature = "";
 let poll = null;
+let jumpTo = null; // {taskId, idx}: the message a search result was opened at, shown once its history is in
 const view = { deleted: false, q: "" }; // the list shown: the trash or the live tasks, filtered by q
 
 function sig() {
@@ -66,7 +67,8 @@ export function renderTasks() {
     list.append(el("li", { class: "task-row" },
       el("button", {
         type: "button", class: "task-item" + (selected ? " selected" : ""), "aria-current": selected ? "true" : null,
-        "data-testid": "task-item", "data-task-id": task.task_id, onclick: () => selectTask(task.task_id),
+        "data-testid": "task-item", "data-task-id": task.task_id,
+        onclick: () => selectTask(task.task_id, { jump: view.q && task.match ? task.match.idx : null }),
       },
       el("span", { class: "task-name" }, task.name),
       el("span", { class: "task-meta muted" }, task.working_dir + (busy ? " · " + statusLabel(task.run_status) : "")),
@@ -113,9 +115,11 @@ export async function refreshCurrentTask() {
 }
 
 /** Open a task; `route`: how the address follows ("push", "replace", or "none" when it already
- * names the task: a reload, back/forward). Answers false when the task could not be opened. */
-export async function selectTask(taskId, { route = "push" } = {}) {
+ * names the task: a reload, back/forward); `jump`: a message's idx to show (a search's match).
+ * Answers false when the task could not be opened. */
+export async function selectTask(taskId, { route = "push", jump = null } = {}) {
   const seq = ++state.selectSeq;
+  jumpTo = jump === null ? null : { taskId, idx: jump };
   let task;
   try {
     task = await api("/v1/tasks/" + enc(taskId));
@@ -183,6 +187,20 @@ export function setupTasks() {
     }
   });
   on("run-ended", () => { checkFolder(); });
+  on("history-loaded", showJump);
+}
+
+/** The history is in: a task opened from a search shows the matching message (a replaced one unfolded). */
+function showJump() {
+  const jump = jumpTo;
+  jumpTo = null;
+  if (!jump || !state.current || state.current.task_id !== jump.taskId) return;
+  const node = $("messages").querySelector(`[data-msg-idx="${jump.idx}"]`);
+  if (!node) return; // not among the messages loaded
+  const group = node.closest("details");
+  if (group) group.open = true;
+  node.dataset.found = "true";
+  node.scrollIntoView({ block: "center" });
 }
 
 export function startTaskPoll() {
