@@ -19,7 +19,7 @@ meter stays only for reporting. Measured on this machine: `fallocate -l 200M` re
   a 50 MB limit): the sandbox's seccomp filter refuses the ioctls that create one
   (zcbot_executor/sandbox/seccomp.py; bwrap loads it, in a Docker container every process the
   executor starts loads it itself with a Landlock domain that keeps user code from tracing a
-  process not yet filtered: zcbot_executor/confine.py). Docker without Landlock, or another
+  process not yet filtered: zcbot_executor/inside/confine.py). Docker without Landlock, or another
   sandbox, has no such filter, so `auto` picks the meter with it and `btrfs` refuses to start.
 - Usage: the qgroup's referenced bytes from sysfs (`/sys/fs/btrfs/<fsid>/qgroups/0_<id>/referenced`,
   no privilege needed), updated by the kernel at each transaction commit (≤ 30 s); the meter

@@ -14,6 +14,7 @@ name (`import tools_fs`), never as this package, and nothing of `zcbot_core` is 
   capabilities; bwrap under a non-root executor — uid 1000 in bwrap's user namespace (the
   executor's uid outside); docker — the container user ZCBOT_SANDBOX_UID:GID; unsafe — the
   executor's own user (development only).
-The entry is `tool_runner.py` (modes serve, once, kill, proc: the background wrapper
+In a Docker sandbox `confine.py` runs first (the container's main process and each `docker exec`
+load the bwrap backend's seccomp filter and a Landlock domain before anything else). The entry is `tool_runner.py` (modes serve, once, kill, proc: the background wrapper
 `proc_wrapper.py`); the host imports these modules only in tests.
 """
