@@ -53,9 +53,14 @@ def _valid_digest(digest: str) -> bool:
 class VersionSettings(Protocol):
     """What the store reads of the settings (`zcbot_core.platform.config.Settings` has it all)."""
 
-    storage_root: Path
-    zcbot_versions_max_age_days: int
-    zcbot_versions_budget_mb: int
+    @property
+    def storage_root(self) -> Path: ...
+
+    @property
+    def zcbot_versions_max_age_days(self) -> int: ...
+
+    @property
+    def zcbot_versions_budget_mb(self) -> int: ...
 
 
 class VersionStore:
