@@ -14,7 +14,7 @@ import time
 import psutil
 import uvloop
 
-from tests.executor.test_procs import wait_status
+from tests.executor.background.test_procs import wait_status
 from tests.helpers.executor_stack import Stack as ExecutorStack
 from tests.helpers.executor_stack import wait_no_processes, wait_processes
 from tests.helpers.stack import Stack

@@ -11,7 +11,7 @@ import json
 import secrets
 import time
 
-from tests.executor.test_procs import wait_status
+from tests.executor.background.test_procs import wait_status
 from tests.helpers.executor_stack import Stack as ExecutorStack
 from tests.helpers.executor_stack import wait_no_processes, wait_processes
 from tests.helpers.wait import wait_for
