@@ -63,7 +63,7 @@ async def test_a_scheduled_brief_gathers_cites_and_renders(bare_stack: Stack, fa
     clock = [T0]
     rt = await open_runtime("scheduler", stack.settings)
     scheduler = SchedulerService(clock=lambda: clock[0],
-                                 config=SchedulerConfig(tick_seconds=0, reconcile_grace_seconds=1))
+                                 config=SchedulerConfig.defaults(tick_seconds=0, reconcile_grace_seconds=1))
     await scheduler.start(rt)
     try:
         async with rt.sessions() as s, s.begin():

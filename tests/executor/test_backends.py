@@ -37,7 +37,8 @@ def _docker_ready(image: str) -> None:
 @pytest.fixture(params=["bwrap", "docker", "unsafe"])
 async def env(request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture):
     kind = request.param
-    config = ExecutorConfig(host="conf", storage_root=tmp_path / "users", state_dir=tmp_path / "state", backend=kind)
+    config = ExecutorConfig.defaults(host="conf", storage_root=tmp_path / "users", state_dir=tmp_path / "state",
+                                     backend=kind)
     if kind == "docker":
         await asyncio.to_thread(_docker_ready, config.docker_image)
     backend = make_backend(config)

@@ -113,8 +113,8 @@ class FakeEngine:
 async def docker_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     engine = FakeEngine(tmp_path)
     monkeypatch.setattr("zcbot_executor.sandbox.docker.docker_client", lambda timeout=10.0: engine)
-    config = ExecutorConfig(host="hd", storage_root=tmp_path / "users", state_dir=tmp_path / "state", backend="docker",
-                            docker_runtime="runsc")
+    config = ExecutorConfig.defaults(host="hd", storage_root=tmp_path / "users", state_dir=tmp_path / "state",
+                                     backend="docker", docker_runtime="runsc")
     backend = DockerBackend(config)
     await backend.start()
     yield backend, engine, config

@@ -98,7 +98,7 @@ def _docker_image_ready() -> bool:
     if not engine_available():
         return False
     try:
-        docker_client(timeout=10).images.get(ExecutorConfig.docker_image)
+        docker_client(timeout=10).images.get(ExecutorConfig.defaults().docker_image)
         return True
     except Exception:
         return False

@@ -12,7 +12,6 @@ from urllib.parse import urlparse
 import psutil
 
 from tests.helpers.executor_stack import Stack, sandbox_processes, wait_no_processes
-from zcbot_executor.config import Limits
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,7 +119,7 @@ async def test_fork_bomb_is_contained(one: Stack) -> None:
 
 
 async def test_memory_hog_is_contained(stack: Stack) -> None:
-    await stack.executor("h1", limits=Limits(memory_mb=512))  # the default is 2048; smaller keeps the test fast
+    await stack.executor("h1", env={"ZCBOT_SANDBOX_MEMORY_MB": "512"})  # the default is 2048; smaller keeps the test fast
     one = stack
     r = await one.call("run_python", {"code": "chunks = []\nwhile True:\n    chunks.append(bytearray(200 * 1024 * 1024))\n"})
     assert not r.ok and "MemoryError" in r.output, (r.error, r.output[-500:])

@@ -29,7 +29,7 @@ def _keep(storage: Path, user: str, data: bytes, age_days: float = 0) -> str:
     root = storage / user
     root.mkdir(parents=True, exist_ok=True)
     (root / "f").write_bytes(data)
-    store = filehistory.VersionStore(storage, user)
+    store = filehistory.VersionStore(storage, user, max_age_days=30, budget_bytes=0)
     with safe_fs.Root.open(root) as r:
         kept = store.keep(r, "f")
     assert kept is not None
@@ -88,10 +88,10 @@ async def test_pruning_drops_what_no_kept_version_needs(rt: Runtime, tmp_path: P
                                                      "mixed-run/a", "mixed-run/b", "undo-kept")}
     async with rt.sessions() as s:
         assert (await s.scalars(select(FileReportRecorded.report_id))).all() == ["p-new"]
-    assert filehistory.VersionStore(storage, "pia").has(kept)
+    assert filehistory.VersionStore(storage, "pia", max_age_days=30, budget_bytes=0).has(kept)
 
     # Once the kept version goes too, the rows that needed it follow (the whole run with them).
-    os.utime(filehistory.VersionStore(storage, "pia").path / kept[:2] / kept, (time.time() - 35 * 86400,) * 2)
+    os.utime(filehistory.VersionStore(storage, "pia", max_age_days=30, budget_bytes=0).path / kept[:2] / kept, (time.time() - 35 * 86400,) * 2)
     done = await RowPruner(storage, max_age_days=30).run(rt.sessions)
     assert done.versions == 1
     assert await _paths(rt) == {("pia", p) for p in ("young.txt", "mixed-run/a", "mixed-run/b")}

@@ -19,7 +19,7 @@ FILES = ("a.txt", "sub/b.txt", "c.txt")
 def _run(tmp_path: Path) -> tuple[Path, filehistory.VersionStore, revert_mod.Plan]:
     """A user tree whose three files a run rewrote (in FILES order), and the revert plan of that run."""
     root = paths.user_root(tmp_path, "ruth")
-    store = filehistory.VersionStore(tmp_path, "ruth")
+    store = filehistory.VersionStore(tmp_path, "ruth", max_age_days=30, budget_bytes=0)
     for rel in FILES:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(f"user {rel}")

@@ -56,7 +56,7 @@ def test_retention_oldest_first(tmp_path: Path) -> None:
         assert store.keep(r, "big.txt") is None  # larger than the whole budget: not kept
     assert [d for d, _s, _m in store.objects()] == digests[2:]  # 40 bytes over a 25-byte budget: the two oldest went
     assert store.prune(now=2000) == []
-    aged = filehistory.VersionStore(tmp_path, "alice", max_age_days=1)
+    aged = filehistory.VersionStore(tmp_path, "alice", max_age_days=1, budget_bytes=0)
     assert aged.prune(now=1002 + 86400 + 0.5) == [digests[2]]  # older than a day; the newest stays
     assert [d for d, _s, _m in aged.objects()] == [digests[3]]
 

@@ -5,33 +5,23 @@
   App exceptions become 500 responses, as in production.
 - `start_app`: factory `async with start_app(settings) as client` for a second app (e.g. another
   JWT_SECRET) in the same test.
-- `make_user`: `await make_user(client, user_id, **profile) -> headers` (platform-key login).
+- `make_user`: `await make_user(client, user_id, **profile) -> headers` (platform-key login);
+  `make_admin` also sets `users.role = 'admin'` in the DB. More helpers in tests/helpers/gateway.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.helpers.gateway import Headers, login, running_app, set_role
 from zcbot_core.platform.config import Settings
-from zcbot_gateway.app import create_app
 
-Headers = dict[str, str]
 MakeUser = Callable[..., Awaitable[Headers]]
-
-
-@asynccontextmanager
-async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test") as client:
-            client.app = app  # type: ignore[attr-defined]
-            yield client
 
 
 @pytest.fixture
@@ -45,15 +35,16 @@ async def app_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def login(client: httpx.AsyncClient, user_id: str, **profile: Any) -> Headers:
-    settings: Settings = client.app.state.settings  # type: ignore[attr-defined]
-    resp = await client.post(
-        "/v1/auth/login", json={"user_id": user_id, "platform_key": settings.platform_key, **profile}
-    )
-    assert resp.status_code == 200, resp.text
-    return {"Authorization": f"Bearer {resp.json()['token']}"}
-
-
 @pytest.fixture
 def make_user() -> MakeUser:
     return login
+
+
+@pytest.fixture
+def make_admin() -> MakeUser:
+    async def make(client: httpx.AsyncClient, user_id: str, **profile: Any) -> Headers:
+        await login(client, user_id, **profile)
+        await set_role(client, user_id, "admin")
+        return await login(client, user_id, **profile)  # the role change revoked the first token
+
+    return make

@@ -165,6 +165,18 @@ async def wait_no_processes(predicate: Callable[[str], bool] | None = None, time
         await asyncio.sleep(0.1)
 
 
+async def wait_status(stack: Stack, proc_id: str, statuses: set[str], text: str = "", timeout: float = 10.0) -> ToolCallReply:
+    """check_process until the background process `proc_id` is in one of `statuses` (and its output has `text`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = await stack.call("check_process", {"proc_id": proc_id})
+        assert r.ok, r.error
+        if r.meta["status"] in statuses and text in r.output:
+            return r
+        assert time.monotonic() < deadline, r.output
+        await asyncio.sleep(0.2)
+
+
 class ExecutorProcess:
     """A real `python -m zcbot_executor` child (for environment and crash tests)."""
 

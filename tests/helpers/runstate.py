@@ -3,7 +3,7 @@ the test's PostgreSQL and NATS: the entry points' submit and cancel, and the run
 test - it pulls the run requests from the real runners consumer, claims, ends (as `RunExecutor._finish`
 does: the end, `done`, the ack, then `continue_after_end`), dies (its delivery terminated: the request
 gone, no liveness key) or hands a run back (nak) - plus the real reaper and requeue sweeps. Used by
-tests/core/test_runstate_matrix.py and test_runstate_stateful.py."""
+tests/core/runstate/test_runstate_matrix.py and test_runstate_stateful.py."""
 
 from __future__ import annotations
 

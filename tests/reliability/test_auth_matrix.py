@@ -80,7 +80,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/v1/files/delete"): Route(json={"path": OWNER_FILE}, owned=True),
     ("POST", "/v1/files/rename"): Route(json={"path": OWNER_FILE, "new_name": "stolen.txt"}, owned=True),
     # File history (issue 29): another user's versions are simply not in the caller's list
-    # (tests/gateway_extra/test_file_versions.py checks the 404 on restoring one).
+    # (tests/gateway/test_file_versions.py checks the 404 on restoring one).
     ("GET", "/v1/files/versions"): Route(query={"path": OWNER_FILE}),
     ("POST", "/v1/files/restore"): Route(json={"path": OWNER_FILE, "version_id": 1}),
     ("POST", "/v1/tasks/{task_id}/runs/{run_id}/revert-files"): Route(json={}, owned=True),
@@ -100,7 +100,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/v1/channels/ilink/login"): Route(query={"wait": 0}),
     ("DELETE", "/v1/channels/{channel}"): Route(owned=True),
     # Background processes: another user's proc id is a 404 through the real executor
-    # (tests/gateway_extra/test_procs_api.py); this app has no executor, so they are not "owned" here.
+    # (tests/gateway/test_procs_api.py); this app has no executor, so they are not "owned" here.
     ("GET", "/v1/procs"): Route(),
     ("POST", "/v1/procs/{proc_id}/kill"): Route(),
     ("GET", "/v1/admin/overview"): Route(admin=True),

@@ -34,7 +34,7 @@ from zcbot_scheduler.config import SchedulerConfig
 from zcbot_scheduler.service import SchedulerService
 
 T0 = datetime(2026, 6, 1, 8, 59, 30, tzinfo=timezone.utc)
-FAST = SchedulerConfig(tick_seconds=0, reconcile_grace_seconds=0, push_timeout_seconds=2)
+FAST = SchedulerConfig.defaults(tick_seconds=0, reconcile_grace_seconds=0, push_timeout_seconds=2)
 
 
 @pytest.fixture
@@ -221,7 +221,7 @@ async def live(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tm
     await runner.start(runner_rt)
     clock = Clock(T0)
     rt = await open_runtime("scheduler", settings)
-    svc = SchedulerService(clock=clock, config=SchedulerConfig(tick_seconds=0, reconcile_grace_seconds=1))
+    svc = SchedulerService(clock=clock, config=SchedulerConfig.defaults(tick_seconds=0, reconcile_grace_seconds=1))
     await svc.start(rt)
     try:
         yield Live(settings=settings, fake=fake, scheduler=svc, rt=rt, clock=clock)

@@ -36,7 +36,7 @@ async def test_a_queued_run_whose_request_was_lost_is_published_again_and_runs(b
         js = nc.jetstream()
         lost = await js.get_last_msg(topo.runs_stream, topo.run_subject(task["task_id"]))
         await js.delete_msg(topo.runs_stream, lost.seq)  # no runner will ever see it now
-        svc = SchedulerService(config=SchedulerConfig(tick_seconds=0, requeue_after_seconds=0.5))
+        svc = SchedulerService(config=SchedulerConfig.defaults(tick_seconds=0, requeue_after_seconds=0.5))
         await svc.start(rt)
         await asyncio.sleep(0.6)
         assert (await svc.tick()).requeued == 1

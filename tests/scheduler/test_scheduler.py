@@ -168,7 +168,7 @@ async def _true(value: bool) -> bool:
 
 async def test_timeout_recorded_even_if_run_never_stops(harness: Harness) -> None:
     h = harness
-    svc = await h.scheduler(SchedulerConfig(tick_seconds=0, cancel_grace_seconds=30, reconcile_grace_seconds=0))
+    svc = await h.scheduler(SchedulerConfig.defaults(tick_seconds=0, cancel_grace_seconds=30, reconcile_grace_seconds=0))
     user = await h.user("stuck")
     job = await h.create_job(user, timeout_seconds=60)
     h.clock.set(DUE)
@@ -184,7 +184,7 @@ async def test_timeout_recorded_even_if_run_never_stops(harness: Harness) -> Non
 
 async def test_consecutive_failures_disable_the_job_and_push(harness: Harness) -> None:
     h = harness
-    svc = await h.scheduler(SchedulerConfig(tick_seconds=0, max_failures=3, reconcile_grace_seconds=0))
+    svc = await h.scheduler(SchedulerConfig.defaults(tick_seconds=0, max_failures=3, reconcile_grace_seconds=0))
     pushes = await h.push_responder()
     user = await h.user("flaky")
     job = await h.create_job(user, cron="0 * * * *")

@@ -14,9 +14,8 @@ import time
 import psutil
 import uvloop
 
-from tests.executor.test_procs import wait_status
 from tests.helpers.executor_stack import Stack as ExecutorStack
-from tests.helpers.executor_stack import wait_no_processes, wait_processes
+from tests.helpers.executor_stack import wait_no_processes, wait_processes, wait_status
 from tests.helpers.stack import Stack
 from zcbot_executor.sandbox.launch import kill_detached, launch_detached
 

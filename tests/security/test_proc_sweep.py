@@ -11,9 +11,8 @@ import json
 import secrets
 import time
 
-from tests.executor.test_procs import wait_status
 from tests.helpers.executor_stack import Stack as ExecutorStack
-from tests.helpers.executor_stack import wait_no_processes, wait_processes
+from tests.helpers.executor_stack import wait_no_processes, wait_processes, wait_status
 from tests.helpers.wait import wait_for
 from zcbot_executor.background.sweep import sweep_procs
 

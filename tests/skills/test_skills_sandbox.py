@@ -37,7 +37,7 @@ def _read_only_mounts(config: object, tmp_path: Path) -> set[tuple[str, str]]:
 
 
 def test_executor_mounts_skills_and_rendering_read_only(tmp_path: Path) -> None:
-    config = config_mod.ExecutorConfig(host="test", storage_root=tmp_path / "users", state_dir=tmp_path / "state")
+    config = config_mod.ExecutorConfig.defaults(host="test", storage_root=tmp_path / "users", state_dir=tmp_path / "state")
     pairs = _read_only_mounts(config, tmp_path)
     assert (str(SKILLS), "/sandbox/skills") in pairs and (str(RENDERING), "/sandbox/rendering") in pairs
 
@@ -66,7 +66,7 @@ async def sandbox():
     os.chmod(base, 0o755)
     user_root = base / "users" / "u1"
     prepare_task_folder(user_root / "task")
-    config = config_mod.ExecutorConfig(host="test", storage_root=base / "users", state_dir=base / "state")
+    config = config_mod.ExecutorConfig.defaults(host="test", storage_root=base / "users", state_dir=base / "state")
     backend = bwrap_mod.BwrapBackend(config)
     try:
         await backend.start()

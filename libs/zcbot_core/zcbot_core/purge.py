@@ -132,7 +132,7 @@ async def _discard_versions(sessions: async_sessionmaker[AsyncSession], storage_
                 DataEvent.user_id == user, DataEvent.prev_hash.in_(wanted)))).all())
             named |= set((await s.scalars(select(DataEvent.content_hash).where(
                 DataEvent.user_id == user, DataEvent.content_hash.in_(wanted)))).all())
-        store = VersionStore(storage_root, user)
+        store = VersionStore(storage_root, user, max_age_days=0, budget_bytes=0)  # discarding only: no limit applies
         count, freed = await asyncio.to_thread(store.discard, wanted - named)
         report.versions += count
         report.version_bytes += freed

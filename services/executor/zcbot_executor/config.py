@@ -11,7 +11,7 @@ import os
 import re
 import socket
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from zcbot_core.platform.config import Settings
+from zcbot_core.tools.sandbox_schemas import MAX_BACKGROUND_LIMIT
 from zcbot_core.workspace.skills import SkillPaths
 from zcbot_executor.egress.allowlist import parse_entry
 
@@ -146,14 +147,20 @@ class ExecutorSettings(Settings):
         return value
 
 
+# Fixed here, not settings (no variable): the per-process open-file limit, the ceiling of a background
+# process's time limit, and how often ended background processes are swept (tests shorten it).
+MAX_OPEN_FILES = 1024
+SWEEP_INTERVAL_SECONDS = 3600.0
+
+
 @dataclass(frozen=True)
 class Limits:
-    memory_mb: int = 2048  # per process (RLIMIT_DATA); docker: the container's memory limit
-    address_space_mb: int = 16384  # per process (RLIMIT_AS), a backstop only (see inside/sandbox_init.py)
-    max_procs: int = 256
-    max_file_mb: int = 1024
-    max_open_files: int = 1024
-    tmp_mb: int = 512
+    memory_mb: int  # per process (RLIMIT_DATA); docker: the container's memory limit
+    address_space_mb: int  # per process (RLIMIT_AS), a backstop only (see inside/sandbox_init.py)
+    max_procs: int
+    max_file_mb: int
+    max_open_files: int
+    tmp_mb: int
 
     def runner_limits(self) -> dict[str, int]:
         return {"data_mb": self.memory_mb, "address_space_mb": max(self.address_space_mb, self.memory_mb),
@@ -165,39 +172,45 @@ class ExecutorConfig:
     host: str
     storage_root: Path
     state_dir: Path
-    backend: str = "bwrap"
-    idle_seconds: float = 300.0
-    max_bg_procs: int = 3
-    docker_runtime: str = "runc"
-    docker_image: str = "zcbot-sandbox:latest"
-    docker_cpus: float = 1.0
-    sandbox_uid: int = 10001
-    sandbox_gid: int = 10001
-    limits: Limits = field(default_factory=Limits)
-    python: str = sys.executable
-    env_passthrough: tuple[str, ...] = ()
-    lease_refresh_seconds: float | None = None
-    drain_grace_seconds: float = 25.0
-    max_concurrency: int = 256
-    bg_time_limit: float = 7200.0
-    bg_time_limit_max: float = 86400.0
-    bg_log_cap_mb: int = 10
-    proc_retention_days: float = 7.0
-    bg_stop_with_executor: bool = False
-    sweep_interval_seconds: float = 3600.0
-    user_memory_mb: int = 4096
-    user_max_procs: int = 1024
-    user_cpu_weight: int = 100
-    user_cpu_cores: float = 2.0  # 0: no hard cap
-    user_max_calls: int = 8
-    cgroup_mode: str = "auto"
-    egress: bool = True
-    egress_allow: tuple[str, ...] = tuple(DEFAULT_EGRESS_ALLOW.split(","))
-    egress_audit_log: Path | None = None  # None: state_dir / egress-audit.jsonl
-    pip_index_url: str | None = None
-    user_egress_mb_per_day: int = 2048  # 0: no cap (egress/cap.py)
-    user_venv: bool = True
-    skill_paths: SkillPaths = field(default_factory=SkillPaths.defaults)  # the built-in skills' mounts
+    backend: str
+    idle_seconds: float
+    max_bg_procs: int
+    docker_runtime: str
+    docker_image: str
+    docker_cpus: float
+    sandbox_uid: int
+    sandbox_gid: int
+    limits: Limits
+    python: str
+    env_passthrough: tuple[str, ...]
+    lease_refresh_seconds: float | None
+    drain_grace_seconds: float
+    max_concurrency: int
+    bg_time_limit: float
+    bg_time_limit_max: float
+    bg_log_cap_mb: int
+    proc_retention_days: float
+    bg_stop_with_executor: bool
+    sweep_interval_seconds: float
+    user_memory_mb: int
+    user_max_procs: int
+    user_cpu_weight: int
+    user_cpu_cores: float  # 0: no hard cap
+    user_max_calls: int
+    cgroup_mode: str
+    egress: bool
+    egress_allow: tuple[str, ...]
+    egress_audit_log: Path | None  # None: state_dir / egress-audit.jsonl
+    pip_index_url: str | None
+    user_egress_mb_per_day: int  # 0: no cap (egress/cap.py)
+    user_venv: bool
+    skill_paths: SkillPaths  # the built-in skills' mounts
+
+    @classmethod
+    def defaults(cls, **overrides: Any) -> "ExecutorConfig":
+        """The declared defaults (the pydantic fields; no environment read), with `overrides`: for
+        tests and tools that need a config without a process environment."""
+        return cls.from_settings(ExecutorSettings.model_construct(), **overrides)
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> "ExecutorConfig":
@@ -209,6 +222,7 @@ class ExecutorConfig:
             max_procs=knobs.zcbot_sandbox_max_procs,
             max_file_mb=knobs.zcbot_sandbox_max_file_mb,
             tmp_mb=knobs.zcbot_sandbox_tmp_mb,
+            max_open_files=MAX_OPEN_FILES,
         )
         passthrough = tuple(n.strip() for n in knobs.zcbot_sandbox_env_passthrough.split(",") if n.strip())
         config = cls(
@@ -230,6 +244,8 @@ class ExecutorConfig:
             drain_grace_seconds=knobs.zcbot_executor_drain_grace_seconds,
             max_concurrency=knobs.zcbot_executor_max_concurrency,
             bg_time_limit=knobs.zcbot_bg_time_limit_seconds,
+            bg_time_limit_max=MAX_BACKGROUND_LIMIT,
+            sweep_interval_seconds=SWEEP_INTERVAL_SECONDS,
             bg_log_cap_mb=knobs.zcbot_bg_log_cap_mb,
             proc_retention_days=knobs.zcbot_proc_retention_days,
             bg_stop_with_executor=knobs.zcbot_bg_stop_with_executor,

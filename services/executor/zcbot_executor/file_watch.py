@@ -95,9 +95,7 @@ class FileWatch:
         self.pruned: dict[str, float] = {}
 
     def store(self, user_id: str) -> filehistory.VersionStore:
-        return filehistory.VersionStore(self.storage_root, user_id,
-                                        max_age_days=self.settings.zcbot_versions_max_age_days,
-                                        budget_bytes=self.settings.zcbot_versions_budget_mb * 1024 * 1024)
+        return filehistory.VersionStore.from_settings(self.settings, user_id, self.storage_root)
 
     def prune(self, user_id: str) -> None:
         """The user's age limit, at most every PRUNE_EVERY_SECONDS (the byte budget needs no pass:

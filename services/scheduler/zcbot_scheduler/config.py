@@ -1,11 +1,13 @@
 """Scheduler configuration: `SchedulerSettings` (the core `Settings` plus the scheduler's knobs,
 validated at start-up; the README's table is generated from it) and `SchedulerConfig`, the frozen
-view the scheduler's parts read (tests build one directly).
+view the scheduler's parts read, built only from the settings (each default is declared once, on the
+pydantic field; tests override fields with `from_settings(settings, tick_seconds=0, ...)`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -43,18 +45,18 @@ class SchedulerSettings(Settings):
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    max_failures: int = 3
-    tick_seconds: float = 1.0
-    misfire_grace_seconds: float = 60.0
-    cancel_grace_seconds: float = 60.0
-    reconcile_grace_seconds: float = 5.0
-    push_timeout_seconds: float = 10.0
-    batch: int = 50
-    requeue_after_seconds: float = 60.0
+    max_failures: int
+    tick_seconds: float
+    misfire_grace_seconds: float
+    cancel_grace_seconds: float
+    reconcile_grace_seconds: float
+    push_timeout_seconds: float
+    batch: int
+    requeue_after_seconds: float
 
     @classmethod
-    def from_settings(cls, s: SchedulerSettings) -> "SchedulerConfig":
-        return cls(
+    def from_settings(cls, s: SchedulerSettings, **overrides: Any) -> "SchedulerConfig":
+        config = cls(
             max_failures=s.zcbot_schedule_max_failures,
             tick_seconds=s.zcbot_scheduler_tick_seconds,
             misfire_grace_seconds=s.zcbot_schedule_misfire_grace_seconds,
@@ -64,6 +66,12 @@ class SchedulerConfig:
             batch=s.zcbot_scheduler_batch,
             requeue_after_seconds=s.zcbot_requeue_after_seconds,
         )
+        return replace(config, **overrides) if overrides else config
+
+    @classmethod
+    def defaults(cls, **overrides: Any) -> "SchedulerConfig":
+        """The declared defaults (no environment read), with `overrides`: for tests and tools."""
+        return cls.from_settings(SchedulerSettings.model_construct(), **overrides)
 
     @classmethod
     def from_env(cls) -> "SchedulerConfig":

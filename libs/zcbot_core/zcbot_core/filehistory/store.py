@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from zcbot_core import safe_fs
 
@@ -50,17 +50,32 @@ def _valid_digest(digest: str) -> bool:
     return len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
 
 
-class VersionStore:
-    """One user's kept versions. `max_age_days` / `budget_bytes` of 0 mean "no limit"."""
+class VersionSettings(Protocol):
+    """What the store reads of the settings (`zcbot_core.platform.config.Settings` has it all)."""
 
-    def __init__(self, storage_root: Path, user_id: str, *, max_age_days: int = 30, budget_bytes: int = 0) -> None:
+    @property
+    def storage_root(self) -> Path: ...
+
+    @property
+    def zcbot_versions_max_age_days(self) -> int: ...
+
+    @property
+    def zcbot_versions_budget_mb(self) -> int: ...
+
+
+class VersionStore:
+    """One user's kept versions. `max_age_days` / `budget_bytes` of 0 mean "no limit"; the service
+    code builds it with `from_settings` (ZCBOT_VERSIONS_MAX_AGE_DAYS / _BUDGET_MB, declared once)."""
+
+    def __init__(self, storage_root: Path, user_id: str, *, max_age_days: int, budget_bytes: int) -> None:
         self.path = Path(storage_root) / STORE_DIR / user_id
         self.max_age = max_age_days * DAY
         self.budget = budget_bytes
 
     @classmethod
-    def from_settings(cls, settings, user_id: str) -> "VersionStore":  # type: ignore[no-untyped-def]
-        return cls(settings.storage_root, user_id, max_age_days=settings.zcbot_versions_max_age_days,
+    def from_settings(cls, settings: VersionSettings, user_id: str, storage_root: Path | None = None) -> "VersionStore":
+        """`storage_root`: when the caller's differs from the settings' (an executor configured apart)."""
+        return cls(storage_root or settings.storage_root, user_id, max_age_days=settings.zcbot_versions_max_age_days,
                    budget_bytes=settings.zcbot_versions_budget_mb * 1024 * 1024)
 
     def _owner(self) -> tuple[int, int] | None:

@@ -1,7 +1,7 @@
 """The README's configuration table, generated from the settings classes (one row per variable).
 
 `python -m zcbot_core.platform.settings_doc` rewrites the block between the markers in README.md;
-tests/core/test_settings_doc.py fails when the README and the classes disagree. The classes are
+tests/core/platform/test_settings_doc.py fails when the README and the classes disagree. The classes are
 named as strings so this module imports no service.
 """
 

@@ -1,6 +1,6 @@
 """What must hold between any two transitions of the run state machine (`runstate.matrix`), read from
 PostgreSQL (and, given the bus, from JetStream): `violations` lists what does not. The tests check it
-after every step (tests/core/test_runstate_matrix.py, test_runstate_stateful.py); an operator may run it
+after every step (tests/core/runstate/test_runstate_matrix.py, test_runstate_stateful.py); an operator may run it
 against a live database.
 
 Per task (deleted tasks are left out):

@@ -4,7 +4,7 @@
 apply: a stale delivery, an end fenced on its owner, not a reaper's candidate), or a move with its
 effects. The transitions (`runstate.submit`, `.transitions`) decide from it - which submits are refused,
 which cancel ends a run at once and which signals a runner, where an interrupting message goes - and
-the tests hold the code to it (tests/core/test_runstate_matrix.py: the whole table against PostgreSQL
+the tests hold the code to it (tests/core/runstate/test_runstate_matrix.py: the whole table against PostgreSQL
 and NATS, `runstate.invariants` checked after every step).
 
 Slots: a `queued`, `running` or `cancelling` run holds one of its user's slots (`status.COUNTED`); a

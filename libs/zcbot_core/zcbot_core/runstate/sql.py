@@ -176,7 +176,7 @@ WAITING_OF_USER = select(func.count()).where(tasks.c.user_id == bindparam("waiti
 # A message to a task with no active run, submitted in one round trip by migration 0003's function
 # (user and task locks, both caps, the message, the queued run; it writes nothing unless it answers
 # `queued`). `submit._submit_in_transaction` is the path for an active task and the reference for
-# this one: tests/core/test_submit.py checks that both leave the same rows.
+# this one: tests/core/runstate/test_submit.py checks that both leave the same rows.
 SUBMIT_TO_IDLE = text(
     "SELECT outcome, detail, message_idx, counted FROM zcbot_submit_run_v2(:submit_user, :submit_task, "
     ":submit_run, :submit_payload, :submit_events_from, :submit_channel, :submit_max_active, :submit_max_queued, "

@@ -23,6 +23,14 @@ tasks.run_status (`status.RunStatus`): idle -> queued -> running -> idle | error
 between when a cancel is requested. A task has at most one active run (`status.ACTIVE`); the task row
 is locked with SELECT ... FOR UPDATE so concurrent posts cannot both start one, and the user row
 is locked too so the per-user cap on concurrent runs holds under races (Slark D-5).
+
+Why one module of ~470 lines (over the ~400 the project splits at): cancel, end and reap each finish
+through the same chain — `start_next_input`, `mark_ended`, `continue_after_end`, `promote_waiting` —
+and `queue_run`/`publish_run` are shared with submit. Split by transition, each module would import the
+chain from another and the chain would import back the waiting-run end it calls (a cycle); kept
+together, one file reads as the machine's side effects in order, and `matrix.py` holds the table.
+The submit and claim paths, which need none of the chain but `queue_run`/`publish_run`, are already
+their own modules (`submit.py`, `claim.py`).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from zcbot_core.safe_fs import paths
 from zcbot_core.tools.image_tool import ImageProblem, _read, prepare_image
 from zcbot_core.tools.push_tool import PushHostTool as HostTool
 from zcbot_core.tools.push_tool import _user_relative
-from zcbot_core.tools.results import ToolOutcome
+from zcbot_core.tools.results import ToolOutcome, required_text
 from zcbot_core.tools.web_tools import _save
 
 log = logging.getLogger(__name__)
@@ -128,11 +128,9 @@ def register_image_gen_tool(toolbox: Any, settings: Any, sessions: async_session
     defaults = budgets.Defaults.from_settings(settings)
 
     async def handler(args: dict[str, Any]) -> ToolOutcome:
-        prompt = args.get("prompt")
-        if not isinstance(prompt, str) or not prompt.strip():
-            return ToolOutcome.failure("`prompt` is required (what the image should show)")
-        if len(prompt) > MAX_PROMPT:
-            return ToolOutcome.failure(f"`prompt` is limited to {MAX_PROMPT} characters")
+        prompt = required_text(args, "prompt", MAX_PROMPT, "what the image should show")
+        if isinstance(prompt, ToolOutcome):
+            return prompt
         size = args.get("size") or "2K"
         if not isinstance(size, str) or not SIZE.match(size):
             return ToolOutcome.failure("`size` must be 1K, 2K, 4K or WIDTHxHEIGHT (e.g. 2048x1152)")

@@ -28,7 +28,7 @@ from zcbot_core.platform.config import ConfigError
 from zcbot_core.safe_fs import paths
 from zcbot_core.tools.push_tool import PushHostTool as HostTool
 from zcbot_core.tools.push_tool import _user_relative
-from zcbot_core.tools.results import ToolOutcome
+from zcbot_core.tools.results import ToolOutcome, required_text
 
 MAX_FILE_BYTES = 30 * 1024 * 1024
 MAX_PIXELS = 60_000_000
@@ -95,11 +95,9 @@ def register_image_tool(toolbox: Any, settings: Any, sessions: async_sessionmake
     async def handler(args: dict[str, Any]) -> ToolOutcome:
         from zcbot_core.llm.client import LlmCallError, stream_chat  # litellm: only where calls are made
 
-        question = args.get("question")
-        if not isinstance(question, str) or not question.strip():
-            return ToolOutcome.failure("`question` is required (what to look for in the image)")
-        if len(question) > MAX_QUESTION:
-            return ToolOutcome.failure(f"`question` is limited to {MAX_QUESTION} characters")
+        question = required_text(args, "question", MAX_QUESTION, "what to look for in the image")
+        if isinstance(question, ToolOutcome):
+            return question
         try:
             rel = _user_relative(cwd, str(args.get("path") or ""))
             data = await asyncio.to_thread(_read, root, rel)

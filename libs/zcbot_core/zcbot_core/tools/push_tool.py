@@ -19,7 +19,7 @@ from zcbot_core.bus import Topology
 from zcbot_core.channels.bindings import user_has_channel
 from zcbot_core.channels.push import send_to_user
 from zcbot_core.safe_fs import paths
-from zcbot_core.tools.results import ToolOutcome
+from zcbot_core.tools.results import ToolOutcome, required_text
 
 __all__ = ["PUSH_TOOL_SCHEMA", "register_push_tool", "user_has_channel"]
 
@@ -75,11 +75,9 @@ def register_push_tool(toolbox: Any, nc: NATS, topo: Topology, user_id: str) -> 
     cwd = getattr(toolbox, "cwd", "") or ""
 
     async def handler(args: dict[str, Any]) -> ToolOutcome:
-        text = args.get("text")
-        if not isinstance(text, str) or not text.strip():
-            return ToolOutcome.failure("`text` is required (a non-empty string)")
-        if len(text) > MAX_TEXT:
-            return ToolOutcome.failure(f"`text` is limited to {MAX_TEXT} characters; send a file for longer content")
+        text = required_text(args, "text", MAX_TEXT, "a non-empty string", "; send a file for longer content")
+        if isinstance(text, ToolOutcome):
+            return text
         channel = args.get("channel")
         if channel not in (None, "", "wecom", "ilink"):
             return ToolOutcome.failure("`channel` must be 'wecom' or 'ilink' (or omitted for every linked channel)")

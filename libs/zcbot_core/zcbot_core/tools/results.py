@@ -53,3 +53,14 @@ class ToolOutcome:
     @classmethod
     def failure(cls, message: str) -> "ToolOutcome":
         return cls.make(False, f"ERROR: {message}")
+
+
+def required_text(args: dict[str, Any], name: str, limit: int, what: str, longer: str = "") -> str | ToolOutcome:
+    """A host tool's required text argument `name`, or the failure to return: missing or blank ("`name`
+    is required (what)"), or over `limit` characters (`longer`: what to do instead)."""
+    value = args.get(name)
+    if not isinstance(value, str) or not value.strip():
+        return ToolOutcome.failure(f"`{name}` is required ({what})")
+    if len(value) > limit:
+        return ToolOutcome.failure(f"`{name}` is limited to {limit} characters{longer}")
+    return value

@@ -35,7 +35,7 @@ from zcbot_core.accounts.usage import record_tool_usage
 from zcbot_core.db.models import UsageEvent, User
 from zcbot_core.safe_fs import paths
 from zcbot_core.tools.push_tool import PushHostTool as HostTool
-from zcbot_core.tools.results import ToolOutcome
+from zcbot_core.tools.results import ToolOutcome, required_text
 from zcbot_core.web.fetch import Fetched, Fetcher, FetchFailed, FetchLimits
 from zcbot_core.web.search import SearchError, format_results, make_provider
 from zcbot_core.web.settings import HostToolSettings
@@ -129,11 +129,9 @@ def register_web_tools(toolbox: Any, web: WebTools, sessions: async_sessionmaker
     settings = web.settings
 
     async def search(args: dict[str, Any]) -> ToolOutcome:
-        query = args.get("query")
-        if not isinstance(query, str) or not query.strip():
-            return ToolOutcome.failure("`query` is required (a non-empty string)")
-        if len(query) > MAX_QUERY:
-            return ToolOutcome.failure(f"`query` is limited to {MAX_QUERY} characters")
+        query = required_text(args, "query", MAX_QUERY, "a non-empty string")
+        if isinstance(query, ToolOutcome):
+            return query
         limit = args.get("limit")
         count = settings.search_max_results
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:

@@ -129,10 +129,19 @@ def past_limit(proc_dir: Path, now: float) -> bool:
 
 def finish(proc_dir: Path, reason: str = "lost", code: int = -1) -> None:
     """Make a process whose wrapper is gone terminal (its exit_code is then ours). A proc folder
-    swapped for a symlink meanwhile is left alone (safe_fs refuses it; nothing is written)."""
+    swapped for a symlink meanwhile is left alone (safe_fs refuses it; nothing is written).
+
+    `exit_code` appearing is the terminal signal, so a first end writes `end.json` before it; over an
+    existing (forged) `exit_code` the code goes first, so a reader never pairs our reason with the
+    forged code (for a moment it may see our code with the old reason)."""
+    end = {"exit_code": code, "reason": reason, "ended_at": time.time()}
     try:
-        write_json(proc_dir / "end.json", {"exit_code": code, "reason": reason, "ended_at": time.time()})
-        policy.safe_write(*_split(proc_dir / "exit_code"), f"{code}\n")
+        if exists(proc_dir / "exit_code"):
+            policy.safe_write(*_split(proc_dir / "exit_code"), f"{code}\n")
+            write_json(proc_dir / "end.json", end)
+        else:
+            write_json(proc_dir / "end.json", end)
+            policy.safe_write(*_split(proc_dir / "exit_code"), f"{code}\n")
     except safe_fs.SafeFsError as exc:
         log.warning("could not mark a proc as ended", extra={"proc_id": proc_dir.name, "error": str(exc)})
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from zcbot_core import safe_fs
-from zcbot_core.tools.sandbox_schemas import DEFAULT_BACKGROUND_LIMIT, MAX_BACKGROUND_LIMIT
+from zcbot_core.tools.sandbox_schemas import DEFAULT_BACKGROUND_LIMIT
 from zcbot_executor.background import files
 from zcbot_executor.background.files import PROC_ID, PROCS_DIR
 from zcbot_executor.background.record import ProcRecord
@@ -73,7 +73,7 @@ class ProcManager:
             return None  # NaN passed `limit <= 0` and removed the limit (issue 36); service.py refuses it first
         if limit <= 0:
             limit = self.config.bg_time_limit or DEFAULT_BACKGROUND_LIMIT
-        return float(min(limit, self.config.bg_time_limit_max or MAX_BACKGROUND_LIMIT))
+        return float(min(limit, self.config.bg_time_limit_max))
 
     # ---- the public API -------------------------------------------------------------------------
     async def start(self, user_id: str, user_root: Path, task_id: str, cwd_rel: str, tool: str,

@@ -14,7 +14,7 @@ snapshot, taken before the lock wait) could not guarantee.
 It writes nothing unless it answers `queued`; every other answer names why (`no_user`, `no_task`,
 `wrong_channel` with the task's channel, `active` with the run status, `quota_active` with the
 count, `quota_queued`). The caller handles `active` (enqueue/interrupt) with the transaction, which
-stays the reference: tests/core/test_submit.py checks that both leave identical rows.
+stays the reference: tests/core/runstate/test_submit.py checks that both leave identical rows.
 """
 from __future__ import annotations
 

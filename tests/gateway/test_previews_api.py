@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 from docx import Document
-from extra_helpers import running_app, user_dir
 from pptx import Presentation
 
+from tests.helpers.gateway import running_app, user_dir
 from zcbot_core.errors import PreviewUnavailable
 from zcbot_core.platform.config import Settings
 from zcbot_gateway import previews

@@ -1,9 +1,9 @@
-"""Helpers for the files / memory / shortcuts / export / admin route tests (fixtures: conftest.py).
+"""Gateway test helpers (the fixtures that use them: tests/gateway/conftest.py).
 
-- `running_app(settings)`: the real app over ASGI; the extra routers are included only when
-  `create_app` did not include them already.
-- `login`, `set_role`, `set_task`, `get_task_row`, `create_task`, `user_dir`, and `db(client)`: an async
-  context manager giving a DB session of the app.
+- `running_app(settings)`: the real app (`create_app`, lifespan entered) over ASGI; `client.app` is
+  the FastAPI app. App exceptions become 500 responses, as in production.
+- `login` (platform-key login -> headers), `set_role`, `set_task`, `get_task_row`, `create_task`,
+  `user_dir`, and `db(client)`: an async context manager giving a DB session of the app.
 """
 
 from __future__ import annotations
@@ -24,20 +24,9 @@ from zcbot_gateway.app import create_app
 Headers = dict[str, str]
 
 
-def _ensure_extra_routers(app: Any) -> None:
-    from zcbot_gateway.routes import extra
-
-    paths = set(app.openapi().get("paths", {}))
-    if "/v1/files" not in paths:
-        for router in extra.ROUTERS:
-            app.include_router(router)
-        app.openapi_schema = None
-
-
 @asynccontextmanager
 async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings)
-    _ensure_extra_routers(app)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test") as client:

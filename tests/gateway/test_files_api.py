@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-from extra_helpers import create_task, db, get_task_row, set_task, user_dir
 from sqlalchemy import select
 
+from tests.helpers.gateway import create_task, db, get_task_row, set_task, user_dir
 from tests.helpers.seed import legacy_task
 from zcbot_core.db.models import ScheduledJob
 from zcbot_core.platform.config import Settings

@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from extra_helpers import create_task, db, set_task, user_dir
 from sqlalchemy import func, select
 
+from tests.helpers.gateway import create_task, db, set_task, user_dir
 from zcbot_core import safe_fs
 from zcbot_core.db.models import DataEvent, Message, Task, UsageEvent
 from zcbot_core.filehistory.store import VersionStore
@@ -28,7 +28,7 @@ def _keep(settings: Settings, user: str, rel: str, text: str) -> str:
     root = user_dir(settings, user)
     (root / rel).write_text(text)
     with safe_fs.Root.open(root) as r:
-        kept = VersionStore(settings.storage_root, user).keep(r, rel)
+        kept = VersionStore.from_settings(settings, user).keep(r, rel)
     assert kept is not None
     return kept.digest
 
@@ -101,7 +101,7 @@ async def test_purge_dry_run_then_apply(app_client: httpx.AsyncClient, make_user
     assert await _count(app_client, Task, Task.task_id == old) == 0
     assert await _count(app_client, Message, Message.task_id == old) == 0
     assert await _count(app_client, DataEvent, DataEvent.task_id == old) == 0
-    store = VersionStore(settings.storage_root, "bob")
+    store = VersionStore.from_settings(settings, "bob")
     assert not store.has(only_old) and store.has(both)  # the live task's history still needs `both`
     # untouched: the live task, the recent and the busy deleted ones, the accounting, the folder
     for t in (live, recent, busy):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from extra_helpers import create_task, db, set_task, user_dir
 from sqlalchemy import select
 
+from tests.helpers.gateway import create_task, db, set_task, user_dir
 from zcbot_core import filehistory, safe_fs
 from zcbot_core.db.models import DataEvent, Message
 from zcbot_core.filehistory.revert import CONFLICT_CODES

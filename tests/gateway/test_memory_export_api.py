@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 from docx import Document
-from extra_helpers import create_task, db, user_dir
 
+from tests.helpers.gateway import create_task, db, user_dir
 from zcbot_core.db.models import Message
 from zcbot_core.platform.config import Settings
 

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import psutil
 
-from tests.helpers.executor_stack import Stack, drain, sandbox_processes, wait_no_processes, wait_processes
+from tests.helpers.executor_stack import (
+    Stack,
+    drain,
+    sandbox_processes,
+    wait_no_processes,
+    wait_processes,
+    wait_status,
+)
 from zcbot_executor.background import stop_left_behind
 from zcbot_executor.background.files import PROCS_DIR, STALE_SECONDS
 from zcbot_executor.background.sweep import sweep_procs
@@ -20,17 +27,6 @@ from zcbot_executor.background.sweep import sweep_procs
 _SLEEP_BASE = secrets.randbelow(80_000) + 10_000
 SLEEP_31, SLEEP_32, SLEEP_33, SLEEP_34, SLEEP_35, SLEEP_36 = (f"sleep {_SLEEP_BASE + i}" for i in range(6))
 
-
-
-async def wait_status(stack: Stack, proc_id: str, statuses: set[str], text: str = "", timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        r = await stack.call("check_process", {"proc_id": proc_id})
-        assert r.ok, r.error
-        if r.meta["status"] in statuses and text in r.output:
-            return r
-        assert time.monotonic() < deadline, r.output
-        await asyncio.sleep(0.2)
 
 
 async def test_background_start_check_kill(one: Stack) -> None:

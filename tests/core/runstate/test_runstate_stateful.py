@@ -8,7 +8,10 @@ let finish: then every message was answered (`done`) once, in the order the hist
 is stranded, no task is stuck, and no slot is held.
 
 Bounded for the suite (< 60 s); `ZCBOT_RUNSTATE_SOAK=1` runs a heavier setting (more and longer
-sequences), `ZCBOT_RUNSTATE_EXAMPLES` / `ZCBOT_RUNSTATE_STEPS` set them exactly."""
+sequences), `ZCBOT_RUNSTATE_EXAMPLES` / `ZCBOT_RUNSTATE_STEPS` set them exactly.
+
+Over 400 lines on purpose: one model — its state, its rules and the end-of-sequence checks — that
+Hypothesis drives as a whole; split, the rules would read the model's state across modules."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-from extra_helpers import create_task, db, set_role, set_task, user_dir
 
+from tests.helpers.gateway import create_task, db, set_role, set_task, user_dir
 from zcbot_core import __version__
 from zcbot_core.db.models import UsageEvent
 from zcbot_core.platform.config import Settings

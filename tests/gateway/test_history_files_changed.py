@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from extra_helpers import create_task, db
 
+from tests.helpers.gateway import create_task, db
 from zcbot_core import filehistory
 from zcbot_core.db.models import Message
 

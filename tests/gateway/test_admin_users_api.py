@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from extra_helpers import set_role
+
+from tests.helpers.gateway import set_role
 
 pytestmark = pytest.mark.asyncio
 
