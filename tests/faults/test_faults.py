@@ -22,6 +22,7 @@ from tests.faults.checker import Verdict, check
 from tests.faults.conftest import FaultEnv
 from tests.faults.load import Load
 from tests.faults.nemesis import Fault, Nemesis, schedule
+from zcbot_core.agent.lang import say
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]
 
@@ -36,8 +37,11 @@ def seed_of(default: int) -> int:
 
 
 async def run_scenario(env: FaultEnv, nemesis: Nemesis, seed: int, faults: Awaitable[None],
-                       seconds: float = LOAD_SECONDS) -> Verdict:
+                       seconds: float = LOAD_SECONDS, keep: list[Load] | None = None) -> Verdict:
+    """The load under `faults`, judged by the checker; `keep` receives the load (its recorded history)."""
     load = Load(env.stack, seed)
+    if keep is not None:
+        keep.append(load)
     await load.login()
     load.t0 = nemesis.t0 = time.monotonic()
     started = time.monotonic()
@@ -85,8 +89,14 @@ async def test_postgres_stopped_longer_than_the_redeliveries(fault_env: FaultEnv
             await asyncio.to_thread(fault_env.pg.start)
             nemesis.record("postgres started")
 
-    verdict = await run_scenario(fault_env, nemesis, seed, outage())
+    loads: list[Load] = []
+    verdict = await run_scenario(fault_env, nemesis, seed, outage(), keep=loads)
     assert verdict.ok, f"seed {seed}: {verdict.summary()}\n{fault_env.stack.logs(1500)}"
+    # The runs the outage ended are told so: the database was unavailable (the clients write English).
+    told = {e["data"]["msg"] for rec in loads[0].runs if rec.follower is not None
+            for e in rec.follower.events if e["event"] == "error" and e["data"].get("code") == "lost"}
+    print(f"lost runs were told: {told}")
+    assert told <= {say("db_outage_lost_error", "en")}, told
 
 
 async def test_a_mixed_nemesis_from_a_seed(fault_env: FaultEnv, nemesis: Nemesis) -> None:
