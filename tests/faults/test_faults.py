@@ -5,6 +5,7 @@ reproduce or explore); the nemesis' and the checker's lines (shown with -s) name
 - a paused stream leader (SIGSTOP past the election timeout, then SIGCONT: a stale leader comes back);
 - the node holding a runner's NATS connection partitioned from the other two, then healed;
 - the node holding a gateway's NATS connection partitioned, then healed;
+- a bridge: the node holding a runner's connection sees both others, which do not see each other;
 - PostgreSQL stopped mid-run for longer than the runs' redeliveries (ack_wait 3 s x 5), then restarted;
 - a mixed nemesis (pause, partition, kill) drawn from a seed, also the soak entry (`SOAK_SECONDS`).
 """
@@ -73,6 +74,16 @@ async def test_a_partitioned_minority_with_a_service_on_it_heals(fault_env: Faul
     fault = Fault("partition", f"node-of:{service_pid(fault_env, side)}", at=3.0, duration=12.0)
     verdict = await run_scenario(fault_env, nemesis, seed, nemesis.run([fault]))
     assert any(h["op"] == "cut seen by the majority" for h in nemesis.history), nemesis.history
+    assert verdict.ok, f"seed {seed}: {verdict.summary()}\n{fault_env.stack.logs(1500)}"
+
+
+async def test_a_bridge_partition_heals(fault_env: FaultEnv, nemesis: Nemesis) -> None:
+    """The node the runner uses sees both others, which do not see each other, for 12 s."""
+    seed = seed_of(4208)
+    fault = Fault("bridge", f"node-of:{service_pid(fault_env, 'runner')}", at=3.0, duration=12.0)
+    verdict = await run_scenario(fault_env, nemesis, seed, nemesis.run([fault]))
+    dropped = next(h["packets"] for h in nemesis.history if h["op"] == "bridge dropped")
+    assert len(dropped) == 3 and dropped[0] > 0, f"the bridge did not cut the others' replies: {dropped}"
     assert verdict.ok, f"seed {seed}: {verdict.summary()}\n{fault_env.stack.logs(1500)}"
 
 
