@@ -9,6 +9,10 @@ Operations on one node of a `NatsCluster` made with `own_groups=True`:
   left alone, so a service connected to the node stays on the minority side. Every node shares
   127.0.0.1, so only the group id tells the node's outgoing route connections from the others'.
 - `kill`: SIGKILL, then a restart on the same ports and store.
+- `bridge`: the two nodes other than the target cut from each other; the target still sees both. A
+  route between two nodes is one TCP connection (or a pool) opened by one side, so the first packet a
+  node's process sends to the other's route port marks its connection (conntrack) and every packet of
+  a marked connection is dropped, the other side's replies included.
 
 The table is named per test and removed by `heal()`; `Nemesis.close()` (called by the fixtures'
 teardown, also after a failure) resumes a paused node, deletes the table and restarts a killed node.
@@ -29,7 +33,7 @@ from typing import Any
 
 from tests.helpers.cluster import NatsCluster, stream_leader
 
-KINDS = ("pause", "partition", "kill")
+KINDS = ("pause", "partition", "kill", "bridge")
 SILENT_PEER_NS = 2_500_000_000  # a replica the leader has not heard from for this long is cut off
 
 
@@ -84,6 +88,28 @@ table inet {self.table} {{
 """
         self.active = True  # before the call: a half-made table is deleted too
         subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True, capture_output=True, timeout=10)
+
+    def bridge(self, cluster: NatsCluster, name: str) -> None:
+        """The two nodes other than `name` lose each other; `name` keeps both (a bridge)."""
+        a, b = [n for n in cluster.nodes if n.name != name]
+        assert a.gid is not None and b.gid is not None, "the cluster was not made with own_groups=True"
+        script = f"""
+table inet {self.table} {{
+  chain out {{
+    type filter hook output priority 0; policy accept;
+    ct mark 0x2a counter drop
+    meta skgid {a.gid} tcp dport {b.cluster_port} ct mark set 0x2a counter drop
+    meta skgid {b.gid} tcp dport {a.cluster_port} ct mark set 0x2a counter drop
+  }}
+}}
+"""
+        self.active = True
+        subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True, capture_output=True, timeout=10)
+
+    def dropped(self) -> list[int]:
+        """Packets each counted rule of the table dropped so far."""
+        out = subprocess.run(["nft", "list", "table", "inet", self.table], capture_output=True, timeout=10).stdout.decode()
+        return [int(n) for n in re.findall(r"counter packets (\d+)", out)]
 
     def heal(self) -> None:
         if not self.active:
@@ -215,6 +241,13 @@ class Nemesis:
             self.record("cut seen by the majority" if seen else "cut NOT seen by the majority", node=node,
                         after=round(time.monotonic() - cut_at, 2))
             await asyncio.sleep(max(0.0, fault.duration - (time.monotonic() - cut_at)))
+            self.partition.heal()
+            self.partition = None
+        elif fault.kind == "bridge":
+            self.partition = NftPartition(self.test_name)
+            self.partition.bridge(self.cluster, node)
+            await asyncio.sleep(fault.duration)
+            self.record("bridge dropped", packets=self.partition.dropped())  # each way between the two others
             self.partition.heal()
             self.partition = None
         elif fault.kind == "kill":

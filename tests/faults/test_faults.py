@@ -5,6 +5,7 @@ reproduce or explore); the nemesis' and the checker's lines (shown with -s) name
 - a paused stream leader (SIGSTOP past the election timeout, then SIGCONT: a stale leader comes back);
 - the node holding a runner's NATS connection partitioned from the other two, then healed;
 - the node holding a gateway's NATS connection partitioned, then healed;
+- a bridge: the node holding a runner's connection sees both others, which do not see each other;
 - PostgreSQL stopped mid-run for longer than the runs' redeliveries (ack_wait 3 s x 5), then restarted;
 - a mixed nemesis (pause, partition, kill) drawn from a seed, also the soak entry (`SOAK_SECONDS`).
 """
@@ -22,6 +23,7 @@ from tests.faults.checker import Verdict, check
 from tests.faults.conftest import FaultEnv
 from tests.faults.load import Load
 from tests.faults.nemesis import Fault, Nemesis, schedule
+from zcbot_core.agent.lang import say
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]
 
@@ -36,8 +38,11 @@ def seed_of(default: int) -> int:
 
 
 async def run_scenario(env: FaultEnv, nemesis: Nemesis, seed: int, faults: Awaitable[None],
-                       seconds: float = LOAD_SECONDS) -> Verdict:
+                       seconds: float = LOAD_SECONDS, keep: list[Load] | None = None) -> Verdict:
+    """The load under `faults`, judged by the checker; `keep` receives the load (its recorded history)."""
     load = Load(env.stack, seed)
+    if keep is not None:
+        keep.append(load)
     await load.login()
     load.t0 = nemesis.t0 = time.monotonic()
     started = time.monotonic()
@@ -72,6 +77,16 @@ async def test_a_partitioned_minority_with_a_service_on_it_heals(fault_env: Faul
     assert verdict.ok, f"seed {seed}: {verdict.summary()}\n{fault_env.stack.logs(1500)}"
 
 
+async def test_a_bridge_partition_heals(fault_env: FaultEnv, nemesis: Nemesis) -> None:
+    """The node the runner uses sees both others, which do not see each other, for 12 s."""
+    seed = seed_of(4208)
+    fault = Fault("bridge", f"node-of:{service_pid(fault_env, 'runner')}", at=3.0, duration=12.0)
+    verdict = await run_scenario(fault_env, nemesis, seed, nemesis.run([fault]))
+    dropped = next(h["packets"] for h in nemesis.history if h["op"] == "bridge dropped")
+    assert len(dropped) == 3 and dropped[0] > 0, f"the bridge did not cut the others' replies: {dropped}"
+    assert verdict.ok, f"seed {seed}: {verdict.summary()}\n{fault_env.stack.logs(1500)}"
+
+
 async def test_postgres_stopped_longer_than_the_redeliveries(fault_env: FaultEnv, nemesis: Nemesis) -> None:
     seed = seed_of(4204)
 
@@ -85,8 +100,14 @@ async def test_postgres_stopped_longer_than_the_redeliveries(fault_env: FaultEnv
             await asyncio.to_thread(fault_env.pg.start)
             nemesis.record("postgres started")
 
-    verdict = await run_scenario(fault_env, nemesis, seed, outage())
+    loads: list[Load] = []
+    verdict = await run_scenario(fault_env, nemesis, seed, outage(), keep=loads)
     assert verdict.ok, f"seed {seed}: {verdict.summary()}\n{fault_env.stack.logs(1500)}"
+    # The runs the outage ended are told so: the database was unavailable (the clients write English).
+    told = {e["data"]["msg"] for rec in loads[0].runs if rec.follower is not None
+            for e in rec.follower.events if e["event"] == "error" and e["data"].get("code") == "lost"}
+    print(f"lost runs were told: {told}")
+    assert told <= {say("db_outage_lost_error", "en")}, told
 
 
 async def test_a_mixed_nemesis_from_a_seed(fault_env: FaultEnv, nemesis: Nemesis) -> None:

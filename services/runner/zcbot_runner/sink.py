@@ -199,7 +199,7 @@ class BusEventSink:
             return True
         except Exception:
             return False
-        if self._superseded_by(str((last.headers or {}).get("Nats-Msg-Id") or "")):
+        if last.seq is None or self._superseded_by(str((last.headers or {}).get("Nats-Msg-Id") or "")):
             return False
         self.first_fence = int(last.seq or 0)
         return True
