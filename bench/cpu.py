@@ -8,11 +8,12 @@ process per service) with the fake model answering at once, then per round posts
 one after another) and reads each stream to `done`. Per round: runs/s, and CPU seconds of each part
 of the process tree over the round divided by the runs (`/proc/<pid>/stat` utime + stime, through
 psutil): `zcbot` (the `zcbot up` process and its service processes: what issue 43 compares with the
-peer's server), `postgres`, `nats`. Machine-independent enough to watch across waves on a shared
-machine (the wall clock is not: compare runs/s only within one sitting). `--tools`: each run makes
-one tool call (`write` a small file) before its answer. `--pyspy OUT`: py-spy samples the `zcbot up`
-process during the last round (raw collapsed stacks to OUT; `python -m bench.cpu_profile OUT` sums
-them by component).
+peer's server), `postgres`, `nats`. Steadier than the wall clock on a shared machine, yet other
+processes' load still inflates it (cache, context switches: 45 ms here at load 15 against 35-39 on a
+quieter machine, for the same code): compare alternated pairs taken in the same minutes.
+`--tools`: each run makes one tool call (`write` a small file) before its answer. `--pyspy OUT`
+(needs `pip install py-spy`): py-spy samples the `zcbot up` process during the last round (raw
+collapsed stacks to OUT; `python -m bench.cpu_profile OUT` sums them by component).
 """
 
 from __future__ import annotations
