@@ -8,11 +8,12 @@ process per service) with the fake model answering at once, then per round posts
 one after another) and reads each stream to `done`. Per round: runs/s, and CPU seconds of each part
 of the process tree over the round divided by the runs (`/proc/<pid>/stat` utime + stime, through
 psutil): `zcbot` (the `zcbot up` process and its service processes: what issue 43 compares with the
-peer's server), `postgres`, `nats`. Machine-independent enough to watch across waves on a shared
-machine (the wall clock is not: compare runs/s only within one sitting). `--tools`: each run makes
-one tool call (`write` a small file) before its answer. `--pyspy OUT`: py-spy samples the `zcbot up`
-process during the last round (raw collapsed stacks to OUT; `python -m bench.cpu_profile OUT` sums
-them by component).
+peer's server), `postgres`, `nats`. Steadier than the wall clock on a shared machine, yet other
+processes' load still inflates it (cache, context switches: 45 ms here at load 15 against 35-39 on a
+quieter machine, for the same code): compare alternated pairs taken in the same minutes.
+`--tools`: each run makes one tool call (`write` a small file) before its answer. `--pyspy OUT`
+(needs `pip install py-spy`): py-spy samples the `zcbot up` process during the last round (raw
+collapsed stacks to OUT; `python -m bench.cpu_profile OUT` sums them by component).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def pg_counts(db_url: str) -> tuple[int, int]:
 
 def tree_cpu(root: int) -> dict[str, float]:
     """CPU seconds so far of `root`'s process tree, by part: zcbot (python), postgres, nats, other."""
-    out = {"zcbot": 0.0, "postgres": 0.0, "nats": 0.0, "other": 0.0}
+    out = {"zcbot": 0.0, "postgres": 0.0, "nats": 0.0, "other": 0.0, "zcbot_system": 0.0}
     top = psutil.Process(root)
     for p in (top, *top.children(recursive=True)):
         try:
@@ -67,6 +68,8 @@ def tree_cpu(root: int) -> dict[str, float]:
                 else "zcbot" if p.pid == root or name.startswith(("python", "zcbot")) else "other")
         # Children reaped by a process count in its children_* times (a sandbox's short-lived helpers).
         out[part] += times.user + times.system + times.children_user + times.children_system
+        if part == "zcbot":  # of which in the kernel (system calls: sockets, fsync)
+            out["zcbot_system"] += times.system + times.children_system
     return out
 
 
@@ -132,7 +135,7 @@ async def measure(base: str, platform_key: str, fake_url: str, up_pid: int, db_u
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
             per_run = {k: round(1000 * (after[k] - before[k]) / args.runs, 2) for k in after}
-            per_run["total"] = round(sum(per_run.values()), 2)
+            per_run["total"] = round(sum(v for k, v in per_run.items() if k != "zcbot_system"), 2)
             rounds.append({"runs": args.runs, "seconds": round(elapsed, 3),
                            "runs_per_second": round(args.runs / elapsed, 2), "cpu_ms_per_run": per_run,
                            "pg_connections_opened_per_run": round((sessions - 1) / args.runs, 3),  # less its own

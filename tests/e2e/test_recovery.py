@@ -6,6 +6,7 @@ the full run (`pytest -m heavy`, .ci/run)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -196,6 +197,14 @@ async def test_a_run_whose_runner_died_after_ending_it_gets_its_done_from_the_re
                                   "status": "cancelled" if marked else "error"}, events
 
 
+async def _queued_run(stack: Stack, user: str, name: str) -> tuple[str, str, "asyncio.Task[list[dict[str, Any]]]"]:
+    """A message posted while no runner is up (its run stays queued), and a reader of its events."""
+    token = await stack.login(user)
+    tid = (await stack.create_task(token, name))["task_id"]
+    posted = (await stack.post(token, tid, "hello")).json()
+    return token, tid, asyncio.create_task(stack.events(token, posted["events_url"], timeout=40))
+
+
 async def test_a_cancelled_run_taken_over_after_its_answer_was_stored_ends_cancelled(bare_stack: Stack) -> None:
     """Found by the fault suite (issue 42, seeds 13 and 14): the user cancels, the runner stores the
     cancelled answer and dies before it ends the run; the redelivery's history already ends in that
@@ -207,11 +216,8 @@ async def test_a_cancelled_run_taken_over_after_its_answer_was_stored_ends_cance
     from zcbot_runner.store import DbStepStore
 
     stack = bare_stack
-    token = await stack.login("oda")
-    task = await stack.create_task(token, "Cancelled, then its runner died")
-    tid, url_db = task["task_id"], stack.settings.zcbot_db_url
-    posted = (await stack.post(token, tid, "hello")).json()  # queued: no runner is up yet
-    reader = asyncio.create_task(stack.events(token, posted["events_url"], timeout=40))
+    token, tid, reader = await _queued_run(stack, "oda", "Cancelled, then its runner died")
+    url_db = stack.settings.zcbot_db_url
     dead = await open_runtime("runner", stack.settings)  # plays the runner that dies
     try:
         psub = await dead.js.pull_subscribe_bind(durable=dead.topo.runners_consumer, stream=dead.topo.runs_stream)
@@ -246,11 +252,8 @@ async def test_a_cancel_sent_before_any_runner_claimed_the_run_keeps_its_reason(
     from zcbot_core.runstate.transitions import request_cancel
 
     stack = bare_stack
-    token = await stack.login("pia")
-    task = await stack.create_task(token, "Cancelled while queued")
-    tid, url_db = task["task_id"], stack.settings.zcbot_db_url
-    posted = (await stack.post(token, tid, "hello")).json()  # queued: no runner is up yet
-    reader = asyncio.create_task(stack.events(token, posted["events_url"], timeout=40))
+    _, tid, reader = await _queued_run(stack, "pia", "Cancelled while queued")
+    url_db = stack.settings.zcbot_db_url
     user_id = db_rows(url_db, "select user_id from tasks where task_id=:t", t=tid)[0][0]
     rt = await open_runtime("scheduler", stack.settings)  # the scheduler's timeout, as it sends it
     try:

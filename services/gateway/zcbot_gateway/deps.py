@@ -28,7 +28,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from zcbot_core.accounts import auth
@@ -80,8 +80,11 @@ def unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-_USER_EXISTS = select(User.user_id).where(User.user_id == bindparam("auth_user"),
-                                          User.token_version == bindparam("auth_version"))
+# The user exists with the token's version; and whether they have a cost limit of their own (a new
+# message's budget check then needs no statement when they have none and no default is set, issue 43).
+_USER_EXISTS = select(User.user_id, or_(func.coalesce(User.budget_daily_usd, 0) > 0,
+                                        func.coalesce(User.budget_monthly_usd, 0) > 0)).where(
+    User.user_id == bindparam("auth_user"), User.token_version == bindparam("auth_version"))
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
@@ -109,9 +112,10 @@ async def get_current_user_row(settings: SettingsDep, session: SessionDep, creds
 CurrentUserRow = Annotated[User, Depends(get_current_user_row)]
 
 
-async def get_current_user(settings: SettingsDep, rt: RuntimeDep, creds: Credentials) -> str:
+async def get_current_user(request: Request, settings: SettingsDep, rt: RuntimeDep, creds: Credentials) -> str:
     """The token's user, checked to exist with one statement on the autocommit pool (no transaction,
-    and the request's own session is not opened for it)."""
+    and the request's own session is not opened for it). `request.state.user_has_own_limit`: what the
+    same statement read of the user's cost limits."""
     claims = _verified_claims(settings, creds)
     if not rt.has_db:
         raise ServiceUnavailable("database not configured")
@@ -120,6 +124,7 @@ async def get_current_user(settings: SettingsDep, rt: RuntimeDep, creds: Credent
                                                    "auth_version": claims.version})).first()
     if found is None:
         raise unauthorized(USER_GONE)
+    request.state.user_has_own_limit = bool(found[1])
     return claims.user_id
 
 

@@ -25,10 +25,18 @@ class RunBudget:
                  defaults: budgets.Defaults) -> None:
         self.sessions, self.user_id, self.run_id, self.defaults = sessions, user_id, run_id, defaults
         self._settled: list[int] = []
+        self._known_unlimited = False  # `prime`: the next call needs no read of the user's limits
+
+    def prime(self, user_has_own_limit: bool) -> None:
+        """What the run's claim read of the user's own limits (a moment ago): the first call uses it
+        instead of reading them again. Later calls read them (an admin's new limit counts from there)."""
+        self._known_unlimited = not user_has_own_limit and self.defaults.daily <= 0 and self.defaults.monthly <= 0
 
     async def reserve(self, profile: Profile, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                       lang: Lang) -> int | None:
-        if not self._settled and not await budgets.any_limit(autocommit(self.sessions), self.user_id, self.defaults):
+        known_unlimited, self._known_unlimited = self._known_unlimited, False
+        if not self._settled and (known_unlimited or not await budgets.any_limit(
+                autocommit(self.sessions), self.user_id, self.defaults)):
             return None  # no limit: nothing to hold, no lock (a reservation exists only under a limit)
         amount = budgets.worst_case(profile, messages, tools)
         async with self.sessions() as session:

@@ -178,6 +178,8 @@ class RunExecutor:
             else:
                 loop = await self._build_loop(req, task, profile, sink, active.token)
                 store, budget = loop.store, loop.budget
+                if budget is not None:
+                    budget.prime(bool(getattr(task, "user_has_own_limit", True)))
                 history = claim.history
                 try:  # threshold fold (the claim applied the soft reset), then the window as the model will see it
                     history = await active.token.race(prepare_run_context(

@@ -290,7 +290,16 @@ _binding_active = (
     .where(bindings.c.user_id == _claimed.c.user_id, bindings.c.status == ACTIVE_BINDING)
     .exists()
 )
-CLAIM = select(_claimed, _window_json.label("window_rows"), _binding_active.label("user_has_active_binding"))
+# Whether the user has a cost limit of their own (null or 0: none): the run's first LLM call then
+# needs no read of its own when no default limit is set either (`RunBudget.prime`, issue 43).
+_own_limit = (
+    select(users.c.user_id)
+    .where(users.c.user_id == _claimed.c.user_id,
+           or_(func.coalesce(users.c.budget_daily_usd, 0) > 0, func.coalesce(users.c.budget_monthly_usd, 0) > 0))
+    .exists()
+)
+CLAIM = select(_claimed, _window_json.label("window_rows"), _binding_active.label("user_has_active_binding"),
+               _own_limit.label("user_has_own_limit"))
 # How a run that is over ended, from what it left (a stale redelivery's `done`, `claim.ended_outcome`):
 # whether the task still holds it in `error`, and the kind of its last stored message.
 ENDED_RUN = text(

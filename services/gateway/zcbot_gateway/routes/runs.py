@@ -150,8 +150,12 @@ async def submit_and_answer(request: Request, task_id: str, content: str, multit
     # Refusals propagate as domain errors (zcbot_core.errors), mapped once in zcbot_gateway/errors.py:
     # UserNotFound 401 (a user deleted since the token check),
     # TaskNotFound 404, WrongChannel / RunConflict 409, RunQuotaExceeded 429, BudgetExceeded 429, BusUnavailable 503.
-    async with read_session(rt.sessions) as session:  # a used-up budget: 429 before anything is saved
-        await budgets.check_new_message(session, settings, user_id=user_id, task_id=task_id, lang=detect(content))
+    defaults = budgets.Defaults.from_settings(settings)
+    # A used-up budget: 429 before anything is saved. None to check when the auth statement found no
+    # limit of the user's own and no default is set (`get_current_user`).
+    if getattr(request.state, "user_has_own_limit", True) or defaults.daily > 0 or defaults.monthly > 0:
+        async with read_session(rt.sessions) as session:
+            await budgets.check_new_message(session, settings, user_id=user_id, task_id=task_id, lang=detect(content))
     result = await submit.submit_message(
         rt.sessions, rt.js, rt.nc, rt.topo, user_id=user_id, task_id=task_id, content=content,
         multitask=multitask, channel="web", storage_root=settings.storage_root,
