@@ -296,6 +296,27 @@ def bus_prefix(nats_server_url: str) -> Iterator[str]:
         yield prefix
 
 
+@pytest.fixture(autouse=True)
+def _process_globals_restored() -> Iterator[None]:
+    """What hosting services in this process (`zcbot_devstack.hosted`, as `zcbot up` does) sets for
+    the whole process — the GC's thresholds and frozen heap, the shared database pools — is put back
+    after each test, so the next test in this worker starts as in a fresh one (with workers, any
+    file may follow tests/devstack)."""
+    import gc
+
+    from zcbot_core.db import engine as db_engine
+    from zcbot_core.platform import service as platform_service
+
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    own_heap, shared = dict(platform_service._OWN_PROCESS), db_engine._shared
+    yield
+    gc.set_threshold(*threshold)
+    if gc.get_freeze_count() > frozen:
+        gc.unfreeze()
+    platform_service._OWN_PROCESS.update(own_heap)
+    db_engine._shared = shared
+
+
 @pytest.fixture
 def os_tmp_dir() -> Iterator[Path]:
     path = _os_tmp("zcbot-test-")
