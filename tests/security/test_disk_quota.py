@@ -112,11 +112,13 @@ def test_meter_counts_changes_without_a_walk_and_agrees_with_a_full_measure(tmp_
 async def test_a_background_process_writing_past_the_quota_is_killed(stack: Stack) -> None:
     import asyncio
 
-    writer = "for i in $(seq 1 100); do head -c 100000 /dev/zero >> bg.bin; sleep 0.05; done"
-    # Waits (up to 30 s) for the writer to pass the quota, then one second for the quota's tick: a fixed
-    # `sleep 3` failed under load with docker, where the background container had not written yet.
+    writer = "for i in $(seq 1 100); do head -c 100000 /dev/zero >> bg.bin; sleep 0.2; done"
+    # Waits (up to 30 s) for the writer to pass the quota, then until the file stops growing for a
+    # second (up to 30 s more): a fixed `sleep 3` failed under load with docker, where the background
+    # container had not written yet, or its kill through the engine had not landed.
     over = f"[ \"$(stat -c %s bg.bin 2>/dev/null || echo 0)\" -gt {QUOTA_MB * MB} ]"
-    wait = f"for i in $(seq 1 600); do {over} && break; sleep 0.05; done; sleep 1; echo waited"
+    still = 'now=$(stat -c %s bg.bin); [ "$now" = "$prev" ] && break; prev=$now; sleep 1'
+    wait = f"for i in $(seq 1 300); do {over} && break; sleep 0.1; done; prev=-1; for i in $(seq 1 30); do {still}; done; echo waited"
     task, events = await scripted_run(stack, "dave", "KEY-quota-bg", [
         _call("shell", command=writer, background=True),
         _call("shell", command=wait),
