@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.stack import Stack
+from tests.helpers.wait import wait_for
 from tests.security.conftest import scripted_run
 from zcbot_core.quota import MB, Ledger, TreeMeter, measure
 
@@ -126,6 +127,14 @@ async def test_a_background_process_writing_past_the_quota_is_killed(stack: Stac
     ])
     started, waited = _results(events)
     assert started["ok"], started["preview"]
+    # The meter kills a writer it sees growing while over the quota; a stalled one (load) is killed at its
+    # next write. So the sizes are read once the process has ended (`GET /v1/procs`), not after a time.
+    async with stack.client(await stack.login("dave")) as c:
+        async def ended() -> bool:
+            items = (await c.get("/v1/procs")).json()["items"]
+            return bool(items) and all(p["state"] != "running" for p in items)
+
+        await wait_for(ended, 60, what="the background writer ended (killed for the quota, or done)")
     target = stack.settings.storage_root / "dave" / task["working_dir"] / "bg.bin"
     size = target.stat().st_size
     assert size < 3_000_000, f"{size} bytes: the background writer was not stopped at the 2 MB quota"
