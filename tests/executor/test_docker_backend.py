@@ -131,6 +131,8 @@ async def test_container_is_hardened(docker_backend) -> None:
     assert kw["cap_drop"] == ["ALL"] and kw["security_opt"] == ["no-new-privileges:true"]
     assert kw["read_only"] is True and kw["network_mode"] == "none" and kw["runtime"] == "runsc"
     assert kw["pids_limit"] == config.limits.max_procs and kw["mem_limit"] == f"{config.limits.memory_mb}m"
+    # the process cap is the container's pids limit, never RLIMIT_NPROC (host-wide for the shared uid)
+    assert "max_procs" not in backend.runner_config()["limits"] and backend.runner_config()["limits"]["max_file_mb"]
     assert kw["nano_cpus"] > 0 and "/tmp" in kw["tmpfs"] and kw["init"] is True
     assert not kw["user"].startswith("0:") and kw["user"] != "root"
     # Its main process loads the btrfs seccomp filter (and a Landlock domain) before it runs anything.

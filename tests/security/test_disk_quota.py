@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.stack import Stack
+from tests.helpers.wait import wait_for
 from tests.security.conftest import scripted_run
 from zcbot_core.quota import MB, Ledger, TreeMeter, measure
 
@@ -112,11 +113,13 @@ def test_meter_counts_changes_without_a_walk_and_agrees_with_a_full_measure(tmp_
 async def test_a_background_process_writing_past_the_quota_is_killed(stack: Stack) -> None:
     import asyncio
 
-    writer = "for i in $(seq 1 100); do head -c 100000 /dev/zero >> bg.bin; sleep 0.05; done"
-    # Waits (up to 30 s) for the writer to pass the quota, then one second for the quota's tick: a fixed
-    # `sleep 3` failed under load with docker, where the background container had not written yet.
+    writer = "for i in $(seq 1 100); do head -c 100000 /dev/zero >> bg.bin; sleep 0.2; done"
+    # Waits (up to 30 s) for the writer to pass the quota, then until the file stops growing for a
+    # second (up to 30 s more): a fixed `sleep 3` failed under load with docker, where the background
+    # container had not written yet, or its kill through the engine had not landed.
     over = f"[ \"$(stat -c %s bg.bin 2>/dev/null || echo 0)\" -gt {QUOTA_MB * MB} ]"
-    wait = f"for i in $(seq 1 600); do {over} && break; sleep 0.05; done; sleep 1; echo waited"
+    still = 'now=$(stat -c %s bg.bin); [ "$now" = "$prev" ] && break; prev=$now; sleep 1'
+    wait = f"for i in $(seq 1 300); do {over} && break; sleep 0.1; done; prev=-1; for i in $(seq 1 30); do {still}; done; echo waited"
     task, events = await scripted_run(stack, "dave", "KEY-quota-bg", [
         _call("shell", command=writer, background=True),
         _call("shell", command=wait),
@@ -124,6 +127,14 @@ async def test_a_background_process_writing_past_the_quota_is_killed(stack: Stac
     ])
     started, waited = _results(events)
     assert started["ok"], started["preview"]
+    # The meter kills a writer it sees growing while over the quota; a stalled one (load) is killed at its
+    # next write. So the sizes are read once the process has ended (`GET /v1/procs`), not after a time.
+    async with stack.client(await stack.login("dave")) as c:
+        async def ended() -> bool:
+            items = (await c.get("/v1/procs")).json()["items"]
+            return bool(items) and all(p["state"] != "running" for p in items)
+
+        await wait_for(ended, 60, what="the background writer ended (killed for the quota, or done)")
     target = stack.settings.storage_root / "dave" / task["working_dir"] / "bg.bin"
     size = target.stat().st_size
     assert size < 3_000_000, f"{size} bytes: the background writer was not stopped at the 2 MB quota"

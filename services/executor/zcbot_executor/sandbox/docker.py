@@ -105,7 +105,12 @@ class DockerBackend(SandboxBackend):
                 log.exception("could not remove leftover container")
 
     def runner_config(self) -> dict[str, Any]:
-        return {"root": policy.WORKSPACE, "virtual": policy.WORKSPACE, "drop": None, "limits": self.config.limits.runner_limits(),
+        # No RLIMIT_NPROC: every container runs as the same uid in the host's user namespace, where the
+        # kernel counts that uid's processes across all containers, so one user's 256 processes stopped
+        # every other user's calls (the runner could not start a thread). The container's pids limit
+        # (`pids_limit`, the same number) is per container.
+        limits = {k: v for k, v in self.config.limits.runner_limits().items() if k != "max_procs"}
+        return {"root": policy.WORKSPACE, "virtual": policy.WORKSPACE, "drop": None, "limits": limits,
                 "sweep": False, "python": CONTAINER_PYTHON, "tmp": "/tmp", "calls_dir": CALLS_DIR,
                 "venv": egress.SANDBOX_VENV if self.config.user_venv else None,
                 "egress": {"socket": egress.SANDBOX_SOCKET, "port": egress.SANDBOX_PORT} if self.config.egress else None,
