@@ -79,7 +79,7 @@ async def test_a_message_queued_behind_a_run_whose_runner_died_after_its_end_sta
     assert behind.status_code == 202, behind.text
     rt = await open_runtime("scheduler", stack.settings.model_copy(update={"zcbot_run_publish_retry_seconds": 1.0}))
     dead = await open_runtime("runner", stack.settings)  # plays the runner that dies
-    svc = SchedulerService(config=SchedulerConfig(tick_seconds=0.5, requeue_after_seconds=60))
+    svc = SchedulerService(config=SchedulerConfig.defaults(tick_seconds=0.5, requeue_after_seconds=60))
     try:
         await svc.start(rt)
         psub = await dead.js.pull_subscribe_bind(durable=dead.topo.runners_consumer, stream=dead.topo.runs_stream)
