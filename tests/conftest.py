@@ -92,6 +92,24 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 3 if _test_files_under(paths, limit=6) >= 6 else 0
 
 
+# The slowest files and folders (the durations printed at the end of a run), handed to the workers
+# first: a long file started last would run on alone after the others finished.
+SLOW_FIRST = ("tests/browser/", "tests/skills/test_skills_deck", "tests/testing/test_fake_keepalive.py",
+              "tests/core/runstate/", "tests/e2e/", "tests/devstack/", "tests/skills/", "tests/security/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With workers (`--dist loadfile` hands out files in collection order), slow files go first."""
+    if not getattr(config.option, "numprocesses", 0):
+        return
+
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.path)).relative_to(config.rootpath).as_posix()
+        return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
+
+    items.sort(key=rank)  # stable: the order inside each rank is unchanged
+
+
 def _os_tmp(prefix: str) -> Path:
     """A private temp dir directly under the system temp dir (see `os_tmp_dir`)."""
     return Path(tempfile.mkdtemp(prefix=prefix))
